@@ -1,0 +1,86 @@
+"""Describe the machine: normalized GPU model, arch, SM count, and software versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from importlib import metadata
+
+from ._problem import Target
+
+CPU_MODEL = "cpu"
+
+
+def normalize_gpu_name(name: str) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``; ``"AMD Instinct MI300X"`` -> ``"amd-instinct-mi300x"``."""
+    slug = re.sub(r"[^a-z0-9]+", "-", name.strip().lower()).strip("-")
+    if not slug:
+        raise ValueError(f"gpu name: cannot normalize {name!r}")
+    return slug
+
+
+def cpu_target() -> Target:
+    """The CPU pseudo-target used by ``--device cpu`` (never served to GPUs)."""
+    return Target(gpu_model=CPU_MODEL, arch=platform.machine() or "unknown", num_sms=os.cpu_count() or 1,
+                  device_type="cpu")
+
+
+def cuda_target(device_index: int = 0) -> Target:
+    """The target of a visible CUDA/ROCm device."""
+    import torch
+
+    props = torch.cuda.get_device_properties(device_index)
+    gcn = getattr(props, "gcnArchName", "") or ""
+    if torch.version.hip is not None:
+        arch = gcn.split(":")[0] or "gfx"
+        name = props.name or "amd-gpu"
+        if not name.lower().startswith("amd"):
+            name = f"amd {name}"
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+        name = props.name
+    return Target(gpu_model=normalize_gpu_name(name), arch=arch, num_sms=int(props.multi_processor_count),
+                  device_type="cuda")
+
+
+def detect_target(device: str = "auto", world_size: int = 1) -> Target:
+    """Pick the target for ``device`` in ``auto|cuda|cpu``; ``auto`` needs ``world_size`` visible GPUs."""
+    if device == "cpu":
+        return cpu_target()
+    import torch
+
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device == "cuda":
+        if visible < world_size:
+            raise RuntimeError(f"--device cuda: world size {world_size} needs {world_size} GPUs, {visible} visible")
+        return cuda_target(0)
+    if device != "auto":
+        raise ValueError(f"device: expected auto, cuda or cpu, got {device!r}")
+    return cuda_target(0) if visible >= max(world_size, 1) else cpu_target()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions() -> dict[str, str | None]:
+    """Versions that a tuned record depends on (stored with every record)."""
+    import torch
+
+    from . import __version__
+
+    driver = None
+    if torch.cuda.is_available():
+        driver = torch.version.cuda or torch.version.hip
+    return {
+        "autotaxer": __version__,
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "iris": _version("tokenspeed-iris"),
+        "cuda_or_hip": driver,
+        "python": platform.python_version(),
+    }

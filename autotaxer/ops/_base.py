@@ -1,0 +1,187 @@
+"""The contract between ops, their variants, the tuner and dispatch.
+
+An :class:`Op` (e.g. ``ag_gemm``) knows its problem shape, how to make each rank's inputs from a seed,
+and the fp32 reference each rank must produce. A :class:`Variant` is one way to compute the op (``bsp``,
+``pull``, ``push``, ...): it declares a search space as data, prunes impossible parameter combinations
+without launching, and is split into ``prepare`` (allocates; returns a :class:`Workspace`) and ``run``
+(the hot path: launches only).
+
+Every call of ``prepare``/``run`` is collective: all ranks of ``ctx.group`` call it with the same key
+and parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._problem import ProblemKey, Target
+
+Params = Mapping[str, Any]
+
+
+@dataclass
+class RunContext:
+    """Where a variant runs: this rank, its group and device, and the lazily created Iris heap."""
+
+    rank: int
+    world_size: int
+    device: Any  # torch.device
+    target: Target
+    group: Any = None  # torch.distributed.ProcessGroup; None = the default group
+    heap_size: int = 1 << 30
+    _iris: Any = field(default=None, repr=False)
+
+    def iris(self):
+        """The process's Iris context (symmetric heap), created on first use."""
+        if self._iris is None:
+            from ..runtime.iris_heap import get_iris
+
+            self._iris = get_iris(self.heap_size)
+        return self._iris
+
+
+@dataclass
+class Workspace:
+    """What ``prepare`` allocated for one (key, params); ``run`` allocates nothing."""
+
+    key: ProblemKey
+    params: dict[str, Any]
+    buffers: dict[str, Any] = field(default_factory=dict)
+
+    def matches(self, key: ProblemKey, params: Params) -> bool:
+        """True when this workspace can serve ``key`` with ``params`` without reallocating."""
+        return self.key == key and self.params == dict(params)
+
+
+class Variant(ABC):
+    """One implementation of an op, with its search space."""
+
+    #: Registry name, e.g. ``"bsp"``.
+    name: ClassVar[str]
+    #: Device types the variant runs on: ``{"cuda"}``, ``{"cpu"}`` or both.
+    device_types: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    #: True for the baseline every speedup is measured against.
+    is_baseline: ClassVar[bool] = False
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        """Why this variant cannot run on ``target`` at all (missing Iris, wrong vendor), or None."""
+        if target.device_type not in self.device_types:
+            return f"{self.name} runs on {sorted(self.device_types)}, not {target.device_type}"
+        return None
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        """Categorical choices per parameter. Empty for a variant without parameters."""
+        return {}
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        """Why ``params`` cannot work for ``key`` on ``target`` (pruned before any launch), or None."""
+        return None
+
+    def default_params(self, key: ProblemKey, target: Target) -> dict[str, Any]:
+        """A safe configuration: the first valid combination of the search space, in declaration order."""
+        space = self.search_space(key, target)
+        for params in iter_grid(space):
+            if self.check(key, target, params) is None:
+                return params
+        raise ValueError(f"{self.name}: no valid configuration for {key.text}")
+
+    @abstractmethod
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        """Allocate everything ``run`` needs (buffers, flags, compiled kernels)."""
+
+    @abstractmethod
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        """Compute the op on this rank's ``inputs``; collective. Returns the output tensor."""
+
+
+class Op(ABC):
+    """A tunable collective operation."""
+
+    name: ClassVar[str]
+    #: Shape fields in key order, e.g. ``("M", "N", "K")``.
+    shape_fields: ClassVar[tuple[str, ...]]
+    #: Layout fields with defaults and allowed values, e.g. ``{"gather_dim": (0, 1)}``.
+    layout_choices: ClassVar[dict[str, tuple[int, ...]]] = {}
+
+    def __init__(self) -> None:
+        self._variants: dict[str, Variant] = {}
+
+    # -- registry -------------------------------------------------------------------------------
+    def register(self, variant: Variant) -> Variant:
+        """Add a variant (last registration of a name wins)."""
+        self._variants[variant.name] = variant
+        return variant
+
+    @property
+    def variants(self) -> dict[str, Variant]:
+        return dict(self._variants)
+
+    def baseline(self) -> Variant:
+        for v in self._variants.values():
+            if v.is_baseline:
+                return v
+        raise LookupError(f"{self.name}: no baseline variant registered")
+
+    def available_variants(self, target: Target) -> dict[str, Variant]:
+        return {n: v for n, v in self._variants.items() if v.unavailable_reason(target) is None}
+
+    # -- problems -------------------------------------------------------------------------------
+    def layout_defaults(self) -> dict[str, int]:
+        return {k: v[0] for k, v in self.layout_choices.items()}
+
+    @abstractmethod
+    def validate(self, key: ProblemKey) -> None:
+        """Raise ``ValueError`` naming the field when ``key`` is not a valid problem (e.g. divisibility)."""
+
+    @abstractmethod
+    def make_inputs(self, key: ProblemKey, rank: int, device: Any, seed: int) -> tuple[Any, ...]:
+        """This rank's inputs, drawn from ``seed`` (random, never zeros)."""
+
+    @abstractmethod
+    def reference(self, key: ProblemKey, rank: int, device: Any, seed: int) -> Any:
+        """The fp32 output that ``rank`` must produce for the inputs of ``make_inputs(seed)``."""
+
+    @abstractmethod
+    def empty_output(self, key: ProblemKey, device: Any) -> Any:
+        """An output tensor filled with NaN (so unwritten elements fail validation)."""
+
+    def tolerance(self, key: ProblemKey) -> float:
+        """Largest accepted ``||out-ref||/||ref||``."""
+        return 1e-3 if key.dtype == "fp32" else 1e-2
+
+
+def relative_error(out: Any, ref: Any) -> float:
+    """``||out - ref|| / ||ref||`` in fp64; ``inf`` when ``out`` has a NaN/inf or a wrong shape."""
+    import torch
+
+    if tuple(out.shape) != tuple(ref.shape):
+        return math.inf
+    o = out.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    if not torch.isfinite(o).all():
+        return math.inf
+    denom = torch.linalg.vector_norm(r).item()
+    err = torch.linalg.vector_norm(o - r).item()
+    return err / denom if denom > 0 else err
+
+
+def iter_grid(space: Mapping[str, tuple[Any, ...]]):
+    """Every combination of a categorical search space, in declaration order."""
+    names = list(space)
+    if not names:
+        yield {}
+        return
+
+    def rec(i: int, acc: dict[str, Any]):
+        if i == len(names):
+            yield dict(acc)
+            return
+        for value in space[names[i]]:
+            acc[names[i]] = value
+            yield from rec(i + 1, acc)
+
+    yield from rec(0, {})

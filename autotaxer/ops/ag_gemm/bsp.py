@@ -1,0 +1,55 @@
+"""``bsp``: the bulk-synchronous baseline, a collective all-gather then the vendor GEMM.
+
+Every speedup autotaxer reports is against this variant, timed exactly as the fused ones are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._problem import ProblemKey, torch_dtype
+from .._base import Params, RunContext, Variant, Workspace
+from ._op import shard_shape
+
+
+def all_gather_shards(shard: Any, gathered: Any, ctx: RunContext) -> None:
+    """All-gather ``shard`` into ``gathered`` of shape ``(world_size, *shard.shape)`` (NCCL/RCCL or gloo)."""
+    import torch.distributed as dist
+
+    if ctx.world_size == 1:
+        gathered[0].copy_(shard)
+    elif ctx.target.device_type == "cpu":
+        # gloo has no all_gather_into_tensor on every torch release; the list form works everywhere.
+        dist.all_gather(list(gathered.unbind(0)), shard.contiguous(), group=ctx.group)
+    else:
+        dist.all_gather_into_tensor(gathered, shard.contiguous(), group=ctx.group)
+
+
+class BspVariant(Variant):
+    name = "bsp"
+    device_types = frozenset({"cuda", "cpu"})
+    is_baseline = True
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        dtype = torch_dtype(key.dtype)
+        gathered = torch.empty((ctx.world_size, *shard_shape(key)), dtype=dtype, device=ctx.device)
+        buffers = {"gathered": gathered}
+        if key["gather_dim"] == 1:
+            buffers["a_full"] = torch.empty((key["M"], key["K"]), dtype=dtype, device=ctx.device)
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
+        a_shard, b = inputs
+        gathered = ws.buffers["gathered"]
+        all_gather_shards(a_shard, gathered, ctx)
+        if ws.key["gather_dim"] == 0:
+            a = gathered.view(ws.key["M"], ws.key["K"])
+        else:
+            a = ws.buffers["a_full"]
+            m, kr = gathered.shape[1], gathered.shape[2]
+            a.view(m, ctx.world_size, kr).copy_(gathered.permute(1, 0, 2))
+        return torch.matmul(a, b, out=out)

@@ -1,0 +1,1 @@
+"""Runtime pieces: the Iris symmetric heap and (later) dispatch tables."""

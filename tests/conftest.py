@@ -1,0 +1,25 @@
+"""Shared pytest set-up: the ``gpu`` marker skips cleanly where no GPU is visible."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # pragma: no cover - torch missing is a set-up error reported elsewhere
+        return 0
+
+
+def pytest_collection_modifyitems(config, items):
+    n = _gpus()
+    for item in items:
+        marker = item.get_closest_marker("gpu")
+        if marker is None:
+            continue
+        need = int(marker.kwargs.get("world_size", 1))
+        if n < need:
+            item.add_marker(pytest.mark.skip(reason=f"needs {need} GPU(s), {n} visible"))
