@@ -22,8 +22,12 @@ def normalize_gpu_name(name: str) -> str:
 
 def cpu_target() -> Target:
     """The CPU pseudo-target used by ``--device cpu`` (never served to GPUs)."""
-    return Target(gpu_model=CPU_MODEL, arch=platform.machine() or "unknown", num_sms=os.cpu_count() or 1,
-                  device_type="cpu")
+    return Target(
+        gpu_model=CPU_MODEL,
+        arch=platform.machine() or "unknown",
+        num_sms=os.cpu_count() or 1,
+        device_type="cpu",
+    )
 
 
 def cuda_target(device_index: int = 0) -> Target:
@@ -40,8 +44,12 @@ def cuda_target(device_index: int = 0) -> Target:
     else:
         arch = f"sm_{props.major}{props.minor}"
         name = props.name
-    return Target(gpu_model=normalize_gpu_name(name), arch=arch, num_sms=int(props.multi_processor_count),
-                  device_type="cuda")
+    return Target(
+        gpu_model=normalize_gpu_name(name),
+        arch=arch,
+        num_sms=int(props.multi_processor_count),
+        device_type="cuda",
+    )
 
 
 def detect_target(device: str = "auto", world_size: int = 1) -> Target:
@@ -53,7 +61,9 @@ def detect_target(device: str = "auto", world_size: int = 1) -> Target:
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if device == "cuda":
         if visible < world_size:
-            raise RuntimeError(f"--device cuda: world size {world_size} needs {world_size} GPUs, {visible} visible")
+            raise RuntimeError(
+                f"--device cuda: world size {world_size} needs {world_size} GPUs, {visible} visible"
+            )
         return cuda_target(0)
     if device != "auto":
         raise ValueError(f"device: expected auto, cuda or cpu, got {device!r}")

@@ -53,4 +53,6 @@ class BspVariant(Variant):
             m, kr = gathered.shape[1], gathered.shape[2]
             a.view(m, ctx.world_size, kr).copy_(gathered.permute(1, 0, 2))
         return torch.matmul(a, b, out=out)
+
+
 VARIANTS = [BspVariant()]
