@@ -13,7 +13,7 @@ CPU_MODEL = "cpu"
 
 
 def normalize_gpu_name(name: str) -> str:
-    """``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``; ``"AMD Instinct MI300X"`` -> ``"amd-instinct-mi300x"``."""
+    """Slug of a device name: ``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``."""
     slug = re.sub(r"[^a-z0-9]+", "-", name.strip().lower()).strip("-")
     if not slug:
         raise ValueError(f"gpu name: cannot normalize {name!r}")
