@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+
 from ._base import Op, Params, RunContext, Variant, Workspace, iter_grid, relative_error
 
 _OPS: dict[str, Op] = {}
 
 
+_BUILTIN = ("ag_gemm", "flash_decode")  # packages under autotaxer/ops exposing OP
+
+
 def _load_builtin() -> None:
     if _OPS:
         return
-    from .ag_gemm import AG_GEMM
-
-    _OPS[AG_GEMM.name] = AG_GEMM
+    for name in _BUILTIN:
+        qual = f"{__name__}.{name}"
+        if importlib.util.find_spec(qual) is not None:
+            op = importlib.import_module(qual).OP
+            _OPS[op.name] = op
 
 
 def get_op(name: str) -> Op:

@@ -21,4 +21,6 @@ for _name in _VARIANT_MODULES:
     for _variant in importlib.import_module(_qual).VARIANTS:
         AG_GEMM.register(_variant)
 
-__all__ = ["AG_GEMM", "AgGemm"]
+OP = AG_GEMM
+
+__all__ = ["AG_GEMM", "OP", "AgGemm"]
