@@ -1,0 +1,71 @@
+"""The ``autotaxer`` command: a small root app assembling one module per command group.
+
+Known errors (bad input files, database problems: ``ValueError`` subclasses such as ``ShapesError``
+and ``TableFileError``, and ``DatabaseError``) print ``error: <message>`` on stderr and exit 2; file
+system errors exit 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from autotaxer.storage import DatabaseError
+
+from . import db, doctor, show, table
+
+#: Exit status for bad input (files, options, databases) reported as ``error: ...``.
+EXIT_BAD_INPUT = 2
+#: Exit status for other failures.
+EXIT_FAILURE = 1
+
+
+class _ErrorHandlingGroup(TyperGroup):
+    """The root group: every command runs inside :meth:`invoke`, so its errors are handled here."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (DatabaseError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
+        except OSError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(EXIT_FAILURE) from None
+
+
+app = typer.Typer(
+    name="autotaxer",
+    cls=_ErrorHandlingGroup,
+    help="Autotune fused multi-GPU kernels (all-gather + GEMM on Iris) and serve the winners.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+db.register(app)
+show.register(app)
+table.register(app)
+doctor.register(app)
+
+# Commands owned by other modules, registered when they are present.
+for _name in ("tune", "misses"):
+    _qual = f"{__name__}.{_name}"
+    try:
+        _module = importlib.import_module(_qual)
+    except ModuleNotFoundError as _e:
+        if _e.name != _qual:
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+__all__ = ["app", "main"]

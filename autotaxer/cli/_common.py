@@ -1,0 +1,57 @@
+"""Shared option aliases and helpers of the ``autotaxer`` commands."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from autotaxer.records import WinnerRecord
+    from autotaxer.storage import Database
+
+
+class OutputFormat(str, Enum):
+    human = "human"
+    json = "json"
+
+
+DbOption = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="AUTOTAXER_DB",
+        show_default=False,
+        help="SQLAlchemy URL of the tuning database [default: sqlite file under ~/.local/share/autotaxer].",
+    ),
+]
+FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
+OpFilter = Annotated[str | None, typer.Option("--op", help="Only this op, e.g. ag_gemm.")]
+GpuFilter = Annotated[
+    str | None,
+    typer.Option("--gpu", help="Only this normalized GPU model, e.g. nvidia-h200."),
+]
+WorldSizeFilter = Annotated[
+    int | None,
+    typer.Option("--world-size", min=1, help="Only this world size."),
+]
+
+
+def open_db(url: str | None, upgrade: bool = True) -> Database:
+    """Open the tuning database (migrating it unless ``upgrade`` is False)."""
+    from autotaxer.storage import open_database
+
+    return open_database(url, upgrade=upgrade)
+
+
+def print_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON on stdout."""
+    typer.echo(json.dumps(obj, indent=1, default=str))
+
+
+def params_text(rec: WinnerRecord) -> str:
+    """Parameters in one short line: ``BLOCK_M=128 num_warps=8``."""
+    return " ".join(f"{k}={v}" for k, v in rec.params.items()) or "-"

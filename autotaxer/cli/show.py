@@ -1,0 +1,68 @@
+"""``autotaxer show``: the stored winners as a table (speedup over BSP visible) or JSON."""
+
+from __future__ import annotations
+
+import typer
+
+from ._common import (
+    DbOption,
+    FormatOption,
+    GpuFilter,
+    OpFilter,
+    OutputFormat,
+    WorldSizeFilter,
+    open_db,
+    params_text,
+    print_json,
+)
+
+
+def show(
+    db: DbOption = None,
+    op: OpFilter = None,
+    gpu: GpuFilter = None,
+    world_size: WorldSizeFilter = None,
+    fmt: FormatOption = OutputFormat.human,
+) -> None:
+    """Print the winner of every tuned problem."""
+    with open_db(db) as database:
+        recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
+        url = database.display_url
+    if fmt is OutputFormat.json:
+        print_json([r.to_dict() for r in recs])
+        return
+    if not recs:
+        typer.echo(f"no winners in {url} matching the filters")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"winners in {url}")
+    for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
+        t.add_column(name)
+    for name in ("median µs", "BSP µs", "speedup", "trials"):
+        t.add_column(name, justify="right")
+    t.add_column("measured (UTC)")
+    for r in recs:
+        k = r.key
+        t.add_row(
+            k.op,
+            k.gpu_model,
+            str(k.world_size),
+            k.dtype,
+            k.shape_text,
+            k.layout_text,
+            r.variant,
+            params_text(r),
+            f"{r.median_us:.1f}",
+            f"{r.bsp_us:.1f}",
+            f"{r.speedup:.2f}×",
+            str(r.trials),
+            r.measured_at.strftime("%Y-%m-%d %H:%M"),
+        )
+    Console().print(t)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``show`` to ``app``."""
+    app.command("show")(show)

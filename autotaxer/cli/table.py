@@ -1,0 +1,67 @@
+"""``autotaxer export`` / ``autotaxer import``: tuning tables as JSON or CSV files."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import DbOption, GpuFilter, OpFilter, QuietOption, WorldSizeFilter, open_db
+
+
+class FileFormat(str, Enum):
+    json = "json"
+    csv = "csv"
+
+
+def export(
+    out: Annotated[Path, typer.Option("--out", "-o", help="File to write (.json or .csv).")],
+    db: DbOption = None,
+    op: OpFilter = None,
+    gpu: GpuFilter = None,
+    world_size: WorldSizeFilter = None,
+    file_format: Annotated[
+        FileFormat | None,
+        typer.Option("--file-format", help="json or csv [default: from the suffix of --out]."),
+    ] = None,
+    quiet: QuietOption = False,
+) -> None:
+    """Write the stored winners (filtered) to a table file that dispatch and `import` read."""
+    from autotaxer.table_file import table_format, write_table
+
+    fmt = table_format(out, file_format.value if file_format else None)  # bad suffix: fail before opening
+    with open_db(db) as database:
+        recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
+        url = database.display_url
+    n = write_table(recs, out, fmt)
+    if not quiet:
+        typer.echo(f"exported {n} record(s) from {url} to {out} ({fmt})")
+
+
+def import_table(
+    file: Annotated[Path, typer.Argument(help="A table written by `autotaxer export` (.json or .csv).")],
+    db: DbOption = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Overwrite stored records even when they are faster.")
+    ] = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Merge a table file into the database in one transaction (keeps the faster record per key)."""
+    from autotaxer.table_file import read_table
+
+    recs = read_table(file)  # a bad file fails here, before the database is opened
+    with open_db(db) as database:
+        written, kept = database.upsert_winners(recs, replace=replace)
+        url = database.display_url
+    if not quiet:
+        typer.echo(
+            f"imported {file} into {url}: {written} written, {kept} kept (stored record as fast or faster)"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``export`` and ``import`` to ``app``."""
+    app.command("export")(export)
+    app.command("import")(import_table)

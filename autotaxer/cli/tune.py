@@ -1,0 +1,223 @@
+"""``autotaxer tune``: tune every shape of a shapes file on a worker group and store the winners.
+
+Started alone it spawns one process per rank (``--device cuda``: NCCL, one GPU each; ``cpu``: gloo).
+Started by ``torchrun``/``srun`` (``RANK``/``WORLD_SIZE`` set) it uses the launch's ranks instead: rank 0
+tunes, the others follow (see ``autotaxer/tuner/distributed.py``). Re-running the same command resumes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def tune_command(
+    world_size: Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")],
+    shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to tune.")],
+    op: Annotated[
+        str | None, typer.Option("--op", help="Only the rows of this op (default: every row).")
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option("--db", help="SQLAlchemy URL (default: $AUTOTAXER_DB or SQLite).")
+    ] = None,
+    trials: Annotated[
+        int, typer.Option("--trials", help="Launched trials per shape (grid: every point).")
+    ] = 32,
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds per shape.")] = None,
+    trial_timeout: Annotated[
+        float, typer.Option("--trial-timeout", help="Watchdog seconds per trial.")
+    ] = 120.0,
+    seed: Annotated[int, typer.Option("--seed", help="Sampler and input seed.")] = 0,
+    sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid (exhaustive).")] = "tpe",
+    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    variants: Annotated[
+        str | None, typer.Option("--variants", help="Comma-separated variants (bsp is always in).")
+    ] = None,
+    retune: Annotated[bool, typer.Option("--retune", help="Delete the studies and winners first.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain log lines instead of the live display.")
+    ] = False,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="JSON lines on stdout, one per event.")] = False,
+    timing: Annotated[
+        str, typer.Option("--timing", help="eager (back-to-back calls) or graph (CUDA graph).")
+    ] = "eager",
+) -> None:
+    """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
+    from ..tuner.distributed import launch_env
+
+    if device not in DEVICES:
+        _fail(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
+    if world_size < 1:
+        _fail(f"--world-size: must be >= 1, got {world_size}")
+    launch = launch_env()
+    if launch is not None and launch.world_size != world_size:
+        _fail(f"--world-size {world_size} but this launch has WORLD_SIZE={launch.world_size}")
+    keys_rows = _load_rows(shapes, world_size, op)
+    selected = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None
+    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing)
+    if launch is None:
+        _tune_spawned(keys_rows, world_size, device, db, options, quiet, jsonl)
+    else:
+        _tune_launched(keys_rows, launch, device, db, options, quiet, jsonl)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _load_rows(path: Path, world_size: int, op: str | None) -> list[Any]:
+    from ..shapes import ShapesError, load_shapes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            rows = load_shapes(path, world_size)
+        except (ShapesError, ValueError, OSError) as e:
+            _fail(str(e))
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
+    if op is not None:
+        rows = [r for r in rows if r.op == op]
+    if not rows:
+        _fail(f"{path}: no shapes to tune" + (f" for op {op!r}" if op else ""))
+    return rows
+
+
+def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, device_type):
+    from ..measure import TimingConfig
+    from ..tuner.run import TuneConfig
+
+    if device_type == "cpu" and timing == "graph":
+        _fail("--timing graph needs CUDA; use --timing eager on CPU")
+    config = TuneConfig(
+        trials=trials,
+        timeout_s=timeout,
+        trial_timeout_s=trial_timeout,
+        seed=seed,
+        sampler=sampler,
+        variants=selected,
+        retune=retune,
+        timing=TimingConfig.for_device(device_type, timing),
+    )
+    try:
+        config.validate()
+    except ValueError as e:
+        _fail(str(e))
+    return config
+
+
+def _keys(rows: list[Any], target: Any, world_size: int, config: Any) -> list[Any]:
+    """Problem keys of ``rows`` on ``target``; bad ``--variants`` fail here, before the database opens."""
+    from ..ops import get_op
+    from ..tuner.study import SearchSpace
+
+    keys = [row.to_key(target.gpu_model, world_size) for row in rows]
+    for key in keys:
+        try:
+            SearchSpace.build(get_op(key.op), key, target, config.variants)
+        except ValueError as e:
+            _fail(str(e))
+    return keys
+
+
+def _reporter(quiet: bool, jsonl: bool) -> Any:
+    from ..tuner.progress import JsonlReporter, PlainReporter, RichReporter
+
+    if jsonl:
+        return JsonlReporter()
+    return PlainReporter() if quiet else RichReporter()
+
+
+def _open_db(url: str | None) -> Any:
+    from ..storage import DatabaseError, open_database
+
+    try:
+        return open_database(url)
+    except DatabaseError as e:
+        _fail(str(e))
+
+
+def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any, reporter: Any) -> None:
+    from ..storage import DatabaseError
+    from ..tuner import GroupError, tune
+    from ..tuner.study import StudyError
+
+    try:
+        results, _ = tune(keys, target, database, config, executor, reporter)
+    except (StudyError, ValueError, DatabaseError) as e:
+        reporter.close()
+        _fail(str(e))
+    except GroupError as e:
+        reporter.close()
+        _fail(f"worker group: {e}", code=1)
+    except KeyboardInterrupt:
+        reporter.close()
+        _fail("interrupted; re-run the same command to resume", code=130)
+    missing = [r.key for r in results if not r.stored]
+    if missing:
+        _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
+
+
+def _tune_spawned(rows, world_size, device, db_url, options, quiet, jsonl) -> None:
+    from .._target import detect_target
+    from ..tuner import SpawnedGroup
+
+    try:
+        target = detect_target(device, world_size)
+    except (RuntimeError, ValueError) as e:
+        _fail(str(e))
+    config = _config(*options, target.device_type)
+    reporter = _reporter(quiet, jsonl)
+    if device == "auto" and target.device_type == "cpu":
+        reporter.note(
+            f"--device auto: fewer than {world_size} GPUs visible, running the CPU pipeline "
+            "(records are stored for gpu_model 'cpu' and never served to GPUs)"
+        )
+    keys = _keys(rows, target, world_size, config)
+    database = _open_db(db_url)
+    group = SpawnedGroup(world_size, target.device_type)
+    try:
+        _run(keys, target, database, config, group, reporter)
+    finally:
+        group.close()
+        database.close()
+
+
+def _tune_launched(rows, launch, device, db_url, options, quiet, jsonl) -> None:
+    import torch
+
+    from ..tuner.distributed import LaunchedGroup, follow, init_launched
+
+    if device == "auto":
+        device = (
+            "cuda" if torch.cuda.is_available() and torch.cuda.device_count() > launch.local_rank else "cpu"
+        )
+    ctx = init_launched(launch, device)
+    if launch.rank != 0:
+        follow(ctx)
+        return
+    config = _config(*options, device)
+    keys = _keys(rows, ctx.target, launch.world_size, config)
+    reporter = _reporter(quiet, jsonl)
+    database = _open_db(db_url)
+    group = LaunchedGroup(ctx)
+    try:
+        _run(keys, ctx.target, database, config, group, reporter)
+    except typer.Exit:
+        group.stop()  # a clean end with an error message: release the followers
+        raise
+    else:
+        group.stop()
+    finally:
+        database.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``tune`` command to the root app."""
+    app.command("tune")(tune_command)

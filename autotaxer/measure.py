@@ -1,0 +1,219 @@
+"""Validate and time one variant on every rank: shared by the tuner, bench scripts and tests.
+
+``check_variant`` runs a variant on fresh random inputs (two seeds) into a NaN-poisoned output and
+returns the relative error against the op's fp32 reference; the caller compares it with
+``op.tolerance(key)``. ``time_variant`` times a zero-argument callable: CUDA events around back-to-back
+calls (``eager``) or around replays of a CUDA graph that captured the calls (``graph``), perf_counter
+between barriers on CPU. The median over samples is reduced with MAX across ranks, so every rank returns
+the same number: the time of the slowest rank.
+
+Every function here is collective: all ranks of ``ctx.group`` call it with the same arguments.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._problem import ProblemKey
+from .ops._base import Op, Params, RunContext, Variant, Workspace, relative_error
+
+TIMING_MODES = ("eager", "graph")
+
+#: Offset between the two validation seeds (any value that keeps them distinct works).
+_SECOND_SEED_OFFSET = 7919
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How a trial is timed: ``warmup`` calls, then ``samples`` samples of ``iters`` back-to-back calls."""
+
+    mode: str = "eager"
+    warmup: int = 5
+    iters: int = 20
+    samples: int = 7
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad field."""
+        if self.mode not in TIMING_MODES:
+            raise ValueError(f"mode: expected one of {', '.join(TIMING_MODES)}, got {self.mode!r}")
+        for name in ("warmup", "iters", "samples"):
+            value = getattr(self, name)
+            low = 0 if name == "warmup" else 1
+            if value < low:
+                raise ValueError(f"{name}: must be >= {low}, got {value}")
+
+    @classmethod
+    def for_device(cls, device_type: str, mode: str = "eager") -> TimingConfig:
+        """Defaults per device: many short samples on GPUs, a few on CPU (where calls take milliseconds)."""
+        if device_type == "cpu":
+            return cls(mode=mode, warmup=1, iters=3, samples=3)
+        return cls(mode=mode)
+
+
+def check_variant(
+    op: Op,
+    variant: Variant,
+    key: ProblemKey,
+    params: Params,
+    ctx: RunContext,
+    seed: int,
+    ws: Workspace | None = None,
+) -> float:
+    """Largest relative error of ``variant`` against ``op.reference`` over two fresh seeds (collective).
+
+    The output is filled with NaN before each run, so elements a variant never writes fail the check.
+    ``ws`` reuses a workspace from ``variant.prepare``; without it one is prepared here.
+    """
+    if ws is None:
+        ws = variant.prepare(key, params, ctx)
+    worst = 0.0
+    for s in (seed, seed + _SECOND_SEED_OFFSET):
+        inputs = op.make_inputs(key, ctx.rank, ctx.device, s)
+        out = op.empty_output(key, ctx.device)
+        result = variant.run(ws, inputs, ctx, out=out)
+        got = out if result is None else result
+        _synchronize(ctx)
+        err = relative_error(got, op.reference(key, ctx.rank, ctx.device, s))
+        worst = max(worst, err)
+    return worst
+
+
+def time_variant(
+    fn: Callable[[], Any],
+    ctx: RunContext,
+    warmup: int = 5,
+    iters: int = 20,
+    mode: str = "eager",
+    samples: int = 7,
+) -> float:
+    """Median time of one call of ``fn`` in microseconds, MAX over ranks (collective).
+
+    GPU ``eager``: CUDA events around ``iters`` back-to-back calls, ``samples`` times, a barrier before each
+    sample. GPU ``graph``: ``iters`` calls captured in one CUDA graph, each sample one replay. CPU:
+    ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused).
+    """
+    TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
+    if ctx.target.device_type == "cuda":
+        if mode == "graph":
+            per_call = _time_cuda_graph(fn, ctx, warmup, iters, samples)
+        else:
+            per_call = _time_cuda_eager(fn, ctx, warmup, iters, samples)
+    else:
+        if mode == "graph":
+            raise ValueError("mode: 'graph' timing needs CUDA; use 'eager' on CPU")
+        per_call = _time_cpu(fn, ctx, warmup, iters, samples)
+    return _max_over_ranks(statistics.median(per_call), ctx)
+
+
+def max_over_ranks(value: float, ctx: RunContext) -> float:
+    """``value`` reduced with MAX over the ranks of ``ctx.group`` (collective)."""
+    return _max_over_ranks(value, ctx)
+
+
+# -- internals ------------------------------------------------------------------------------------
+
+
+def _dist_active() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _barrier(ctx: RunContext) -> None:
+    if ctx.world_size > 1 and _dist_active():
+        import torch.distributed as dist
+
+        dist.barrier(group=ctx.group)
+
+
+def _synchronize(ctx: RunContext) -> None:
+    if ctx.target.device_type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(ctx.device)
+
+
+def _max_over_ranks(value: float, ctx: RunContext) -> float:
+    if ctx.world_size == 1 or not _dist_active():
+        return float(value)
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(value)], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+    return float(t.item())
+
+
+def _time_cpu(fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(samples):
+        _barrier(ctx)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        out.append((time.perf_counter() - t0) * 1e6 / iters)
+    return out
+
+
+def _time_cuda_eager(
+    fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int
+) -> list[float]:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize(ctx.device)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(samples):
+        _barrier(ctx)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / iters)
+    return out
+
+
+def _time_cuda_graph(
+    fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int
+) -> list[float]:
+    import torch
+
+    # Warm up on a side stream (what torch.cuda.graph expects), so lazy allocations and compiles
+    # happen outside the capture.
+    side = torch.cuda.Stream(device=ctx.device)
+    side.wait_stream(torch.cuda.current_stream(ctx.device))
+    with torch.cuda.stream(side):
+        for _ in range(max(warmup, 1)):
+            fn()
+    torch.cuda.current_stream(ctx.device).wait_stream(side)
+    torch.cuda.synchronize(ctx.device)
+    # Every rank must be out of its warm-up collectives before any rank starts capturing.
+    _barrier(ctx)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(iters):
+            fn()
+    graph.replay()  # first replay uploads the graph; not timed
+    torch.cuda.synchronize(ctx.device)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    out = []
+    for _ in range(samples):
+        _barrier(ctx)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3 / iters)
+    del graph
+    return out

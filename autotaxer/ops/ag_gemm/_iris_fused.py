@@ -1,0 +1,157 @@
+"""What the Iris-fused variants (``pull``, ``push``) share: search space, pruning, prepare and launch.
+
+The kernels live in ``autotaxer.kernels.ag_gemm_pull`` / ``ag_gemm_push``; both take a
+:class:`~autotaxer.kernels._ag_fused.FusedConfig` built from the trial's parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..._problem import ProblemKey, Target, torch_dtype
+from .._base import Params, RunContext, Variant, Workspace
+from ._op import AgGemm, shard_shape
+
+#: Shared-memory budget of one CTA (H100/H200: 227 KiB; MI300X: 64 KiB LDS, pruned by the same rule).
+_SMEM_BYTES = {"nvidia": 232448, "amd": 65536}
+_ELEM_BYTES = {"bf16": 2, "fp16": 2}
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+class IrisFusedVariant(Variant):
+    """Base of the fused Iris variants; subclasses name the kernel and the heap buffer's shape."""
+
+    device_types = frozenset({"cuda"})
+    #: Keyword under which the launcher takes the heap data buffer (``stage`` or ``inbox``).
+    buffer_arg: ClassVar[str]
+
+    # -- availability and search space ----------------------------------------------------------
+    def unavailable_reason(self, target: Target) -> str | None:
+        reason = super().unavailable_reason(target)
+        if reason is not None:
+            return reason
+        try:
+            import iris  # noqa: F401
+            import triton  # noqa: F401
+        except Exception as exc:  # any import failure means the variant cannot run here
+            return f"{self.name}: cannot import triton/iris ({type(exc).__name__}: {exc})"
+        return None
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        small = key["M"] <= 256  # bound by reading B: many narrow tiles, K chunks to start early
+        return {
+            "block_m": (128, 64, 16),
+            "block_n": (64, 128, 256) if small else (256, 128, 64),
+            "block_k": (64, 128),
+            "group_m": (8, 4),
+            "num_warps": (8, 4),
+            "num_stages": (3, 4, 2),
+            "comm_sms": (16, 8, 32, 4),
+            "row_chunks": (4, 1, 16),
+            "k_chunks": (4, 2, 1) if small else (1, 2, 4),
+        }
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from autotaxer.kernels._ag_fused import FusedConfig, geometry
+
+        if key.dtype not in _ELEM_BYTES:
+            return f"dtype: {self.name} supports bf16 and fp16, not {key.dtype}"
+        try:
+            config = FusedConfig(**params)
+            config.validate()
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        m, k, ws = key["M"], key["K"], key.world_size
+        if config.block_m > max(16, _next_pow2(m)):
+            return f"block_m: {config.block_m} is larger than M={m} needs"
+        if config.block_m * config.block_n > 128 * 256:
+            return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
+        if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
+            return "num_warps: a 128x256 tile needs 8 warps"
+        vendor = "amd" if target.is_amd else "nvidia"
+        smem = config.num_stages * (config.block_m + config.block_n) * config.block_k * _ELEM_BYTES[key.dtype]
+        if smem > _SMEM_BYTES[vendor]:
+            return f"num_stages: {config.num_stages} stages need {smem} B of shared memory"
+        if config.comm_sms >= target.num_sms:
+            return f"comm_sms: {config.comm_sms} leaves no SM for the GEMM ({target.num_sms} SMs)"
+        if key["gather_dim"] not in (0, 1) or (k if key["gather_dim"] else m) % ws:
+            return "shape: not divisible by the world size"
+        ms, ks = shard_shape(key)
+        geo = geometry(config, ms, ks)
+        if geo.n_row < config.row_chunks:
+            return f"row_chunks: {config.row_chunks} chunks of a {ms}-row shard repeat a smaller count"
+        if geo.n_col < config.k_chunks:
+            return f"k_chunks: {config.k_chunks} chunks of {ks} columns repeat a smaller count"
+        return None
+
+    # -- prepare / run ---------------------------------------------------------------------------
+    def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
+        """Shape of the heap data buffer (two parity slots)."""
+        raise NotImplementedError
+
+    def launcher(self):
+        """The kernel module's public launcher."""
+        raise NotImplementedError
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        from autotaxer.kernels._ag_fused import FusedConfig, geometry
+
+        AgGemm().validate(key)
+        reason = self.check(key, ctx.target, params)
+        if reason is not None:
+            raise ValueError(f"{self.name} params {dict(params)}: {reason}")
+        config = FusedConfig(**params)
+        dtype = torch_dtype(key.dtype)
+        shape = self.buffer_shape(key)
+        need = 4 * 2 * ctx.world_size * 1024
+        for s in (shape,):
+            n = 1
+            for d in s:
+                n *= d
+            need += n * _ELEM_BYTES[key.dtype]
+        if need > ctx.heap_size:
+            raise ValueError(
+                f"heap_size: {self.name} needs {need} B of symmetric heap for {key.text}, "
+                f"the context has {ctx.heap_size} B"
+            )
+        heap = ctx.iris()
+        ms, ks = shard_shape(key)
+        geo = geometry(config, ms, ks)
+        buffers = {
+            "data": heap.zeros(*shape, dtype=dtype),
+            "flags": heap.zeros(2 * ctx.world_size * geo.count, dtype=torch.int32),
+            "sync": torch.zeros(2, dtype=torch.int32, device=ctx.device),
+            "heap_bases": heap.get_heap_bases(),
+            "out": torch.empty((key["M"], key["N"]), dtype=dtype, device=ctx.device),
+            "config": config,
+        }
+        heap.barrier()  # every rank's flags are zero before any peer can signal into them
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        a_shard, b = inputs
+        buf = ws.buffers
+        out = buf["out"] if out is None else out
+        self.launcher()(
+            a_shard=a_shard,
+            b=b,
+            out=out,
+            flags=buf["flags"],
+            sync=buf["sync"],
+            heap_bases=buf["heap_bases"],
+            rank=ctx.rank,
+            world_size=ctx.world_size,
+            gather_dim=ws.key["gather_dim"],
+            config=buf["config"],
+            num_sms=ctx.target.num_sms,
+            **{self.buffer_arg: buf["data"]},
+        )
+        return out

@@ -1,0 +1,23 @@
+"""``push``: producer CTAs store the local shard into the peers' inboxes; the GEMM reads locally."""
+
+from __future__ import annotations
+
+from ..._problem import ProblemKey
+from ._iris_fused import IrisFusedVariant
+from ._op import shard_shape
+
+
+class PushVariant(IrisFusedVariant):
+    name = "push"
+    buffer_arg = "inbox"
+
+    def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
+        return (2, key.world_size, *shard_shape(key))
+
+    def launcher(self):
+        from autotaxer.kernels.ag_gemm_push import ag_gemm_push
+
+        return ag_gemm_push
+
+
+VARIANTS = [PushVariant()]

@@ -1,0 +1,333 @@
+"""The tuned winner of one problem key, as stored in the database, table files and dispatch tables.
+
+This module is light (no SQLAlchemy): dispatch reads tables at start-up through it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ._problem import DTYPES, ProblemKey
+
+#: Device types a record can be measured on; ``cpu`` records are never served to GPUs.
+DEVICE_TYPES: tuple[str, ...] = ("cuda", "cpu")
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_TEXT_RE = re.compile(r"^[^|,=\s]+$")
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+
+#: Fields of :meth:`WinnerRecord.to_dict`, in output order (``speedup`` is derived, accepted on input).
+RECORD_FIELDS: tuple[str, ...] = (
+    "op",
+    "gpu_model",
+    "world_size",
+    "dtype",
+    "shape",
+    "layout",
+    "variant",
+    "params",
+    "median_us",
+    "bsp_us",
+    "speedup",
+    "trials",
+    "arch",
+    "num_sms",
+    "device_type",
+    "kernel_hash",
+    "env",
+    "measured_at",
+)
+
+
+class RecordError(ValueError):
+    """A malformed record; the message names where it came from and the field."""
+
+    def __init__(self, where: str, field: str, problem: str) -> None:
+        self.where = where
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{where}: field {field!r}: {problem}")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def to_utc(value: datetime) -> datetime:
+    """An aware UTC datetime; a naive one is taken to be UTC already."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+@dataclass(frozen=True)
+class WinnerRecord:
+    """The fastest configuration found for one problem key, and where it was measured."""
+
+    key: ProblemKey
+    variant: str
+    params: Mapping[str, Any]  # JSON scalars (str/int/float/bool/None); stored as a plain dict
+    median_us: float
+    bsp_us: float
+    trials: int
+    arch: str = ""
+    num_sms: int = 0
+    env: Mapping[str, str | None] = field(default_factory=dict)
+    kernel_hash: str | None = None
+    measured_at: datetime = field(default_factory=_utc_now)
+    device_type: str = "cuda"
+
+    def __post_init__(self) -> None:
+        _check_record(self, "WinnerRecord")
+        object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "median_us", float(self.median_us))
+        object.__setattr__(self, "bsp_us", float(self.bsp_us))
+        object.__setattr__(self, "measured_at", to_utc(self.measured_at))
+
+    @property
+    def speedup(self) -> float:
+        """BSP time over the winner's time (>1 means the winner beats the baseline)."""
+        return self.bsp_us / self.median_us
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict (the layout of exported tables)."""
+        k = self.key
+        return {
+            "op": k.op,
+            "gpu_model": k.gpu_model,
+            "world_size": k.world_size,
+            "dtype": k.dtype,
+            "shape": dict(k.shape),
+            "layout": dict(k.layout),
+            "variant": self.variant,
+            "params": dict(self.params),
+            "median_us": self.median_us,
+            "bsp_us": self.bsp_us,
+            "speedup": self.speedup,
+            "trials": self.trials,
+            "arch": self.arch,
+            "num_sms": self.num_sms,
+            "device_type": self.device_type,
+            "kernel_hash": self.kernel_hash,
+            "env": dict(self.env),
+            "measured_at": self.measured_at.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str, *, text: bool = False) -> WinnerRecord:
+        """Parse :meth:`to_dict`'s layout; ``RecordError`` names ``where`` and the field.
+
+        ``text=True`` accepts numbers, shapes (``M=8,N=16``) and JSON objects as strings (CSV rows).
+        """
+        if not isinstance(d, Mapping):
+            raise RecordError(where, "<record>", f"expected an object, got {type(d).__name__}")
+        unknown = sorted(set(d) - set(RECORD_FIELDS))
+        if unknown:
+            raise RecordError(where, unknown[0], "unknown field")
+        required = ("op", "gpu_model", "world_size", "dtype", "shape", "variant", "median_us", "bsp_us")
+        for name in (*required, "trials"):
+            if name not in d:
+                raise RecordError(where, name, "missing")
+        p = _Parser(where, text)
+        key = ProblemKey.make(
+            op=p.name_text(d, "op"),
+            gpu_model=p.name_text(d, "gpu_model"),
+            world_size=p.integer(d, "world_size", minimum=1),
+            dtype=p.string(d, "dtype"),
+            shape=p.pairs(d, "shape"),
+            layout=p.pairs(d, "layout", required=False),
+        )
+        try:
+            return cls(
+                key=key,
+                variant=p.string(d, "variant"),
+                params=p.mapping(d, "params", required=False),
+                median_us=p.number(d, "median_us"),
+                bsp_us=p.number(d, "bsp_us"),
+                trials=p.integer(d, "trials", minimum=0),
+                arch=p.string(d, "arch", default=""),
+                num_sms=p.integer(d, "num_sms", minimum=0, default=0),
+                env=p.mapping(d, "env", required=False),
+                kernel_hash=p.optional_string(d, "kernel_hash"),
+                measured_at=p.timestamp(d, "measured_at"),
+                device_type=p.string(d, "device_type", default="cuda"),
+            )
+        except RecordError as e:
+            raise RecordError(where, e.field, e.problem) from None
+
+
+class _Parser:
+    """Field readers for :meth:`WinnerRecord.from_dict` (each error names ``where`` and the field)."""
+
+    def __init__(self, where: str, text: bool) -> None:
+        self.where = where
+        self.text = text
+
+    def fail(self, name: str, problem: str) -> RecordError:
+        return RecordError(self.where, name, problem)
+
+    def string(self, d: Mapping[str, Any], name: str, default: str | None = None) -> str:
+        value = d.get(name, default)
+        if not isinstance(value, str):
+            raise self.fail(name, f"expected a string, got {value!r}")
+        return value
+
+    def optional_string(self, d: Mapping[str, Any], name: str) -> str | None:
+        value = d.get(name)
+        if value is None or (self.text and value == ""):
+            return None
+        return self.string(d, name)
+
+    def name_text(self, d: Mapping[str, Any], name: str) -> str:
+        value = self.string(d, name)
+        if not _KEY_TEXT_RE.match(value):
+            raise self.fail(name, f"must be non-empty without '|', ',', '=' or spaces, got {value!r}")
+        return value
+
+    def integer(self, d: Mapping[str, Any], name: str, minimum: int, default: int | None = None) -> int:
+        value = d.get(name, default)
+        if self.text and isinstance(value, str) and _INT_RE.match(value.strip()):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(name, f"not an integer: {value!r}")
+        if value < minimum:
+            raise self.fail(name, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, d: Mapping[str, Any], name: str) -> float:
+        value = d.get(name)
+        if self.text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise self.fail(name, f"not a number: {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(name, f"not a number: {value!r}")
+        return float(value)
+
+    def pairs(self, d: Mapping[str, Any], name: str, required: bool = True) -> dict[str, int]:
+        value = d.get(name, None if required else {})
+        if self.text and isinstance(value, str):
+            value = _parse_pairs_text(value, lambda problem: self.fail(name, problem))
+        if not isinstance(value, Mapping):
+            raise self.fail(name, f"expected an object of name: integer, got {value!r}")
+        if required and not value:
+            raise self.fail(name, "must not be empty")
+        out: dict[str, int] = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not _NAME_RE.match(k):
+                raise self.fail(name, f"bad field name {k!r}")
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise self.fail(name, f"{k}: not an integer: {v!r}")
+            out[k] = v
+        return out
+
+    def mapping(self, d: Mapping[str, Any], name: str, required: bool = True) -> dict[str, Any]:
+        value = d.get(name, None if required else {})
+        if self.text and isinstance(value, str):
+            import json
+
+            try:
+                value = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as e:
+                raise self.fail(name, f"not valid JSON: {e.msg}") from None
+        if not isinstance(value, Mapping):
+            raise self.fail(name, f"expected an object, got {value!r}")
+        return dict(value)
+
+    def timestamp(self, d: Mapping[str, Any], name: str) -> datetime:
+        value = d.get(name)
+        if value is None or (self.text and value == ""):
+            raise self.fail(name, "missing")
+        if not isinstance(value, str):
+            raise self.fail(name, f"expected an ISO 8601 timestamp, got {value!r}")
+        try:
+            return to_utc(datetime.fromisoformat(value))
+        except ValueError:
+            raise self.fail(name, f"not an ISO 8601 timestamp: {value!r}") from None
+
+
+def _parse_pairs_text(text: str, fail) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not text.strip():
+        return out
+    for item in text.split(","):
+        name, eq, value = item.partition("=")
+        if not eq or not _INT_RE.match(value.strip()):
+            raise fail(f"expected name=integer pairs separated by ',', got {text!r}")
+        out[name.strip()] = int(value)
+    return out
+
+
+def _is_json_scalar(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _check_record(r: WinnerRecord, where: str) -> None:
+    """Raise :class:`RecordError` for values the database and tables cannot hold."""
+
+    def fail(name: str, problem: str) -> RecordError:
+        return RecordError(where, name, problem)
+
+    if not isinstance(r.key, ProblemKey):
+        raise fail("key", f"expected a ProblemKey, got {type(r.key).__name__}")
+    _check_key(r.key, fail)
+    if not isinstance(r.variant, str) or not r.variant:
+        raise fail("variant", f"must be a non-empty string, got {r.variant!r}")
+    if not isinstance(r.params, Mapping):
+        raise fail("params", f"expected a mapping, got {type(r.params).__name__}")
+    for k, v in r.params.items():
+        if not isinstance(k, str):
+            raise fail("params", f"parameter names must be strings, got {k!r}")
+        if not _is_json_scalar(v):
+            raise fail("params", f"{k}: must be a str/int/float/bool/null, got {v!r}")
+    for name in ("median_us", "bsp_us"):
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail(name, f"not a number: {value!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise fail(name, f"must be a positive finite number, got {value!r}")
+    for name in ("trials", "num_sms"):
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise fail(name, f"must be an integer >= 0, got {value!r}")
+    if not isinstance(r.arch, str):
+        raise fail("arch", f"expected a string, got {r.arch!r}")
+    if not isinstance(r.env, Mapping):
+        raise fail("env", f"expected a mapping, got {type(r.env).__name__}")
+    for k, v in r.env.items():
+        if not isinstance(k, str) or not (v is None or isinstance(v, str)):
+            raise fail("env", f"entries must be name: string or null, got {k!r}: {v!r}")
+    if r.kernel_hash is not None and not isinstance(r.kernel_hash, str):
+        raise fail("kernel_hash", f"expected a string or null, got {r.kernel_hash!r}")
+    if not isinstance(r.measured_at, datetime):
+        raise fail("measured_at", f"expected a datetime, got {r.measured_at!r}")
+    if r.device_type not in DEVICE_TYPES:
+        raise fail("device_type", f"must be one of {', '.join(DEVICE_TYPES)}, got {r.device_type!r}")
+
+
+def _check_key(key: ProblemKey, fail) -> None:
+    for name in ("op", "gpu_model"):
+        value = getattr(key, name)
+        if not isinstance(value, str) or not _KEY_TEXT_RE.match(value):
+            raise fail(name, f"must be non-empty without '|', ',', '=' or spaces, got {value!r}")
+    if isinstance(key.world_size, bool) or not isinstance(key.world_size, int) or key.world_size < 1:
+        raise fail("world_size", f"must be an integer >= 1, got {key.world_size!r}")
+    if key.dtype not in DTYPES:
+        raise fail("dtype", f"must be one of {', '.join(DTYPES)}, got {key.dtype!r}")
+    if not key.shape:
+        raise fail("shape", "must not be empty")
+    for part, minimum in (("shape", 1), ("layout", 0)):
+        for name, value in getattr(key, part):
+            if not _NAME_RE.match(name):
+                raise fail(part, f"bad field name {name!r}")
+            if value < minimum:
+                raise fail(part, f"{name}: must be >= {minimum}, got {value}")

@@ -1,0 +1,492 @@
+"""Runtime dispatch: ``dispatch("ag_gemm", a_shard, b, gather_dim=0)`` runs the tuned variant.
+
+Collective: every rank of the group calls it with the same shapes. The first call of a process sets up a
+:class:`Runtime` for the group (target, Iris allocator on NVIDIA, the table, agreed by all ranks); the
+first call of a shape decides the variant (:mod:`.lookup`), checks that every rank decided the same,
+and prepares the workspace. After that a call is one dictionary lookup and the variant's launch: no
+database, no file, no logging, no environment read, no device synchronisation and no allocation by
+dispatch itself. With ``out=None`` the output is allocated by the variant through torch's caching
+allocator (no synchronisation; pass ``out=`` to avoid even that); it is never a workspace buffer that a
+later call would overwrite.
+
+CUDA graphs: call each shape once before capturing (the first call allocates and talks to the other
+ranks, which capture forbids: it raises a clear error instead); replays then launch the captured
+kernels, whose flags advance by device-side epochs. Workspaces of shapes used in a captured graph must
+stay cached: keep ``RuntimeConfig.workspace_cache`` above the number of shapes in use.
+
+``torch.compile``: inside a compiled region ``dispatch`` becomes the custom op ``autotaxer::ag_gemm``
+(:mod:`.custom_op`), whose fake implementation gives the output's shape to the tracer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import operator
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._problem import ProblemKey, Target, dtype_name
+from .custom_op import compiled_dispatch
+from .lookup import Decision, decide
+from .misses import Miss, append_misses, default_misses_path
+from .table import Table, TableSources, load_table, merge
+
+_log = logging.getLogger("autotaxer.dispatch")
+_is_compiling = torch.compiler.is_compiling
+_SIG = operator.attrgetter("shape", "dtype")  # a call's signature: each tensor's (shape, dtype), then layout
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Settings of a runtime; defaults suit most users.
+
+    ``tables``: extra table files or folders, highest precedence (then ``$AUTOTAXER_TABLE`` when
+    ``env_tables``, then ``db_url``, then the shipped ``tuning_db/`` when ``shipped_tables``).
+    ``strict``: refuse records tuned with other kernel sources or torch/triton/iris versions.
+    ``max_m_ratio``: nearest-M lookup accepts a tuned M within this factor of the requested M.
+    ``workspace_cache``: most (shape, variant, params) workspaces kept (least recently used dropped).
+    ``misses_path``: where rank 0 appends misses at shutdown (None: ``$AUTOTAXER_MISSES`` or the default
+    file); ``persist_misses=False`` keeps them in memory only.
+    """
+
+    heap_size: int = 1 << 30
+    tables: tuple[str, ...] = ()
+    db_url: str | None = None
+    env_tables: bool = True
+    shipped_tables: bool = True
+    strict: bool = False
+    max_m_ratio: float = 2.0
+    workspace_cache: int = 64
+    misses_path: str | None = None
+    persist_misses: bool = True
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field when a value is unusable."""
+        if self.heap_size <= 0:
+            raise ValueError(f"heap_size: must be positive, got {self.heap_size}")
+        if not (self.max_m_ratio >= 1.0 and math.isfinite(self.max_m_ratio)):
+            raise ValueError(f"max_m_ratio: must be a finite number >= 1, got {self.max_m_ratio}")
+        if self.workspace_cache < 1:
+            raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
+        self.table_sources().validate()
+
+    def table_sources(self) -> TableSources:
+        return TableSources(
+            paths=tuple(str(p) for p in self.tables) if not isinstance(self.tables, str) else self.tables,
+            db_url=self.db_url,
+            use_env=self.env_tables,
+            use_shipped=self.shipped_tables,
+            strict=self.strict,
+        )
+
+
+class ConsensusError(RuntimeError):
+    """Ranks cannot agree (a rank failed to load its table, or ranks called with different problems)."""
+
+
+class Plan:
+    """What the hot path needs for one call signature: ``run(workspace, inputs, ctx, out)`` and its state."""
+
+    __slots__ = ("run", "workspace", "ctx", "key", "decision", "calls")
+
+    def __init__(self, run: Any, workspace: Any, ctx: Any, key: ProblemKey, decision: Decision) -> None:
+        self.run = run
+        self.workspace = workspace
+        self.ctx = ctx
+        self.key = key
+        self.decision = decision
+        self.calls = 0
+
+
+# -- problem keys from tensors ----------------------------------------------------------------------
+def _ag_gemm_key(tensors: tuple, layout: dict[str, int], world_size: int, gpu_model: str) -> ProblemKey:
+    if len(tensors) != 2:
+        raise ValueError(f"ag_gemm: expected 2 tensors (a_shard, b), got {len(tensors)}")
+    a, b = tensors
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"ag_gemm: a_shard and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise ValueError(f"dtype: a_shard is {a.dtype} but b is {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"device: a_shard is on {a.device} but b is on {b.device}")
+    gd = layout["gather_dim"]
+    m, k = (a.shape[0] * world_size, a.shape[1]) if gd == 0 else (a.shape[0], a.shape[1] * world_size)
+    if b.shape[0] != k:
+        raise ValueError(
+            f"K: b has {b.shape[0]} rows but the gathered A has K={k} "
+            f"(a_shard {tuple(a.shape)}, gather_dim={gd}, world size {world_size})"
+        )
+    return ProblemKey.make(
+        "ag_gemm", gpu_model, world_size, dtype_name(a.dtype), {"M": m, "N": b.shape[1], "K": k}, layout
+    )
+
+
+_KEY_BUILDERS = {"ag_gemm": _ag_gemm_key}
+
+
+def problem_key(op: Any, tensors: tuple, layout: dict[str, Any], world_size: int, target: Target) -> ProblemKey:
+    """The problem key of a call; ``ValueError`` naming the field for bad inputs or layout."""
+    full = op.layout_defaults()
+    for name, value in layout.items():
+        if name not in op.layout_choices:
+            known = ", ".join(op.layout_choices) or "none"
+            raise ValueError(f"{name}: not a layout field of {op.name} (known: {known})")
+        if value not in op.layout_choices[name]:
+            raise ValueError(f"{name}: must be one of {op.layout_choices[name]}, got {value!r}")
+        full[name] = int(value)
+    builder = _KEY_BUILDERS.get(op.name) or getattr(op, "key_from_inputs", None)
+    if builder is None:
+        raise ValueError(f"{op.name}: dispatch does not know how to build a problem key from its inputs")
+    key = builder(tensors, full, world_size, target.gpu_model)
+    op.validate(key)
+    return key
+
+
+# -- the runtime ------------------------------------------------------------------------------------
+class Runtime:
+    """Dispatch state of one process group: context, agreed table, plans, workspaces and misses.
+
+    Construction is cheap and local; the first :meth:`dispatch` (or :meth:`load`) sets up the device
+    context and loads the table, collectively on every rank of ``group``.
+    """
+
+    def __init__(self, config: RuntimeConfig | None = None, group: Any = None) -> None:
+        self.config = config if config is not None else RuntimeConfig()
+        self.config.validate()
+        self.group = group
+        self.ctx: Any = None
+        self.table: Table | None = None
+        self._plans: OrderedDict[tuple, Plan] = OrderedDict()
+        self._workspaces: dict[tuple, Any] = {}
+        self._misses: dict[ProblemKey, Miss] = {}
+        self._warned: set[str] = set()
+        self._closed = False
+        self._misses_path = None
+        if self.config.persist_misses:
+            self._misses_path = self.config.misses_path or str(default_misses_path())
+            atexit.register(self._persist_misses)
+
+    # -- hot path ----------------------------------------------------------------------------------
+    def dispatch(self, op: str, *tensors: Any, out: Any = None, **layout: int) -> Any:
+        """Run ``op`` on this rank's ``tensors`` with the tuned variant; collective over the group."""
+        if _is_compiling():
+            return compiled_dispatch(op, tensors, out, layout, self.group)
+        sig = (op, *map(_SIG, tensors), *layout.items())
+        plan = self._plans.get(sig)
+        if plan is None:
+            plan = self._new_plan(sig, op, tensors, layout)
+        else:
+            self._plans.move_to_end(sig)
+        plan.calls += 1
+        return plan.run(plan.workspace, tensors, plan.ctx, out)
+
+    def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
+        """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
+        sig = (op, *map(_SIG, tensors), *layout.items())
+        found = self._plans.get(sig)
+        return found if found is not None else self._new_plan(sig, op, tensors, layout)
+
+    # -- set-up (collective, first call) -----------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return self.ctx.rank if self.ctx is not None else _group_rank(self.group)[0]
+
+    @property
+    def world_size(self) -> int:
+        return self.ctx.world_size if self.ctx is not None else _group_rank(self.group)[1]
+
+    def load(self, device: Any = None) -> Table:
+        """Set up the context for ``device`` (default: the current CUDA device, else CPU) and load the table.
+
+        Collective. Every rank loads its sources; if their digests differ, rank 0's table is used by all
+        (with a warning); if any rank fails to load, every rank raises :class:`ConsensusError`.
+        """
+        if self.table is not None:
+            return self.table
+        self._setup_context(device)
+        self.table = self._agreed_table()
+        return self.table
+
+    def _setup_context(self, device: Any) -> None:
+        from .._target import cpu_target, cuda_target
+        from ..ops import RunContext
+
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
+        device = torch.device(device)
+        if device.type == "cuda":
+            from .iris_heap import configure_iris_environment
+
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+            configure_iris_environment()
+            target = cuda_target(device.index)
+        else:
+            target = cpu_target()
+        rank, world_size = _group_rank(self.group)
+        self.ctx = RunContext(
+            rank=rank,
+            world_size=world_size,
+            device=device,
+            target=target,
+            group=self.group,
+            heap_size=self.config.heap_size,
+        )
+
+    def _agreed_table(self) -> Table:
+        cfg = self.config.table_sources()
+        target = self.ctx.target
+        table, error, exc = None, None, None
+        try:
+            table = load_table(cfg, target)
+        except Exception as e:  # reported on every rank below, so no rank waits forever
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size == 1:
+            if exc is not None:
+                raise exc
+            return table
+        mine = (table.digest if table is not None else None, error)
+        everyone = _all_gather(mine, self.group)
+        failed = [(r, err) for r, (_, err) in enumerate(everyone) if err is not None]
+        if failed:
+            lines = "; ".join(f"rank {r}: {err}" for r, err in failed)
+            raise ConsensusError(f"dispatch: loading the tuning table failed ({lines})") from exc
+        digests = {d for d, _ in everyone}
+        if len(digests) == 1:
+            return table
+        self._warn_once(
+            "table",
+            f"autotaxer: ranks loaded different tuning tables ({len(digests)} distinct); using rank 0's",
+        )
+        payload = [r.to_dict() for r in table.records.values()] if self.ctx.rank == 0 else None
+        payload = _broadcast(payload, self.group)
+        if self.ctx.rank == 0:
+            return table
+        from ..records import WinnerRecord
+
+        recs = [WinnerRecord.from_dict(d, where=f"rank 0's table record {i}") for i, d in enumerate(payload)]
+        return merge([("rank 0's table", recs)], target, env={}, strict=False)
+
+    # -- slow path: a new call signature -----------------------------------------------------------
+    def _new_plan(self, sig: tuple, op: str, tensors: tuple, layout: dict[str, int]) -> Plan:
+        from ..ops import get_op
+
+        if self.table is None:
+            self.load(tensors[0].device if tensors else None)
+        if self.ctx.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"dispatch({op!r}): first call of this shape during CUDA graph capture; call it once "
+                "before capturing (the first call prepares workspaces and agrees with the other ranks)"
+            )
+        key, decision, error, exc = None, None, None, None
+        try:
+            opobj = get_op(op)
+            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
+            decision = decide(self.table.records, key, opobj, self.ctx.target, math.log(self.config.max_m_ratio))
+        except (KeyError, ValueError) as e:
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size > 1:
+            decision = self._agree(op, key, decision, error, exc)
+        elif exc is not None:
+            raise exc
+        if decision.is_miss:
+            self._note_miss(key, decision)
+        variant = opobj.variants[decision.variant]
+        ws = self._workspace(variant, key, decision)
+        plan = Plan(variant.run, ws, self.ctx, key, decision)
+        self._plans[sig] = plan
+        self._evict()
+        return plan
+
+    def _agree(self, op: str, key, decision, error, exc) -> Decision:
+        """All ranks exchange (key, decision); raise on every rank or resolve to one decision."""
+        from ..ops import get_op
+
+        mine = (key.text if key is not None else None, decision.digest if decision else None, error)
+        everyone = _all_gather(mine, self.group)
+        failed = [(r, e) for r, (_, _, e) in enumerate(everyone) if e is not None]
+        if failed:
+            lines = "; ".join(f"rank {r}: {e}" for r, e in failed)
+            raise ConsensusError(f"dispatch({op!r}) failed ({lines})") from exc
+        if len({k for k, _, _ in everyone}) > 1:
+            lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _) in enumerate(everyone))
+            raise ConsensusError(f"dispatch({op!r}): ranks called with different problems ({lines})")
+        if len({d for _, d, _ in everyone}) == 1:
+            return decision
+        # A rank-local difference (variant unavailable on one rank, a record only one rank sees).
+        self._warn_once(
+            f"decision:{key.text}",
+            f"autotaxer: ranks decided differently for {key.text}; using rank 0's decision if every rank "
+            "can run it, else the baseline",
+        )
+        chosen = _broadcast(decision if self.ctx.rank == 0 else None, self.group)
+        opobj = get_op(op)
+        variant = opobj.available_variants(self.ctx.target).get(chosen.variant)
+        usable = variant is not None and variant.check(key, self.ctx.target, chosen.params) is None
+        if all(_all_gather(usable, self.group)):
+            return chosen
+        base = opobj.baseline()
+        return Decision(base.name, base.default_params(key, self.ctx.target), "fallback", math.inf, None)
+
+    def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
+        import json
+
+        wkey = (key, variant.name, json.dumps(dict(decision.params), sort_keys=True, default=str))
+        ws = self._workspaces.get(wkey)
+        if ws is None:
+            ws = variant.prepare(key, dict(decision.params), self.ctx)
+            self._workspaces[wkey] = ws
+        return ws
+
+    def _evict(self) -> None:
+        while len(self._plans) > self.config.workspace_cache:
+            _, old = self._plans.popitem(last=False)
+            self._count_calls(old)
+            if not any(p.workspace is old.workspace for p in self._plans.values()):
+                for wkey, ws in list(self._workspaces.items()):
+                    if ws is old.workspace:
+                        del self._workspaces[wkey]
+
+    # -- misses ------------------------------------------------------------------------------------
+    def _note_miss(self, key: ProblemKey, decision: Decision) -> None:
+        if key in self._misses:
+            return
+        tuned = decision.tuned_key.text if decision.tuned_key is not None else None
+        self._misses[key] = Miss(key, decision.source, decision.variant, 0, tuned)
+        _log.info(
+            "autotaxer dispatch miss: %s -> %s %s (%s)",
+            key.text,
+            decision.variant,
+            dict(decision.params),
+            f"nearest {tuned}" if tuned else "no tuned record",
+        )
+
+    def _count_calls(self, plan: Plan) -> None:
+        m = self._misses.get(plan.key)
+        if m is not None:
+            self._misses[plan.key] = Miss(m.key, m.source, m.variant, m.calls + plan.calls, m.tuned_key)
+        plan.calls = 0
+
+    def misses(self) -> list[Miss]:
+        """Distinct misses so far with their call counts, most called first."""
+        live: dict[ProblemKey, int] = {}
+        for p in self._plans.values():
+            live[p.key] = live.get(p.key, 0) + p.calls
+        out = [
+            Miss(m.key, m.source, m.variant, m.calls + live.get(m.key, 0), m.tuned_key)
+            for m in self._misses.values()
+        ]
+        return sorted(out, key=lambda m: (-m.calls, m.key.text))
+
+    def decisions(self) -> dict[ProblemKey, Decision]:
+        """The decision of every cached call signature, by problem key."""
+        return {p.key: p.decision for p in self._plans.values()}
+
+    def _persist_misses(self) -> None:
+        if self._misses_path is None or not self._misses:
+            return
+        if self.ctx is not None and self.ctx.rank != 0:
+            return
+        try:
+            append_misses(self.misses(), self._misses_path)
+        except OSError as e:
+            warnings.warn(f"autotaxer: could not write misses to {self._misses_path}: {e}", stacklevel=1)
+
+    def close(self) -> None:
+        """Persist misses (rank 0) and drop plans and workspaces."""
+        if self._closed:
+            return
+        for p in self._plans.values():
+            self._count_calls(p)
+        self._persist_misses()
+        self._plans.clear()
+        self._workspaces.clear()
+        self._closed = True
+        atexit.unregister(self._persist_misses)
+
+    def _warn_once(self, tag: str, message: str) -> None:
+        if tag not in self._warned:
+            self._warned.add(tag)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# -- collectives helpers (off the hot path) ---------------------------------------------------------
+def _group_rank(group: Any) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    if group is not None:
+        raise RuntimeError("dispatch: a process group was given but torch.distributed is not initialized")
+    return 0, 1
+
+
+def _all_gather(obj: Any, group: Any) -> list[Any]:
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def _broadcast(obj: Any, group: Any) -> Any:
+    import torch.distributed as dist
+
+    src = 0 if group is None else dist.get_global_rank(group, 0)
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+# -- module-level API -------------------------------------------------------------------------------
+_RUNTIMES: dict[Any, Runtime] = {}  # one runtime per process group (None = the default group)
+
+
+def init(config: RuntimeConfig | None = None, group: Any = None) -> Runtime:
+    """Create the runtime that :func:`dispatch` uses for ``group`` (replacing and closing an older one)."""
+    old = _RUNTIMES.pop(group, None)
+    if old is not None:
+        old.close()
+    rt = Runtime(config, group)
+    _RUNTIMES[group] = rt
+    return rt
+
+
+def get_runtime(group: Any = None) -> Runtime | None:
+    """The runtime :func:`dispatch` uses for ``group``, if one exists yet."""
+    return _RUNTIMES.get(group)
+
+
+def shutdown() -> None:
+    """Close every runtime (persisting misses) and forget them."""
+    while _RUNTIMES:
+        _, rt = _RUNTIMES.popitem()
+        rt.close()
+
+
+def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:
+    """Run ``op`` (e.g. ``"ag_gemm"``) with the tuned variant; the same result as BSP. Collective.
+
+    ``dispatch("ag_gemm", a_shard, b, gather_dim=0, group=None, out=None)``: ``a_shard`` is this rank's
+    part of A, ``b`` the full B; returns ``C (M, N)`` (in ``out`` when given). See the module docstring
+    for what the first call of a shape does and for CUDA graphs and ``torch.compile``.
+    """
+    if _is_compiling():
+        return compiled_dispatch(op, tensors, out, layout, group)
+    rt = _RUNTIMES.get(group)
+    if rt is None:
+        rt = init(None, group)
+    sig = (op, *map(_SIG, tensors), *layout.items())
+    plan = rt._plans.get(sig)
+    if plan is None:
+        plan = rt._new_plan(sig, op, tensors, layout)
+    else:
+        rt._plans.move_to_end(sig)
+    plan.calls += 1
+    return plan.run(plan.workspace, tensors, plan.ctx, out)

@@ -1,0 +1,110 @@
+"""Pure table lookup: a problem key and a table of winners in, one decision out.
+
+Policy (the same on every rank, because it depends only on the table, the key and the target):
+
+1. **exact**: the table has a record for the key, its variant runs on this target and its parameters
+   pass the variant's ``check`` for the key;
+2. **nearest**: otherwise the record whose key differs only in the op's first shape field (``M`` for
+   ``ag_gemm``) with the smallest log distance ``|ln(M / M_tuned)|`` within ``max_log_distance``, whose
+   configuration is valid for the requested shape (ties: the larger tuned M, then the text of its key);
+3. **fallback**: otherwise the op's baseline (BSP) with its default parameters. A miss is never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._problem import ProblemKey, Target
+
+#: Sources of a decision.
+EXACT, NEAREST, FALLBACK = "exact", "nearest", "fallback"
+
+#: Default bound on the nearest-M search: tuned M within a factor of 2 of the requested M.
+DEFAULT_MAX_LOG_DISTANCE = math.log(2.0)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What dispatch runs for one problem key."""
+
+    variant: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    source: str = FALLBACK
+    distance: float = 0.0
+    tuned_key: ProblemKey | None = None  # the record the decision came from (None for fallback)
+
+    @property
+    def digest(self) -> str:
+        """Canonical text of the decision; equal on every rank that decided the same."""
+        return json.dumps([self.variant, dict(self.params), self.source], sort_keys=True, default=str)
+
+    @property
+    def is_miss(self) -> bool:
+        return self.source != EXACT
+
+
+def nearest_field(op: Any) -> str | None:
+    """The shape field searched by distance: the op's first shape field (``M``; ``B`` for decode)."""
+    fields = tuple(getattr(op, "shape_fields", ()))
+    return fields[0] if fields else None
+
+
+def _usable(op: Any, target: Target, key: ProblemKey, variant: str, params: Mapping[str, Any]) -> bool:
+    v = op.available_variants(target).get(variant)
+    return v is not None and v.check(key, target, params) is None
+
+
+def _same_except(a: ProblemKey, b: ProblemKey, name: str) -> bool:
+    if (a.op, a.gpu_model, a.world_size, a.dtype, a.layout) != (b.op, b.gpu_model, b.world_size, b.dtype, b.layout):
+        return False
+    if [k for k, _ in a.shape] != [k for k, _ in b.shape]:
+        return False
+    return all(va == vb for (ka, va), (_, vb) in zip(a.shape, b.shape) if ka != name)
+
+
+def nearest_candidates(
+    records: Iterable[Any], key: ProblemKey, name: str, max_log_distance: float
+) -> list[tuple[float, Any]]:
+    """Records that differ from ``key`` only in shape field ``name``, within the bound, best first."""
+    want = key.get(name)
+    if want is None or want <= 0:
+        return []
+    found = []
+    for rec in records:
+        if rec.key == key or not _same_except(rec.key, key, name):
+            continue
+        have = rec.key[name]
+        if have <= 0:
+            continue
+        dist = abs(math.log(want / have))
+        if dist <= max_log_distance + 1e-12:
+            found.append((dist, -have, rec.key.text, rec))
+    found.sort(key=lambda t: t[:3])
+    return [(d, rec) for d, _, _, rec in found]
+
+
+def decide(
+    table: Mapping[ProblemKey, Any],
+    key: ProblemKey,
+    op: Any,
+    target: Target,
+    max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+) -> Decision:
+    """Choose the variant and parameters for ``key`` (see the module docstring for the policy).
+
+    ``table`` maps problem keys to records with ``variant`` and ``params`` (``WinnerRecord``).
+    """
+    rec = table.get(key)
+    if rec is not None and _usable(op, target, key, rec.variant, rec.params):
+        return Decision(rec.variant, dict(rec.params), EXACT, 0.0, rec.key)
+    name = nearest_field(op)
+    if name is not None:
+        for dist, cand in nearest_candidates(table.values(), key, name, max_log_distance):
+            if _usable(op, target, key, cand.variant, cand.params):
+                return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
+    base = op.baseline()
+    return Decision(base.name, base.default_params(key, target), FALLBACK, math.inf, None)

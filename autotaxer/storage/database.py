@@ -1,0 +1,351 @@
+"""The tuning database: open (checking and migrating the schema), and read/write winners.
+
+SQLite (the default) runs in WAL mode with a busy timeout, and every transaction starts with
+``BEGIN IMMEDIATE`` so concurrent tuners queue for the write lock instead of failing; other backends
+(PostgreSQL, ...) work through any SQLAlchemy URL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from sqlalchemy import Engine, and_, create_engine, event, insert, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from .._problem import ProblemKey
+from ..records import WinnerRecord, to_utc
+from . import _migrate
+from ._url import DatabaseError, default_url
+from .models import VERSION_TABLE, WinnerRow
+
+#: Seconds a writer waits for SQLite's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_RACE_RETRIES = 5
+_WINNERS = WinnerRow.__table__
+_LIMITS = {"op": 64, "gpu_model": 128, "dtype": 16, "shape": 255, "layout": 255, "variant": 64, "arch": 64}
+
+
+def open_database(url: str | None = None, upgrade: bool = True) -> Database:
+    """Open the tuning database at ``url`` (default: :func:`default_url`), migrating it to head.
+
+    Raises :class:`DatabaseError` (leaving the file untouched) when it is not a database or its
+    schema revision is unknown (written by a newer autotaxer).
+    """
+    url = url or default_url()
+    try:
+        parsed = make_url(url)
+    except sa_exc.ArgumentError as e:
+        raise DatabaseError(f"--db {url!r}: not a valid SQLAlchemy URL ({e})") from None
+    shown = parsed.render_as_string(hide_password=True)
+    path = _sqlite_file(parsed)
+    if path is not None:
+        _precheck_sqlite_file(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        engine = _create_engine(url, sqlite=parsed.get_backend_name() == "sqlite")
+    except Exception as e:  # missing driver, bad options
+        raise DatabaseError(f"{shown}: cannot create an engine: {e}") from None
+    db = Database(url, engine)
+    try:
+        db._check_and_upgrade(upgrade)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+class Database:
+    """An open tuning database. Use :func:`open_database` to create one."""
+
+    def __init__(self, url: str, engine: Engine) -> None:
+        self.url = url
+        self.engine = engine
+        self.display_url = make_url(url).render_as_string(hide_password=True)
+        self._sessions = sessionmaker(bind=engine, expire_on_commit=False)
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self.engine.dispose()
+
+    # -- schema ---------------------------------------------------------------------------------
+    def current_revision(self) -> str | None:
+        """The schema revision recorded in the database (None before the first migration)."""
+        with self._errors(), self.engine.connect() as conn:
+            revs = _migrate.current_revisions(conn)
+        return revs[0] if revs else None
+
+    def _check_and_upgrade(self, upgrade: bool) -> None:
+        with self._errors(), self.engine.connect() as conn:
+            revs = _migrate.current_revisions(conn)
+        _migrate.check_known(revs, self.display_url)
+        if not upgrade or revs == (_migrate.head_revision(),):
+            return
+        with self._errors(), self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                # Two processes opening a new database at once: one migrates, the other waits.
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(2087413)")
+            # Re-read inside the (write-locked) transaction: a racing process may have migrated.
+            revs = _migrate.current_revisions(conn)
+            _migrate.check_known(revs, self.display_url)
+            _migrate.upgrade(conn, "head")
+
+    # -- transactions ---------------------------------------------------------------------------
+    @contextmanager
+    def session_scope(self) -> Iterator[Session]:
+        """A session that commits when the block succeeds and rolls back when it raises."""
+        session = self._sessions()
+        try:
+            with self._errors():
+                yield session
+                session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn driver errors (other than key conflicts) into :class:`DatabaseError` naming the URL."""
+        try:
+            yield
+        except sa_exc.IntegrityError:
+            raise
+        except sa_exc.DBAPIError as e:
+            raise DatabaseError(f"{self.display_url}: {e.orig}") from e
+
+    # -- winners --------------------------------------------------------------------------------
+    def upsert_winner(self, rec: WinnerRecord, replace: bool = False) -> bool:
+        """Store ``rec`` unless a faster record of its key exists (``replace``: always). True if written."""
+        written, _ = self.upsert_winners([rec], replace=replace)
+        return written == 1
+
+    def upsert_winners(self, recs: Iterable[WinnerRecord], replace: bool = False) -> tuple[int, int]:
+        """Store many records in ONE transaction (all or nothing); returns ``(written, kept)``."""
+        recs = list(recs)
+        written = 0
+        with self.session_scope() as session:
+            for rec in recs:
+                written += self._write_one(session, rec, replace)
+        return written, len(recs) - written
+
+    def _write_one(self, session: Session, rec: WinnerRecord, replace: bool) -> bool:
+        values = _row_values(rec)
+        match = _key_clause(rec.key)
+        for _ in range(_RACE_RETRIES):
+            now = datetime.now(timezone.utc)
+            # A conditional UPDATE is atomic, so two writers of one key always keep the faster record.
+            stmt = update(_WINNERS).where(match).values(**values, updated_at=now)
+            if not replace:
+                stmt = stmt.where(_WINNERS.c.median_us > rec.median_us)
+            if session.execute(stmt).rowcount:
+                return True
+            if session.execute(select(_WINNERS.c.id).where(match)).first() is not None:
+                return False  # the stored record is at least as fast
+            try:
+                with session.begin_nested():
+                    session.execute(insert(_WINNERS).values(**values, created_at=now, updated_at=now))
+                return True
+            except sa_exc.IntegrityError:
+                time.sleep(0.01)  # a racing process inserted this key: compare against its record
+        raise DatabaseError(f"{self.display_url}: could not store {rec.key.text} after {_RACE_RETRIES} tries")
+
+    def get_winner(self, key: ProblemKey) -> WinnerRecord | None:
+        """The stored winner of ``key``, or None."""
+        with self.session_scope() as session:
+            row = session.execute(select(_WINNERS).where(_key_clause(key))).mappings().first()
+            return None if row is None else _to_record(row)
+
+    def winners(
+        self, op: str | None = None, gpu_model: str | None = None, world_size: int | None = None
+    ) -> list[WinnerRecord]:
+        """Stored winners matching the filters, ordered by key (shapes numerically)."""
+        stmt = select(_WINNERS)
+        if op is not None:
+            stmt = stmt.where(_WINNERS.c.op == op)
+        if gpu_model is not None:
+            stmt = stmt.where(_WINNERS.c.gpu_model == gpu_model)
+        if world_size is not None:
+            stmt = stmt.where(_WINNERS.c.world_size == world_size)
+        with self.session_scope() as session:
+            recs = [_to_record(row) for row in session.execute(stmt).mappings()]
+        return sorted(recs, key=lambda r: _sort_key(r.key))
+
+    def delete_winner(self, key: ProblemKey) -> bool:
+        """Remove the winner of ``key`` (``--retune``); True when there was one."""
+        with self.session_scope() as session:
+            return bool(session.execute(_WINNERS.delete().where(_key_clause(key))).rowcount)
+
+    def optuna_storage(self):
+        """Optuna's RDB storage on the same database (its tables sit beside autotaxer's)."""
+        import optuna
+
+        kwargs: dict[str, Any] = {}
+        if self.engine.dialect.name == "sqlite":
+            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
+        return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _sqlite_file(parsed) -> Path | None:
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    name = parsed.database
+    if not name or name == ":memory:" or name.startswith("file:") or parsed.query.get("mode") == "memory":
+        return None
+    return Path(name)
+
+
+def _precheck_sqlite_file(path: Path) -> None:
+    """Check an existing SQLite file read-only, before any engine could write to it."""
+    if path.is_dir():
+        raise DatabaseError(f"{path}: is a directory, not a database file")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with path.open("rb") as f:
+            header = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise DatabaseError(f"{path}: cannot read: {e.strerror or e}") from None
+    if header != _SQLITE_MAGIC:
+        raise DatabaseError(
+            f"{path}: not an SQLite database (corrupt or another kind of file); it was left untouched. "
+            "Move it away or pass another --db."
+        )
+    # Not mode=ro: a read-only connection to a WAL database leaves -wal/-shm files behind. query_only
+    # guarantees no write, and the last connection to close removes the (empty) WAL files again.
+    try:
+        con = sqlite3.connect(
+            f"file:{quote(str(path.resolve()))}?mode=rw", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
+        )
+    except sqlite3.Error as e:
+        raise DatabaseError(f"{path}: cannot open: {e}") from None
+    try:
+        con.execute("PRAGMA query_only = 1")
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        revs = []
+        if VERSION_TABLE in tables:
+            revs = [r[0] for r in con.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
+    except sqlite3.DatabaseError as e:
+        raise DatabaseError(f"{path}: corrupt SQLite database ({e}); it was left untouched") from None
+    finally:
+        con.close()
+    _migrate.check_known(revs, str(path))
+
+
+def _create_engine(url: str, sqlite: bool) -> Engine:
+    if not sqlite:
+        return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        # Let SQLAlchemy (not the driver) decide when transactions begin, so BEGIN IMMEDIATE, DDL
+        # inside transactions and SAVEPOINTs all work (SQLAlchemy's documented pysqlite recipe).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        # Take the write lock up front: a deferred transaction that reads and then writes fails with
+        # SQLITE_BUSY (without waiting) when another process committed in between.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _key_clause(key: ProblemKey):
+    c = _WINNERS.c
+    return and_(
+        c.op == key.op,
+        c.gpu_model == key.gpu_model,
+        c.world_size == key.world_size,
+        c.dtype == key.dtype,
+        c.shape == key.shape_text,
+        c.layout == key.layout_text,
+    )
+
+
+def _row_values(rec: WinnerRecord) -> dict[str, Any]:
+    k = rec.key
+    env = dict(rec.env)
+    values = {
+        "op": k.op,
+        "gpu_model": k.gpu_model,
+        "world_size": k.world_size,
+        "dtype": k.dtype,
+        "shape": k.shape_text,
+        "layout": k.layout_text,
+        "variant": rec.variant,
+        "params": json.dumps(dict(rec.params), allow_nan=False),
+        "median_us": rec.median_us,
+        "bsp_us": rec.bsp_us,
+        "speedup": rec.speedup,
+        "trials": rec.trials,
+        "device_type": rec.device_type,
+        "arch": rec.arch,
+        "num_sms": rec.num_sms,
+        "kernel_hash": rec.kernel_hash,
+        "torch_version": _short(env.get("torch")),
+        "triton_version": _short(env.get("triton")),
+        "iris_version": _short(env.get("iris")),
+        "driver_version": _short(env.get("cuda_or_hip")),
+        "env": json.dumps(env),
+        "measured_at": rec.measured_at,
+    }
+    for name, limit in _LIMITS.items():
+        if len(values[name]) > limit:
+            raise ValueError(f"{k.text}: field {name!r}: longer than {limit} characters")
+    return values
+
+
+def _short(value: str | None) -> str | None:
+    return None if value is None else value[:64]
+
+
+def _to_record(row: Any) -> WinnerRecord:
+    key = ProblemKey.from_text(
+        "|".join(
+            [row["op"], row["gpu_model"], str(row["world_size"]), row["dtype"], row["shape"], row["layout"]]
+        )
+    )
+    return WinnerRecord(
+        key=key,
+        variant=row["variant"],
+        params=json.loads(row["params"]),
+        median_us=row["median_us"],
+        bsp_us=row["bsp_us"],
+        trials=row["trials"],
+        arch=row["arch"],
+        num_sms=row["num_sms"],
+        env=json.loads(row["env"]),
+        kernel_hash=row["kernel_hash"],
+        measured_at=to_utc(row["measured_at"]),
+        device_type=row["device_type"],
+    )
+
+
+def _sort_key(key: ProblemKey) -> tuple:
+    return (key.op, key.gpu_model, key.world_size, key.dtype, key.shape, key.layout)

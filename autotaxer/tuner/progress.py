@@ -1,0 +1,276 @@
+"""How the tuner reports: a rich live display, plain lines (``--quiet``) or JSON lines (``--jsonl``).
+
+Every reporter gets the same events: ``note`` (a message), ``shape_start``, ``trial``, ``shape_done`` and
+``finish`` (the summary, with per-trial overhead beyond the timed runs and trials per minute).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    """One finished (or pruned) trial of shape ``shape_index`` (1-based) of ``n_shapes``."""
+
+    shape_index: int
+    n_shapes: int
+    key: str
+    trial: int  # launched trials finished so far for this shape, this one included
+    trials: int  # the target
+    number: int  # Optuna's trial number
+    variant: str
+    params: dict[str, Any]
+    state: str  # COMPLETE, FAIL or PRUNED
+    median_us: float | None = None
+    rel_err: float | None = None
+    failure: str | None = None
+    best_us: float | None = None
+    bsp_us: float | None = None
+    wall_ms: float = 0.0
+    overhead_ms: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best_us and self.bsp_us:
+            return self.bsp_us / self.best_us
+        return None
+
+
+@dataclass(frozen=True)
+class ShapeResult:
+    """The outcome of one shape: the winner (if any) and the study's counts."""
+
+    key: str
+    variant: str | None
+    params: dict[str, Any]
+    median_us: float | None
+    bsp_us: float | None
+    trials: int  # finished (COMPLETE + FAIL) in the study, all runs together
+    failed: int
+    pruned: int
+    ran: int  # trials launched by this invocation
+    wall_s: float
+    stored: bool
+    note: str = ""
+    overheads_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.median_us and self.bsp_us:
+            return self.bsp_us / self.median_us
+        return None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Totals of one tuner invocation."""
+
+    shapes: int
+    trials_run: int
+    wall_s: float
+    group_launches: int
+    launch_s: float
+    mean_overhead_ms: float | None
+    median_overhead_ms: float | None
+    trials_per_min: float | None
+
+
+def summarize(results: list[ShapeResult], wall_s: float, launches: int, launch_s: float) -> Summary:
+    """Totals over ``results``; trials/min excludes group launch time."""
+    overheads = sorted(o for r in results for o in r.overheads_ms)
+    ran = sum(r.ran for r in results)
+    busy = max(wall_s - launch_s, 1e-9)
+    return Summary(
+        shapes=len(results),
+        trials_run=ran,
+        wall_s=wall_s,
+        group_launches=launches,
+        launch_s=launch_s,
+        mean_overhead_ms=sum(overheads) / len(overheads) if overheads else None,
+        median_overhead_ms=overheads[len(overheads) // 2] if overheads else None,
+        trials_per_min=ran * 60.0 / busy if ran else None,
+    )
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:,.1f} µs"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}×"
+
+
+class Reporter:
+    """Base reporter: ignores every event."""
+
+    def note(self, text: str) -> None:
+        pass
+
+    def shape_start(self, index: int, n_shapes: int, key: str, trials: int, done: int) -> None:
+        pass
+
+    def trial(self, ev: TrialEvent) -> None:
+        pass
+
+    def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
+        pass
+
+    def finish(self, results: list[ShapeResult], summary: Summary) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlReporter(Reporter):
+    """One JSON object per event on ``stream`` (stdout by default), flushed at once."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def _emit(self, obj: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(obj, default=str) + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        self._emit({"event": "note", "message": text})
+
+    def shape_start(self, index: int, n_shapes: int, key: str, trials: int, done: int) -> None:
+        self._emit(
+            {
+                "event": "shape_start",
+                "shape": index,
+                "n_shapes": n_shapes,
+                "key": key,
+                "trials": trials,
+                "done": done,
+            }
+        )
+
+    def trial(self, ev: TrialEvent) -> None:
+        self._emit({"event": "trial", **asdict(ev), "speedup": ev.speedup})
+
+    def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
+        d = asdict(result)
+        d.pop("overheads_ms")
+        self._emit(
+            {"event": "shape_done", "shape": index, "n_shapes": n_shapes, **d, "speedup": result.speedup}
+        )
+
+    def finish(self, results: list[ShapeResult], summary: Summary) -> None:
+        self._emit({"event": "summary", **asdict(summary)})
+
+
+class PlainReporter(Reporter):
+    """One line per shape and the summary, for logs (``--quiet``)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+
+    def note(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
+
+    def trial(self, ev: TrialEvent) -> None:
+        if ev.state == "FAIL":
+            print(f"  {ev.key} trial {ev.number} {ev.variant} failed: {ev.failure}", file=self.stream, flush=True)
+
+    def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
+        print(
+            f"[{index}/{n_shapes}] {result.key}: {result.variant or 'no winner'} {_us(result.median_us)} "
+            f"(bsp {_us(result.bsp_us)}, {_x(result.speedup)}) trials={result.trials} failed={result.failed}"
+            + (f" {result.note}" if result.note else ""),
+            file=self.stream,
+            flush=True,
+        )
+
+    def finish(self, results: list[ShapeResult], summary: Summary) -> None:
+        print(_summary_line(summary), file=self.stream, flush=True)
+
+
+def _summary_line(s: Summary) -> str:
+    over = (
+        "-"
+        if s.mean_overhead_ms is None
+        else f"{s.mean_overhead_ms:.0f} ms mean, {s.median_overhead_ms:.0f} ms median"
+    )
+    rate = "-" if s.trials_per_min is None else f"{s.trials_per_min:.0f}"
+    return (
+        f"{s.shapes} shape(s), {s.trials_run} trial(s) in {s.wall_s:.1f} s; overhead per trial beyond timed "
+        f"runs: {over}; {rate} trials/min; group launched {s.group_launches}× ({s.launch_s:.1f} s)"
+    )
+
+
+class RichReporter(Reporter):
+    """Live progress (shape i of n, trial j of T, best so far and its speedup) and a summary table."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = Console(stderr=True)
+        self.out = Console()
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.shapes_task = None
+        self.trials_task = None
+        self.progress.start()
+
+    def note(self, text: str) -> None:
+        self.progress.console.print(text)
+
+    def shape_start(self, index: int, n_shapes: int, key: str, trials: int, done: int) -> None:
+        if self.shapes_task is None:
+            self.shapes_task = self.progress.add_task("shapes", total=n_shapes)
+            self.trials_task = self.progress.add_task("trials", total=trials)
+        self.progress.update(
+            self.shapes_task, completed=index - 1, description=f"shape {index}/{n_shapes} {key}"
+        )
+        self.progress.update(self.trials_task, total=trials, completed=done, description="trials")
+
+    def trial(self, ev: TrialEvent) -> None:
+        desc = f"trial {ev.trial}/{ev.trials} best {_us(ev.best_us)} ({_x(ev.speedup)} vs bsp)"
+        self.progress.update(self.trials_task, completed=ev.trial, description=desc)
+        if ev.state == "FAIL":
+            self.progress.console.print(f"  trial {ev.number} {ev.variant} failed: {ev.failure}")
+
+    def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
+        self.progress.update(self.shapes_task, completed=index)
+        self.progress.console.print(
+            f"[{index}/{n_shapes}] {result.key}: {result.variant or 'no winner'} {_us(result.median_us)} "
+            f"({_x(result.speedup)} vs bsp)"
+        )
+
+    def finish(self, results: list[ShapeResult], summary: Summary) -> None:
+        from rich.table import Table
+
+        self.close()
+        table = Table(title="autotaxer tune")
+        for col in ("problem", "winner", "params", "time", "bsp", "speedup", "trials", "failed"):
+            table.add_column(col)
+        for r in results:
+            table.add_row(
+                r.key,
+                r.variant or "-",
+                json.dumps(r.params),
+                _us(r.median_us),
+                _us(r.bsp_us),
+                _x(r.speedup),
+                str(r.trials),
+                str(r.failed),
+            )
+        self.out.print(table)
+        self.out.print(_summary_line(summary))
+
+    def close(self) -> None:
+        self.progress.stop()

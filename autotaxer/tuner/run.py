@@ -1,0 +1,355 @@
+"""Tune a list of problem keys: one Optuna study per key, trials on a worker group, winners stored.
+
+Per trial: ask, draw (variant, params), prune invalid combinations before any launch, send the trial to
+every rank, tell the result (``COMPLETE`` with the median µs, or ``FAIL`` with ``user_attrs["failure"]``).
+Each tell is committed before the next trial starts, and the winner is upserted after every improvement,
+so killing the tuner loses at most the running trial; re-running the same command resumes (finished trials
+are counted, the dead run's ``RUNNING`` trial is marked ``FAIL``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .._problem import ProblemKey, Target
+from ..measure import TimingConfig
+from .group import TrialAborted
+from .progress import Reporter, ShapeResult, Summary, TrialEvent, summarize
+from .study import (
+    SAMPLERS,
+    SearchSpace,
+    best_trial,
+    counts,
+    delete_study,
+    duplicate_of,
+    enqueue_baseline,
+    enqueue_grid,
+    fail_stale_trials,
+    finished,
+    make_sampler,
+    open_study,
+    owner_tag,
+    split_params,
+    suggest,
+)
+from .worker import RankReply, TrialRequest
+
+
+class Executor(Protocol):
+    """Runs one trial on every rank (a spawned group or the ranks of a torchrun launch)."""
+
+    launches: int
+    launch_s: float
+
+    def ensure_started(self) -> None: ...
+
+    def run(
+        self, req: TrialRequest, timeout_s: float, on_wait: Callable[[], None] | None = None
+    ) -> list[RankReply]: ...
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """What ``autotaxer tune`` was asked to do (everything but the shapes, the database and the ranks)."""
+
+    op: str = "ag_gemm"
+    trials: int = 32
+    timeout_s: float | None = None  # per shape
+    trial_timeout_s: float = 120.0
+    seed: int | None = 0
+    sampler: str = "tpe"
+    variants: tuple[str, ...] | None = None
+    retune: bool = False
+    timing: TimingConfig = field(default_factory=TimingConfig)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad option."""
+        if self.trials < 1:
+            raise ValueError(f"--trials: must be >= 1, got {self.trials}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ValueError(f"--timeout: must be > 0 seconds, got {self.timeout_s}")
+        if self.trial_timeout_s <= 0:
+            raise ValueError(f"--trial-timeout: must be > 0 seconds, got {self.trial_timeout_s}")
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        try:
+            self.timing.validate()
+        except ValueError as e:
+            raise ValueError(f"--timing: {e}") from None
+
+
+def trial_seed(base: int | None, number: int) -> int:
+    """A fresh input seed per trial, reproducible from ``--seed``."""
+    return ((base or 0) * 1_000_003 + number * 7_919 + 1) % (2**31 - 1)
+
+
+def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float, float]:
+    """(failure, median_us, rel_err, timing_s) over all ranks."""
+    errors = [r.error for r in replies if r.error]
+    rel = max((r.rel_err for r in replies if not math.isnan(r.rel_err)), default=math.nan)
+    timing = max(r.timing_s for r in replies)
+    if errors:
+        return errors[0], None, rel, timing
+    medians = [r.median_us for r in replies if r.median_us is not None]
+    if len(medians) != len(replies) or not all(math.isfinite(m) and m > 0 for m in medians):
+        return f"timing failed: medians {medians}", None, rel, timing
+    return None, max(medians), rel, timing
+
+
+class _ShapeTuner:
+    """The trial loop of one key."""
+
+    def __init__(
+        self,
+        key: ProblemKey,
+        index: int,
+        n_shapes: int,
+        target: Target,
+        db: Any,
+        storage: Any,
+        config: TuneConfig,
+        executor: Executor,
+        reporter: Reporter,
+    ) -> None:
+        from ..ops import get_op
+
+        self.key, self.index, self.n_shapes = key, index, n_shapes
+        self.target, self.db, self.storage, self.config = target, db, storage, config
+        self.executor, self.reporter = executor, reporter
+        self.op = get_op(key.op)
+        self.op.validate(key)
+        self.space = SearchSpace.build(self.op, key, target, config.variants)
+        self.owner = owner_tag()
+        self.overheads: list[float] = []
+        self.ran = 0
+
+    def run(self) -> ShapeResult:
+        from optuna.trial import TrialState
+
+        t_shape = time.monotonic()
+        cfg = self.config
+        if cfg.retune:
+            delete_study(self.storage, self.key)
+            self.db.delete_winner(self.key)
+        study = open_study(self.storage, self.key, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
+        stale = fail_stale_trials(study)
+        if stale:
+            self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
+        enqueue_baseline(study, self.op, self.space)
+        if cfg.sampler == "grid":
+            target = enqueue_grid(study, self.op, self.space)
+        else:  # repeats are pruned, so a small space ends when every valid point has run
+            target = min(cfg.trials, self.space.count_valid(self.op))
+        c = counts(study)
+        self.reporter.shape_start(self.index, self.n_shapes, self.key.text, target, finished(c))
+        deadline = None if cfg.timeout_s is None else t_shape + cfg.timeout_s
+        asks, note = 0, ""
+        max_asks = 20 * target + 100  # pruned trials cost milliseconds, but a space may be mostly invalid
+        while True:
+            c = counts(study)
+            if cfg.sampler == "grid":
+                if c.get("WAITING", 0) == 0:
+                    break
+            elif finished(c) + c.get("RUNNING", 0) >= target:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                note = f"stopped by --timeout {cfg.timeout_s:g} s"
+                break
+            if asks >= max_asks:
+                note = f"stopped after {asks} asks: most of the space is invalid"
+                break
+            asks += 1
+            self._one_trial(study, target, TrialState)
+        self._store_winner(study, final=True)
+        c = counts(study)
+        best = best_trial(study)
+        bsp = best_trial(study, self.space.baseline)
+        stored = self.db.get_winner(self.key)
+        variant, params = split_params(best.params) if best is not None else (None, {})
+        if best is not None and bsp is None:
+            note = (note + "; " if note else "") + "baseline never completed: no winner stored"
+        return ShapeResult(
+            key=self.key.text,
+            variant=variant,
+            params=params,
+            median_us=best.value if best is not None else None,
+            bsp_us=bsp.value if bsp is not None else None,
+            trials=finished(c),
+            failed=c.get("FAIL", 0),
+            pruned=c.get("PRUNED", 0),
+            ran=self.ran,
+            wall_s=time.monotonic() - t_shape,
+            stored=stored is not None,
+            note=note,
+            overheads_ms=tuple(self.overheads),
+        )
+
+    def _one_trial(self, study: Any, target: int, TrialState: Any) -> None:
+        self.executor.ensure_started()  # relaunch after a fault here, outside the trial's overhead
+        t0 = time.perf_counter()
+        trial = study.ask()
+        told = False
+        try:
+            trial.set_user_attr("owner", self.owner)
+            trial.set_user_attr("heartbeat", time.time())
+            name, params = suggest(trial, self.space)
+            reason = self.op.variants[name].check(self.key, self.target, params)
+            dup = duplicate_of(study, trial.params, trial.number) if reason is None else None
+            if dup is not None:
+                reason = f"duplicate of trial {dup}"
+            if reason is not None:
+                trial.set_user_attr("pruned", reason)
+                study.tell(trial, state=TrialState.PRUNED)
+                told = True
+                self._emit(study, trial.number, name, params, "PRUNED", target, t0, failure=reason)
+                return
+            req = TrialRequest(
+                self.op.name,
+                self.key,
+                name,
+                params,
+                trial_seed(self.config.seed, trial.number),
+                self.config.timing,
+            )
+            beat = lambda: trial.set_user_attr("heartbeat", time.time())
+            if hasattr(self.executor, "on_abort"):  # a launched group exits from its watchdog thread
+
+                def record_abort(reason: str) -> None:
+                    trial.set_user_attr("failure", reason)
+                    study.tell(trial, state=TrialState.FAIL)
+
+                self.executor.on_abort = record_abort
+            try:
+                replies = self.executor.run(req, self.config.trial_timeout_s, on_wait=beat)
+                failure, median, rel, timing_s = _combine(replies)
+            except TrialAborted as e:
+                failure, median, rel, timing_s = e.reason, None, math.nan, 0.0
+            self.ran += 1
+            overhead_ms = (time.perf_counter() - t0 - timing_s) * 1e3
+            if not math.isnan(rel):
+                trial.set_user_attr("rel_err", rel)
+            trial.set_user_attr("overhead_ms", overhead_ms)
+            if failure is None:
+                trial.set_user_attr("median_us", median)
+                study.tell(trial, median)
+            else:
+                trial.set_user_attr("failure", failure)
+                study.tell(trial, state=TrialState.FAIL)
+            told = True
+            if failure is None:
+                self._store_winner(study, final=False)
+            overhead_ms = (time.perf_counter() - t0 - timing_s) * 1e3
+            self.overheads.append(overhead_ms)
+            state = "COMPLETE" if failure is None else "FAIL"
+            self._emit(
+                study, trial.number, name, params, state, target, t0,
+                median=median, rel=rel, failure=failure, overhead_ms=overhead_ms,
+            )  # fmt: skip
+        except BaseException as exc:
+            if not told:  # Ctrl-C, SIGTERM, a database error: never leave this trial RUNNING
+                try:
+                    trial.set_user_attr("failure", f"interrupted: {type(exc).__name__}: {exc}")
+                    study.tell(trial, state=TrialState.FAIL)
+                except Exception:  # the database may be what failed; resume marks it stale then
+                    pass
+            raise
+
+    def _emit(
+        self,
+        study: Any,
+        number: int,
+        variant: str,
+        params: dict[str, Any],
+        state: str,
+        target: int,
+        t0: float,
+        median: float | None = None,
+        rel: float = math.nan,
+        failure: str | None = None,
+        overhead_ms: float | None = None,
+    ) -> None:
+        c = counts(study)
+        best = best_trial(study)
+        bsp = best_trial(study, self.space.baseline)
+        self.reporter.trial(
+            TrialEvent(
+                shape_index=self.index,
+                n_shapes=self.n_shapes,
+                key=self.key.text,
+                trial=finished(c),
+                trials=target,
+                number=number,
+                variant=variant,
+                params=params,
+                state=state,
+                median_us=median,
+                rel_err=None if math.isnan(rel) else rel,
+                failure=failure,
+                best_us=best.value if best is not None else None,
+                bsp_us=bsp.value if bsp is not None else None,
+                wall_ms=(time.perf_counter() - t0) * 1e3,
+                overhead_ms=overhead_ms,
+            )
+        )
+
+    def _store_winner(self, study: Any, final: bool) -> None:
+        """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count."""
+        from .._target import software_versions
+        from ..records import WinnerRecord
+
+        best = best_trial(study)
+        bsp = best_trial(study, self.space.baseline)
+        if best is None or bsp is None:
+            return
+        variant, params = split_params(best.params)
+        record = WinnerRecord(
+            key=self.key,
+            variant=variant,
+            params=params,
+            median_us=best.value,
+            bsp_us=bsp.value,
+            trials=finished(counts(study)),
+            arch=self.target.arch,
+            num_sms=self.target.num_sms,
+            env=software_versions(),
+            device_type=self.target.device_type,
+        )
+        if not final:
+            self.db.upsert_winner(record)
+            return
+        stored = self.db.get_winner(self.key)
+        # Same or slower stored time: it is this study's (or worse); refresh it with the final counts.
+        self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)
+
+
+def tune(
+    keys: list[ProblemKey],
+    target: Target,
+    db: Any,
+    config: TuneConfig,
+    executor: Executor,
+    reporter: Reporter | None = None,
+) -> tuple[list[ShapeResult], Summary]:
+    """Tune every key in order on ``executor``; returns per-shape results and the run's summary."""
+    import optuna
+
+    config.validate()
+    reporter = reporter or Reporter()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = db.optuna_storage()
+    t0 = time.monotonic()
+    launch_s0 = executor.launch_s  # the group starts before the first trial (nothing to do: never)
+    results = []
+    for i, key in enumerate(keys, start=1):
+        tuner = _ShapeTuner(key, i, len(keys), target, db, storage, config, executor, reporter)
+        result = tuner.run()
+        results.append(result)
+        reporter.shape_done(i, len(keys), result)
+    # Launch counts are the executor's totals (a group reused across calls was launched before).
+    summary = summarize(results, time.monotonic() - t0, executor.launches, executor.launch_s - launch_s0)
+    reporter.finish(results, summary)
+    return results, summary

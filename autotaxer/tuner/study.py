@@ -1,0 +1,260 @@
+"""The Optuna study of one problem key: search space, sampler, baseline, resume bookkeeping.
+
+Study name = ``key.text``; storage = the tuning database's Optuna tables. The space is conditional:
+``variant`` (categorical, the baseline first) and then ``"{variant}.{param}"`` (categorical) for the chosen
+variant's own parameters. Invalid combinations are told ``PRUNED`` before anything launches. The baseline
+is enqueued first so every winner has its speedup. Trials carry ``owner`` (``host:pid``) and ``heartbeat``
+user attributes, so a resumed run can tell a dead tuner's ``RUNNING`` trials (marked ``FAIL``) from the
+trials of a tuner still working on the same study on another machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from .._problem import ProblemKey, Target
+from ..ops._base import Op, Variant, iter_grid
+
+SAMPLERS = ("tpe", "random", "grid")
+#: A RUNNING trial of another host whose heartbeat is older than this is considered abandoned.
+STALE_AFTER_S = 600.0
+
+
+class StudyError(RuntimeError):
+    """The stored study cannot be continued with this configuration."""
+
+
+def owner_tag() -> str:
+    """``host:pid`` of this tuner process."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The conditional space of one key: variant names in order and each variant's categorical choices."""
+
+    key: ProblemKey
+    target: Target
+    variants: tuple[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], ...]
+    baseline: str
+
+    @classmethod
+    def build(cls, op: Op, key: ProblemKey, target: Target, selected: tuple[str, ...] | None) -> SearchSpace:
+        """Baseline first, then ``selected`` (in the given order) or every available variant."""
+        available = op.available_variants(target)
+        base = op.baseline().name
+        if selected is None:
+            names = [base] + sorted(n for n in available if n != base)
+        else:
+            unknown = [n for n in selected if n not in op.variants]
+            if unknown:
+                raise ValueError(
+                    f"--variants: unknown variant(s) {', '.join(unknown)} of {op.name} "
+                    f"(known: {', '.join(sorted(op.variants))})"
+                )
+            cannot = [
+                f"{n} ({op.variants[n].unavailable_reason(target)})" for n in selected if n not in available
+            ]
+            if cannot:
+                raise ValueError(f"--variants: not available on {target.gpu_model}: {'; '.join(cannot)}")
+            names = [base] + [n for n in dict.fromkeys(selected) if n != base]
+        variants = tuple(
+            (n, tuple((p, tuple(c)) for p, c in op.variants[n].search_space(key, target).items()))
+            for n in names
+        )
+        return cls(key, target, variants, base)
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.variants]
+
+    def params_of(self, name: str) -> dict[str, tuple[Any, ...]]:
+        return dict(dict(self.variants)[name])
+
+    def count_valid(self, op: Op, limit: int = 200_000) -> int:
+        """Number of valid points, counting stops at ``limit`` (spaces that large are never exhausted)."""
+        n = 0
+        for name in self.names:
+            variant = op.variants[name]
+            for params in iter_grid(self.params_of(name)):
+                n += variant.check(self.key, self.target, params) is None
+                if n >= limit:
+                    return n
+        return n
+
+    def valid_points(self, op: Op) -> list[dict[str, Any]]:
+        """Every valid combination as flat Optuna params (``variant`` + ``"{variant}.{param}"``)."""
+        points = []
+        for name in self.names:
+            variant = op.variants[name]
+            for params in iter_grid(self.params_of(name)):
+                if variant.check(self.key, self.target, params) is None:
+                    points.append(flat_params(name, params))
+        return points
+
+
+def flat_params(variant: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's flat form of (variant, params)."""
+    return {"variant": variant, **{f"{variant}.{p}": v for p, v in params.items()}}
+
+
+def split_params(flat: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(variant, its own params) from Optuna's flat params."""
+    variant = flat["variant"]
+    prefix = f"{variant}."
+    return variant, {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
+
+
+def suggest(trial: Any, space: SearchSpace) -> tuple[str, dict[str, Any]]:
+    """Draw (variant, params) for ``trial`` from the conditional space."""
+    try:
+        name = trial.suggest_categorical("variant", space.names)
+        params = {
+            p: trial.suggest_categorical(f"{name}.{p}", choices)
+            for p, choices in space.params_of(name).items()
+        }
+    except ValueError as exc:  # optuna: choices differ from those stored in this study
+        raise StudyError(
+            f"study {space.key.text!r} was created with other variants or parameter choices ({exc}); "
+            "run with the same --variants, or start over with --retune"
+        ) from exc
+    return name, params
+
+
+def make_sampler(name: str, seed: int | None, trials: int) -> Any:
+    """The Optuna sampler for ``--sampler``; ``grid`` enqueues the valid points and draws nothing itself."""
+    import optuna
+
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(
+                seed=seed,
+                multivariate=True,
+                group=True,  # conditional space: model each variant's parameters separately
+                n_startup_trials=max(3, min(10, trials // 4)),
+            )
+    if name in ("random", "grid"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {name!r}")
+
+
+def open_study(storage: Any, key: ProblemKey, sampler: Any) -> Any:
+    """Create or load the study named ``key.text`` (races between tuners are handled by Optuna)."""
+    import optuna
+
+    return optuna.create_study(
+        study_name=key.text, storage=storage, sampler=sampler, direction="minimize", load_if_exists=True
+    )
+
+
+def delete_study(storage: Any, key: ProblemKey) -> bool:
+    """Delete the study of ``key``; False when there was none."""
+    import optuna
+
+    try:
+        optuna.delete_study(study_name=key.text, storage=storage)
+    except KeyError:
+        return False
+    return True
+
+
+def enqueue_baseline(study: Any, op: Op, space: SearchSpace) -> None:
+    """Queue the baseline with its default parameters unless the study already has it."""
+    base: Variant = op.variants[space.baseline]
+    study.enqueue_trial(
+        flat_params(base.name, base.default_params(space.key, space.target)), skip_if_exists=True
+    )
+
+
+def enqueue_grid(study: Any, op: Op, space: SearchSpace) -> int:
+    """Queue every valid point not already in the study; the number of valid points."""
+    points = space.valid_points(op)
+    for point in points:
+        study.enqueue_trial(point, skip_if_exists=True)
+    return len(points)
+
+
+def duplicate_of(study: Any, params: dict[str, Any], number: int) -> int | None:
+    """Number of an earlier launched trial (finished or running) with exactly ``params``, or None."""
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+    for t in study.get_trials(deepcopy=False, states=states):
+        if t.number != number and t.params == params:
+            return t.number
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def fail_stale_trials(study: Any, now: float | None = None) -> list[int]:
+    """Mark ``FAIL`` the RUNNING trials whose tuner is gone; the numbers of the trials marked.
+
+    Gone = same host and the owner's pid no longer exists, or no heartbeat for :data:`STALE_AFTER_S`.
+    """
+    from optuna.trial import TrialState
+
+    now = time.time() if now is None else now
+    host = socket.gethostname()
+    marked = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = str(t.user_attrs.get("owner", ""))
+        beat = float(t.user_attrs.get("heartbeat", 0.0))
+        o_host, _, o_pid = owner.rpartition(":")
+        if o_host == host and o_pid.isdigit():
+            gone = int(o_pid) != os.getpid() and not _pid_alive(int(o_pid))
+            why = f"interrupted: tuner process {o_pid} ended during this trial"
+        else:
+            gone = now - beat > STALE_AFTER_S
+            why = f"interrupted: no heartbeat from {owner or 'an unknown tuner'} for {now - beat:.0f} s"
+        if not gone:
+            continue
+        storage = study._storage
+        trial_id = t._trial_id  # FrozenTrial keeps the storage id privately; Optuna's own helpers use it
+        try:
+            storage.set_trial_user_attr(trial_id, "failure", why)
+            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                marked.append(t.number)
+        except RuntimeError:  # finished meanwhile (UpdateFinishedTrialError): nothing to repair
+            continue
+    return marked
+
+
+def counts(study: Any) -> dict[str, int]:
+    """Number of trials per state name (``COMPLETE``, ``FAIL``, ``PRUNED``, ``RUNNING``, ``WAITING``)."""
+    out: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        out[t.state.name] = out.get(t.state.name, 0) + 1
+    return out
+
+
+def finished(c: dict[str, int]) -> int:
+    """Launched trials that ended: ``COMPLETE`` + ``FAIL`` (pruned ones never launched)."""
+    return c.get("COMPLETE", 0) + c.get("FAIL", 0)
+
+
+def best_trial(study: Any, variant: str | None = None) -> Any:
+    """Fastest COMPLETE trial (of ``variant`` when given), or None."""
+    from optuna.trial import TrialState
+
+    best = None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if variant is not None and t.params.get("variant") != variant:
+            continue
+        if best is None or t.value < best.value:
+            best = t
+    return best

@@ -1,0 +1,174 @@
+"""What every rank does for one trial, and the loop of a spawned worker process.
+
+A trial on a rank: prepare (or reuse) the variant's workspace, validate against the reference on two fresh
+seeds, agree on the worst error over all ranks (so every rank takes the same branch and no rank waits
+alone in a collective), then time with :func:`autotaxer.measure.time_variant`. Exceptions become an
+error reply; on CUDA, an error that leaves the device unusable (illegal address, ...) also ends the
+process so that the group is relaunched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._problem import ProblemKey
+from ..measure import TimingConfig
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """One trial, sent to every rank. ``params`` are the variant's own parameter names."""
+
+    op: str
+    key: ProblemKey
+    variant: str
+    params: dict[str, Any]
+    seed: int
+    timing: TimingConfig
+
+
+@dataclass(frozen=True)
+class RankReply:
+    """One rank's answer. ``error`` is a one-line reason (``None`` when the trial ran)."""
+
+    rank: int
+    rel_err: float = float("nan")
+    tolerance: float = float("nan")
+    median_us: float | None = None
+    timing_s: float = 0.0
+    elapsed_s: float = 0.0
+    error: str | None = None
+    detail: str = ""
+    fatal: bool = False
+
+
+@dataclass
+class WorkerState:
+    """What a rank keeps between trials: its RunContext and the last workspace."""
+
+    ctx: Any  # RunContext
+    cached: dict[str, Any] = field(default_factory=dict)
+
+    def workspace(self, variant: Any, key: ProblemKey, params: dict[str, Any]) -> Any:
+        ws = self.cached.get(variant.name)
+        if ws is not None and ws.matches(key, params):
+            return ws
+        self.cached.clear()  # one workspace at a time: trials of other shapes/params free theirs
+        ws = variant.prepare(key, params, self.ctx)
+        self.cached[variant.name] = ws
+        return ws
+
+
+def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
+    """Run ``req`` on this rank (collective over ``state.ctx.group``)."""
+    from ..measure import check_variant, max_over_ranks, time_variant
+    from ..ops import get_op
+
+    ctx = state.ctx
+    t0 = time.perf_counter()
+    try:
+        op = get_op(req.op)
+        variant = op.variants[req.variant]
+        ws = state.workspace(variant, req.key, req.params)
+        err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws)
+        err = max_over_ranks(err, ctx)
+        tol = op.tolerance(req.key)
+        if not err <= tol:  # NaN fails too
+            return RankReply(
+                ctx.rank,
+                rel_err=err,
+                tolerance=tol,
+                elapsed_s=time.perf_counter() - t0,
+                error=f"validation failed: relative error {err:.3g} > tolerance {tol:.3g}",
+            )
+        inputs = op.make_inputs(req.key, ctx.rank, ctx.device, req.seed)
+        out = op.empty_output(req.key, ctx.device)
+        t_timing = time.perf_counter()
+        median = time_variant(
+            lambda: variant.run(ws, inputs, ctx, out=out),
+            ctx,
+            warmup=req.timing.warmup,
+            iters=req.timing.iters,
+            mode=req.timing.mode,
+            samples=req.timing.samples,
+        )
+        t_end = time.perf_counter()
+        return RankReply(
+            ctx.rank,
+            rel_err=err,
+            tolerance=tol,
+            median_us=median,
+            timing_s=t_end - t_timing,
+            elapsed_s=t_end - t0,
+        )
+    except Exception as exc:  # a failed trial, reported to the tuner; the worker lives on
+        state.cached.clear()
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return RankReply(
+            ctx.rank,
+            elapsed_s=time.perf_counter() - t0,
+            error=f"rank {ctx.rank}: {type(exc).__name__}: {first_line}",
+            detail=traceback.format_exc(),
+            fatal=_device_broken(ctx),
+        )
+
+
+def _device_broken(ctx: Any) -> bool:
+    """True when the CUDA context no longer works (sticky errors: illegal address, launch failure)."""
+    if ctx.target.device_type != "cuda":
+        return False
+    try:
+        import torch
+
+        torch.cuda.synchronize(ctx.device)
+        return False
+    except Exception:
+        return True
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (a killed tuner leaves no workers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the loop
+        pass
+
+
+def serve(rank: int, world_size: int, port: int, device: str, conn: Any) -> None:
+    """Entry point of a spawned worker: init the process group, then answer trials until told to stop."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner handles Ctrl-C and ends its workers
+    try:
+        from ..testing import init_rank
+
+        ctx = init_rank(rank, world_size, port, device)
+        conn.send(("ready", ctx.target))
+    except BaseException:
+        conn.send(("startup_error", traceback.format_exc()))
+        return
+    state = WorkerState(ctx)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the tuner is gone
+            os._exit(0)
+        if msg is None:
+            break
+        reply = execute_trial(state, msg)
+        conn.send(reply)
+        if reply.fatal:
+            os._exit(3)
+    try:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    except Exception:  # teardown problems do not matter at exit
+        pass

@@ -1,0 +1,182 @@
+"""Host overhead of ``autotaxer.dispatch`` over calling the chosen variant's ``run`` directly.
+
+Per call, the variant's ``run`` is wrapped in a probe that reads the clock on entry and exit, so
+``overhead = time of dispatch() - time inside run``: the variant's own time and its jitter cancel out.
+The probe's own cost (a Python call and two clock reads) is measured the same way around a direct call
+and reported as ``probe``; ``overhead`` includes it, so it is an upper bound. Also reported: the
+paired difference of whole calls (dispatch vs direct, alternating) and what ``out=None`` costs the
+variant (the caching-allocator allocation of the output) against a preallocated ``out``.
+
+    python bench/dispatch_overhead.py --device cpu                      # 1 process, CPU
+    python bench/dispatch_overhead.py --device cuda --world-size 2      # 2 GPUs (NCCL), rank 0 reports
+
+GPU host times are launch times (the GPU runs behind; the queue is drained every 256 calls, untimed).
+Writes JSON to ``bench/results/dispatch_overhead_<device>_<date>.json`` and prints p50/p99 in µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _summary(samples_ns: list[int]) -> dict[str, float]:
+    s = sorted(samples_ns)
+
+    def q(f: float) -> float:
+        return s[min(len(s) - 1, int(f * len(s)))] / 1e3
+
+    return {"p50_us": q(0.50), "p90_us": q(0.90), "p99_us": q(0.99), "mean_us": statistics.fmean(s) / 1e3}
+
+
+def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run on every rank; returns rank 0's numbers (other ranks take part in the collectives)."""
+    import torch
+
+    import autotaxer
+    from autotaxer._problem import ProblemKey, torch_dtype
+    from autotaxer.ops import get_op
+
+    world = ctx.world_size if ctx is not None else 1
+    device = ctx.device if ctx is not None else torch.device(args.device)
+    cfg = autotaxer.RuntimeConfig(env_tables=False, shipped_tables=args.shipped, persist_misses=False)
+    rt = autotaxer.init(cfg)
+    gd = args.gather_dim
+    key = ProblemKey.make(
+        "ag_gemm", "x", world, args.dtype, {"M": args.M, "N": args.N, "K": args.K}, {"gather_dim": gd}
+    )
+    rank = ctx.rank if ctx is not None else 0
+    a, b = get_op("ag_gemm").make_inputs(key, rank, device, seed=1)
+    a, b = a.to(torch_dtype(args.dtype)), b.to(torch_dtype(args.dtype))
+    out = torch.empty((args.M, args.N), dtype=a.dtype, device=device)
+    dispatch = autotaxer.dispatch
+    plan = rt.plan("ag_gemm", a, b, gather_dim=gd)
+    variant_run, ws, rctx = plan.run, plan.workspace, plan.ctx
+    inner = [0]
+    clock = time.perf_counter_ns
+
+    def probe(w, inputs, c, o):
+        t0 = clock()
+        r = variant_run(w, inputs, c, o)
+        inner[0] = clock() - t0
+        return r
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    results: dict[str, list[int]] = {"overhead": [], "probe": [], "paired": [], "alloc": []}
+    for mode_out in (out, None):
+        for _ in range(args.warmup):
+            dispatch("ag_gemm", a, b, gather_dim=gd, out=mode_out)
+            variant_run(ws, (a, b), rctx, mode_out)
+    sync()
+    gc.collect()
+    inputs = (a, b)
+    for i in range(args.iters):
+        if i % 256 == 0:
+            sync()
+        # dispatch through the probe: overhead = outer - inner
+        plan.run = probe
+        t0 = clock()
+        dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
+        t1 = clock()
+        results["overhead"].append(t1 - t0 - inner[0])
+        # the probe alone around a direct call: its own cost
+        t0 = clock()
+        probe(ws, inputs, rctx, out)
+        t1 = clock()
+        results["probe"].append(t1 - t0 - inner[0])
+        plan.run = variant_run
+        # paired whole calls: dispatch then direct
+        t0 = clock()
+        dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
+        t1 = clock()
+        variant_run(ws, inputs, rctx, out)
+        t2 = clock()
+        results["paired"].append((t1 - t0) - (t2 - t1))
+        # the variant allocating the output (out=None) vs writing into out
+        t0 = clock()
+        variant_run(ws, inputs, rctx, None)
+        t1 = clock()
+        variant_run(ws, inputs, rctx, out)
+        t2 = clock()
+        results["alloc"].append((t1 - t0) - (t2 - t1))
+    sync()
+    direct = []
+    for i in range(min(args.iters, 2000)):
+        if i % 256 == 0:
+            sync()
+        t0 = clock()
+        variant_run(ws, inputs, rctx, out)
+        direct.append(clock() - t0)
+    sync()
+    return {
+        "decision": {"variant": plan.decision.variant, "source": plan.decision.source},
+        "variant_run": _summary(direct),
+        **{name: _summary(vals) for name, vals in results.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--M", type=int, default=16)
+    ap.add_argument("--N", type=int, default=64)
+    ap.add_argument("--K", type=int, default=64)
+    ap.add_argument("--dtype", default=None, help="default: fp32 on CPU, bf16 on CUDA")
+    ap.add_argument("--gather-dim", type=int, choices=(0, 1), default=0)
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--shipped", action="store_true", help="load the shipped tables (default: none, BSP)")
+    ap.add_argument("--json", type=Path, default=None, help="output file (default under bench/results/)")
+    args = ap.parse_args(argv)
+    if args.dtype is None:
+        args.dtype = "fp32" if args.device == "cpu" else "bf16"
+    if args.world_size == 1 and args.device == "cpu":
+        numbers = _measure(None, args)
+    else:
+        from autotaxer.testing import run_ranks
+
+        numbers = run_ranks(_measure, args.world_size, args.device, args=(args,), timeout=600)[0]
+    import torch
+
+    device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "cpu"
+    report = {
+        "bench": "dispatch_overhead",
+        "date": datetime.now(timezone.utc).isoformat(),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "device": args.device,
+        "device_name": device_name,
+        "world_size": args.world_size,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "shape": {"M": args.M, "N": args.N, "K": args.K, "dtype": args.dtype, "gather_dim": args.gather_dim},
+        "iters": args.iters,
+        "results": numbers,
+    }
+    path = args.json
+    if path is None:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d")
+        path = RESULTS / f"dispatch_overhead_{args.device}_ws{args.world_size}_{stamp}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"dispatch overhead ({args.device}, world size {args.world_size}, {device_name}); µs")
+    print(f"{'measure':<12}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}")
+    for name in ("overhead", "probe", "paired", "alloc", "variant_run"):
+        r = numbers[name]
+        print(f"{name:<12}{r['p50_us']:>9.2f}{r['p90_us']:>9.2f}{r['p99_us']:>9.2f}{r['mean_us']:>9.2f}")
+    print(f"written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Triton and Iris kernels, installed as ``autotaxer.kernels``; one module per op or building block."""

@@ -1,0 +1,370 @@
+"""Building blocks shared by the fused ag_gemm kernels (``ag_gemm_pull``, ``ag_gemm_push``).
+
+Synchronisation contract (both kernels):
+
+* **Epoch in device memory.** ``sync[0]`` holds the last finished call's epoch; every program reads
+  it at start (``epoch = sync[0] + 1``) and counts itself done in ``sync[1]`` at the end. The last
+  program to finish (all others have read the epoch by then) resets the count and publishes the
+  epoch. Nothing on the host changes between calls, so a captured CUDA graph replays correctly.
+* **Flags by epoch, double-buffered by parity.** The shard is cut into chunks (rows x K columns);
+  the owner's producers copy a chunk, run a CTA barrier, then one release at system scope writes the
+  epoch into the chunk's flag on every peer. Consumers spin with acquire loads until the flag reaches
+  their epoch. Data and flags of call ``e`` live in slot ``e % 2``: a rank is at most one call ahead
+  of a peer (each call waits for the peer's data of that call), so slot ``e % 2`` was last read two
+  calls ago, which has finished on every rank. Flags are never reset.
+* **No starvation.** Producers (program ids ``0 .. num_producers-1``) never wait on anything, so the
+  consumers that spin on them always make progress, whatever the grid size.
+
+Consumers read A through per-row element offsets relative to the local shard's pointer: local rows
+directly from the user's tensor, remote ones from the peer (pull: the peer's staging buffer, through
+the same heap-base translation as ``iris.load``, hoisted out of the K loop) or from the local inbox
+(push). Only tile sizes, schedule and world size are compile-time; shapes and strides are runtime.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ._tiles import grouped_tile, rotate
+from .gemm import mma_k_range, store_tile
+
+
+@triton.jit
+def epoch_begin(sync_ptr):
+    """This call's epoch: one more than the last finished call's (written by the previous launch)."""
+    return tl.load(sync_ptr, volatile=True) + 1
+
+
+@triton.jit
+def epoch_end(sync_ptr, epoch, total_programs):
+    """Count this program done; the last one resets the count and publishes ``epoch``."""
+    tl.debug_barrier()  # every thread of this CTA is past its last use of the epoch
+    done = tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu")
+    if done == total_programs - 1:
+        tl.atomic_xchg(sync_ptr + 1, 0, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(sync_ptr, epoch, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_flag(flag_ptr, epoch):
+    """Spin until ``*flag_ptr >= epoch`` with acquire loads at system scope (not plain volatile)."""
+    while tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys") < epoch:
+        pass
+
+
+@triton.jit
+def peer_offset(a_ptr, buf_ptr, src, rank, heap_bases, PULL: tl.constexpr):
+    """Element offset from ``a_ptr`` to rank ``src``'s copy of ``buf_ptr`` (scalar or vector ``src``).
+
+    Pull: ``buf_ptr`` is this rank's staging buffer; the peer's lies at the same heap offset, so its
+    address is ``buf - heap_bases[rank] + heap_bases[src]`` (the translation ``iris.load`` does).
+    Push: ``buf_ptr`` is this rank's inbox for ``src``'s slot already.
+    """
+    elem: tl.constexpr = a_ptr.dtype.element_ty.primitive_bitwidth // 8
+    delta = tl.cast(buf_ptr, tl.int64) - tl.cast(a_ptr, tl.int64)
+    if PULL:
+        delta += tl.load(heap_bases + src) - tl.load(heap_bases + rank)
+    return delta // elem
+
+
+@triton.jit
+def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc):
+    """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``."""
+    for rc in range(first_row // rcw, last_row // rcw + 1):
+        wait_flag(flags_ptr + (src * n_rc + rc) * n_kc + kc, epoch)
+
+
+@triton.jit
+def consume_tiles(
+    cid,
+    num_consumers,
+    a_ptr,
+    buf_ptr,
+    b_ptr,
+    c_ptr,
+    flags_ptr,
+    heap_bases,
+    rank,
+    epoch,
+    M,
+    N,
+    K,
+    Ms,
+    Ks,
+    rcw,
+    n_rc,
+    kcw,
+    n_kc,
+    stride_am,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    GATHER_DIM: tl.constexpr,
+    PULL: tl.constexpr,
+    WORLD_SIZE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for remote A.
+
+    ``buf_ptr``: pull, this rank's staging slot ``(Ms, Ks)``; push, this rank's inbox slot
+    ``(WORLD_SIZE, Ms, Ks)``. ``flags_ptr``: the flag slot ``(WORLD_SIZE, n_rc, n_kc)``.
+    """
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # gather_dim=0: start at the first row tile holding local rows, then the next ranks' rows.
+    first_local_m = (rank * Ms) // BLOCK_M
+    for tile_id in range(cid, num_pid_m * num_pid_n, num_consumers):
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        if GATHER_DIM == 0:
+            pid_m = rotate(pid_m, first_local_m, num_pid_m)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < N
+        rows = tl.where(offs_m < M, offs_m, M - 1).to(tl.int64)
+        first_row = pid_m * BLOCK_M
+        last_row = tl.minimum(first_row + BLOCK_M, M) - 1
+        b_cols = b_ptr + offs_n[None, :] * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if GATHER_DIM == 0:
+            owner = rows // Ms
+            lrow = rows - owner * Ms
+            if PULL:
+                remote = peer_offset(a_ptr, buf_ptr, owner, rank, heap_bases, PULL)
+            else:
+                remote = peer_offset(a_ptr, buf_ptr, 0, rank, heap_bases, PULL) + owner * Ms * Ks
+            row_off = tl.where(owner == rank, lrow * stride_am, remote + lrow * Ks)
+            if ALIGNED:
+                row_off = tl.multiple_of(row_off, 8)
+            src_lo = first_row // Ms
+            src_hi = last_row // Ms
+            if (src_lo == rank) & (src_hi == rank):
+                # Only local rows: one K loop, no flags.
+                a_ptrs = a_ptr + row_off[:, None] + offs_k[None, :]
+                acc = mma_k_range(
+                    acc,
+                    a_ptrs,
+                    b_cols + offs_k[:, None] * stride_bk,
+                    0,
+                    K,
+                    1,
+                    stride_bk,
+                    mask_n,
+                    BLOCK_K,
+                    EVEN_K,
+                    EVEN_N,
+                )
+            else:
+                for kc in range(0, n_kc):
+                    k_lo = kc * kcw
+                    k_hi = tl.minimum(k_lo + kcw, K)
+                    for src in range(src_lo, src_hi + 1):
+                        if src != rank:
+                            wait_rows(
+                                flags_ptr,
+                                epoch,
+                                src,
+                                tl.maximum(first_row - src * Ms, 0),
+                                tl.minimum(last_row - src * Ms, Ms - 1),
+                                kc,
+                                rcw,
+                                n_rc,
+                                n_kc,
+                            )
+                    a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
+                    b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
+                    acc = mma_k_range(
+                        acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
+                    )
+        else:
+            # gather_dim=1: the local K-slice first, then the peers' slices in rank-rotated order.
+            for step in range(0, WORLD_SIZE):
+                src = rotate(rank, step, WORLD_SIZE)
+                if src == rank:
+                    row_off = rows * stride_am
+                else:
+                    if PULL:
+                        base = peer_offset(a_ptr, buf_ptr, src, rank, heap_bases, PULL)
+                    else:
+                        base = peer_offset(a_ptr, buf_ptr, 0, rank, heap_bases, PULL) + src * Ms * Ks
+                    row_off = base + rows * Ks
+                if ALIGNED:
+                    row_off = tl.multiple_of(row_off, 8)
+                for kc in range(0, n_kc):
+                    k_lo = kc * kcw
+                    k_hi = tl.minimum(k_lo + kcw, Ks)
+                    if src != rank:
+                        wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc)
+                    a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
+                    b_ptrs = b_cols + (src * Ks + k_lo + offs_k)[:, None] * stride_bk
+                    acc = mma_k_range(
+                        acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
+                    )
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+
+@triton.jit
+def chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw):
+    """Rows ``r0..r1`` and columns ``k0..k1`` (half-open) of chunk number ``chunk`` (K-chunk major)."""
+    kc = chunk // n_rc
+    rc = chunk % n_rc
+    r0 = rc * rcw
+    k0 = kc * kcw
+    return rc, kc, r0, tl.minimum(r0 + rcw, Ms), k0, tl.minimum(k0 + kcw, Ks)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Host side: the config both kernels share and the launch arithmetic.
+
+from dataclasses import dataclass  # noqa: E402
+
+from ._tiles import ChunkGeometry, chunk_geometry  # noqa: E402
+
+
+@dataclass(frozen=True)
+class FusedConfig:
+    """Tiles and schedule of a fused ag_gemm kernel.
+
+    ``comm_sms`` producer CTAs move the local shard (push: into the peers' inboxes; pull: into the
+    local staging buffer) in ``row_chunks x k_chunks`` chunks, one flag each; the rest of the grid
+    (at most ``num_sms - comm_sms`` CTAs) runs the persistent GEMM.
+    """
+
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 8
+    num_stages: int = 3
+    comm_sms: int = 8
+    row_chunks: int = 4
+    k_chunks: int = 1
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        for name in ("block_m", "block_n", "block_k"):
+            v = getattr(self, name)
+            if v < 16 or v & (v - 1):
+                raise ValueError(f"{name}: must be a power of two >= 16, got {v}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps: must be a power of two <= 16, got {self.num_warps}")
+        for name in ("group_m", "num_stages", "comm_sms", "row_chunks", "k_chunks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+
+
+def shard_dims(m: int, k: int, world_size: int, gather_dim: int) -> tuple[int, int]:
+    """``(Ms, Ks)``: the shape of one rank's shard."""
+    return (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
+
+
+def geometry(config: FusedConfig, ms: int, ks: int) -> ChunkGeometry:
+    """The chunk geometry a config gives for a ``(Ms, Ks)`` shard."""
+    return chunk_geometry(ms, ks, config.row_chunks, config.k_chunks, config.block_k)
+
+
+def _pow2_at_most(n: int, cap: int) -> int:
+    p = 1
+    while p * 2 <= min(n, cap):
+        p *= 2
+    return p
+
+
+def launch(
+    kernel,
+    *,
+    a_shard,
+    b,
+    out,
+    buf,
+    flags,
+    sync,
+    heap_bases,
+    rank: int,
+    world_size: int,
+    gather_dim: int,
+    config: FusedConfig,
+    num_sms: int,
+    phase: str = "all",
+) -> None:
+    """Check shapes, work out the grid and launch ``kernel`` (the pull or push kernel).
+
+    ``phase="producers"``/``"consumers"`` launch only that part of the grid (for the interpreter,
+    where programs run one after another and a consumer must not spin before the producers ran).
+    """
+    config.validate()
+    if gather_dim not in (0, 1):
+        raise ValueError(f"gather_dim: must be 0 or 1, got {gather_dim}")
+    if phase not in ("all", "producers", "consumers"):
+        raise ValueError(f"phase: must be all, producers or consumers, got {phase!r}")
+    ms, ks = a_shard.shape
+    m, n = out.shape
+    k = b.shape[0]
+    if (ms, ks) != shard_dims(m, k, world_size, gather_dim) or b.shape[1] != n:
+        raise ValueError(
+            f"shapes: shard {tuple(a_shard.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)} do not "
+            f"form ag_gemm(gather_dim={gather_dim}) over {world_size} ranks"
+        )
+    if a_shard.stride(1) != 1:
+        raise ValueError("a_shard: the last dimension must be contiguous")
+    if config.comm_sms >= num_sms:
+        raise ValueError(f"comm_sms: {config.comm_sms} leaves no SM for the GEMM ({num_sms} SMs)")
+    geo = geometry(config, ms, ks)
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    consumers = min(num_sms - config.comm_sms, tiles)
+    producers = config.comm_sms
+    grid, offset = {
+        "all": (producers + consumers, 0),
+        "producers": (producers, 0),
+        "consumers": (consumers, producers),
+    }[phase]
+    elem = a_shard.element_size()
+    aligned = (ks * elem) % 16 == 0 and (a_shard.stride(0) * elem) % 16 == 0 and a_shard.data_ptr() % 16 == 0
+    kernel[(grid,)](
+        a_shard,
+        b,
+        out,
+        buf,
+        flags,
+        sync,
+        heap_bases,
+        rank,
+        m,
+        n,
+        k,
+        ms,
+        ks,
+        geo.row_width,
+        geo.n_row,
+        geo.col_width,
+        geo.n_col,
+        a_shard.stride(0),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        out.stride(1),
+        offset,
+        producers,
+        consumers,
+        WORLD_SIZE=world_size,
+        GATHER_DIM=gather_dim,
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        GROUP_M=config.group_m,
+        P_ROWS=_pow2_at_most(geo.row_width, 16),
+        P_COLS=_pow2_at_most(max(geo.col_width, 16), 512),
+        EVEN_K=ks % config.block_k == 0,
+        EVEN_N=n % config.block_n == 0,
+        ALIGNED=aligned,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )

@@ -1,0 +1,211 @@
+"""``ag_gemm`` pull: the persistent GEMM loads remote A tiles straight from the peers' heaps.
+
+A peer can only read what lives in the symmetric heap, so ``comm_sms`` stager CTAs first copy the
+local shard into this rank's staging slot for the call (one local copy per call, inside the kernel
+and so inside the timing), chunk by chunk; after each chunk a CTA barrier and one
+``iris.atomic_xchg`` (release, system scope) per peer raise the chunk's flag on that peer. Consumer
+CTAs (``_ag_fused.consume_tiles``) do the local rows / K-slice first, straight from the user's tensor,
+then acquire-wait per chunk and load the peer's staged tiles over NVLink/xGMI, with the heap-base
+translation of ``iris.load`` hoisted out of the K loop. Stagers never wait, so no grid size can
+starve them. Synchronisation details (device epoch, parity slots) are in ``_ag_fused``.
+"""
+
+from __future__ import annotations
+
+import iris
+import triton
+import triton.language as tl
+
+from ._ag_fused import FusedConfig, chunk_bounds, consume_tiles, epoch_begin, epoch_end, launch
+
+
+@triton.jit
+def _stage_chunks(
+    pid,
+    num_producers,
+    a_ptr,
+    stage_ptr,
+    flags_ptr,
+    heap_bases,
+    rank,
+    epoch,
+    Ms,
+    Ks,
+    rcw,
+    n_rc,
+    kcw,
+    n_kc,
+    stride_am,
+    WORLD_SIZE: tl.constexpr,
+    P_ROWS: tl.constexpr,
+    P_COLS: tl.constexpr,
+):
+    for chunk in range(pid, n_rc * n_kc, num_producers):
+        rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
+        for r in range(r0, r1, P_ROWS):
+            rows = r + tl.arange(0, P_ROWS)
+            for k in range(k0, k1, P_COLS):
+                cols = k + tl.arange(0, P_COLS)
+                mask = (rows < r1)[:, None] & (cols < k1)[None, :]
+                val = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + cols[None, :], mask=mask)
+                tl.store(stage_ptr + rows[:, None].to(tl.int64) * Ks + cols[None, :], val, mask=mask)
+        tl.debug_barrier()  # all of this CTA's stores precede the single release below
+        for i in tl.static_range(1, WORLD_SIZE):
+            iris.atomic_xchg(
+                flags_ptr + (rank * n_rc + rc) * n_kc + kc,
+                epoch,
+                rank,
+                (rank + i) % WORLD_SIZE,
+                heap_bases,
+                sem="release",
+                scope="sys",
+            )
+
+
+@triton.jit
+def _ag_gemm_pull_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    stage_ptr,
+    flags_ptr,
+    sync_ptr,
+    heap_bases,
+    rank,
+    M,
+    N,
+    K,
+    Ms,
+    Ks,
+    rcw,
+    n_rc,
+    kcw,
+    n_kc,
+    stride_am,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    pid_offset,
+    num_producers,
+    num_consumers,
+    WORLD_SIZE: tl.constexpr,
+    GATHER_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    P_ROWS: tl.constexpr,
+    P_COLS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    pid = tl.program_id(0) + pid_offset
+    epoch = epoch_begin(sync_ptr)
+    parity = epoch % 2
+    flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
+    stage = stage_ptr + parity.to(tl.int64) * Ms * Ks
+    if pid < num_producers:
+        _stage_chunks(
+            pid,
+            num_producers,
+            a_ptr,
+            stage,
+            flags,
+            heap_bases,
+            rank,
+            epoch,
+            Ms,
+            Ks,
+            rcw,
+            n_rc,
+            kcw,
+            n_kc,
+            stride_am,
+            WORLD_SIZE,
+            P_ROWS,
+            P_COLS,
+        )
+    else:
+        consume_tiles(
+            pid - num_producers,
+            num_consumers,
+            a_ptr,
+            stage,
+            b_ptr,
+            c_ptr,
+            flags,
+            heap_bases,
+            rank,
+            epoch,
+            M,
+            N,
+            K,
+            Ms,
+            Ks,
+            rcw,
+            n_rc,
+            kcw,
+            n_kc,
+            stride_am,
+            stride_bk,
+            stride_bn,
+            stride_cm,
+            stride_cn,
+            GATHER_DIM,
+            True,
+            WORLD_SIZE,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            GROUP_M,
+            EVEN_K,
+            EVEN_N,
+            ALIGNED,
+        )
+    epoch_end(sync_ptr, epoch, num_producers + num_consumers)
+
+
+class PullConfig(FusedConfig):
+    """Config of the pull kernel (see :class:`FusedConfig`); ``comm_sms`` are the stager CTAs."""
+
+
+def ag_gemm_pull(
+    *,
+    a_shard,
+    b,
+    out,
+    stage,
+    flags,
+    sync,
+    heap_bases,
+    rank: int,
+    world_size: int,
+    gather_dim: int,
+    config: FusedConfig,
+    num_sms: int,
+    phase: str = "all",
+):
+    """``out = all_gather(a_shard, gather_dim) @ b`` by pull; collective over ``world_size`` ranks.
+
+    ``stage`` (``2 x Ms x Ks``, A's dtype) and ``flags`` (int32, ``2 x world_size x chunks``, zeroed
+    once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side epoch.
+    """
+    launch(
+        _ag_gemm_pull_kernel,
+        a_shard=a_shard,
+        b=b,
+        out=out,
+        buf=stage,
+        flags=flags,
+        sync=sync,
+        heap_bases=heap_bases,
+        rank=rank,
+        world_size=world_size,
+        gather_dim=gather_dim,
+        config=config,
+        num_sms=num_sms,
+        phase=phase,
+    )
+    return out

@@ -1,0 +1,1 @@
+"""Migration scripts, one per schema revision (they never import the live models)."""

@@ -1,0 +1,31 @@
+"""Record factories shared by the storage, table-file and CLI tests (not a test module)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from autotaxer import ProblemKey
+from autotaxer.records import WinnerRecord
+
+ENV = {"autotaxer": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "iris": "0.0.1", "cuda_or_hip": "12.8"}
+
+
+def make_key(m: int = 64, gpu: str = "nvidia-h200", ws: int = 2, op: str = "ag_gemm", gather_dim: int = 0):
+    return ProblemKey.make(op, gpu, ws, "bf16", {"M": m, "N": 8192, "K": 8192}, {"gather_dim": gather_dim})
+
+
+def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):
+    return WinnerRecord(
+        key=make_key(m, **key_kw),
+        variant=variant,
+        params={"BLOCK_M": 128, "num_warps": 8, "local_first": True, "order": "rotated"},
+        median_us=median_us,
+        bsp_us=bsp_us,
+        trials=40,
+        arch="sm_90",
+        num_sms=132,
+        env=dict(ENV),
+        kernel_hash="abc123",
+        measured_at=datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
+        device_type="cuda",
+    )

@@ -1,0 +1,182 @@
+"""The CLI end to end on records written by the tests: db upgrade, show, export, import, bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _factories import make_record
+from typer.testing import CliRunner
+
+from autotaxer.cli import app
+from autotaxer.storage import open_database
+from autotaxer.table_file import read_table, write_table
+
+runner = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "250"})
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def url(tmp_path):
+    url = f"sqlite:///{tmp_path}/src.sqlite"
+    with open_database(url) as db:
+        db.upsert_winners(
+            [
+                make_record(16, median_us=20.0, bsp_us=30.0),
+                make_record(1024, median_us=200.0, bsp_us=250.0, variant="pull"),
+                make_record(16, gpu="nvidia-h100-80gb-hbm3"),
+                make_record(16, ws=4),
+            ]
+        )
+    return url
+
+
+def _db_rows(url):
+    with open_database(url) as db:
+        return [r.to_dict() for r in db.winners()]
+
+
+def test_help_and_db_upgrade(tmp_path):
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("show", "export", "import", "db", "doctor"):
+        assert command in result.output
+    url = f"sqlite:///{tmp_path}/new.sqlite"
+    result = invoke("db", "upgrade", "--db", url)
+    assert result.exit_code == 0, result.output
+    assert "revision 0001, up to date" in result.output
+    assert (tmp_path / "new.sqlite").is_file()
+    result = invoke("db", "current", "--db", url, "--format", "json")
+    assert json.loads(result.output) == {"url": url, "revision": "0001", "head": "0001", "up_to_date": True}
+
+
+def test_db_from_environment(tmp_path):
+    url = f"sqlite:///{tmp_path}/env.sqlite"
+    result = runner.invoke(app, ["db", "upgrade", "--quiet"], env={"AUTOTAXER_DB": url})
+    assert result.exit_code == 0 and result.output == ""
+    assert (tmp_path / "env.sqlite").is_file()
+
+
+def test_show_human_and_json(url):
+    result = invoke("show", "--db", url, "--gpu", "nvidia-h200", "--world-size", "2")
+    assert result.exit_code == 0, result.output
+    assert "1.50×" in result.output and "1.25×" in result.output  # speedup vs BSP
+    assert "M=16,N=8192,K=8192" in result.output and "pull" in result.output
+    assert "nvidia-h100" not in result.output
+    result = invoke("show", "--db", url, "--format", "json", "--op", "ag_gemm")
+    rows = json.loads(result.output)
+    assert len(rows) == 4 and {r["speedup"] for r in rows} >= {1.5, 1.25}
+    result = invoke("show", "--db", url, "--gpu", "amd-instinct-mi300x")
+    assert result.exit_code == 0 and "no winners" in result.output
+
+
+@pytest.mark.parametrize("suffix", ["json", "csv"])
+def test_export_with_filters(tmp_path, url, suffix):
+    out = tmp_path / f"h200.{suffix}"
+    result = invoke(
+        "export", "--db", url, "--out", out, "--gpu", "nvidia-h200", "--world-size", "2", "--op", "ag_gemm"
+    )
+    assert result.exit_code == 0, result.output
+    assert "exported 2 record(s)" in result.output
+    recs = read_table(out)
+    assert sorted(r.key["M"] for r in recs) == [16, 1024]
+    assert all(r.key.gpu_model == "nvidia-h200" and r.key.world_size == 2 for r in recs)
+    explicit = tmp_path / "table.out"
+    assert invoke("export", "--db", url, "--out", explicit, "--file-format", "csv").exit_code == 0
+    assert len(read_table(explicit)) == 4
+
+
+def test_import_merge_and_replace(tmp_path, url):
+    out = tmp_path / "all.json"
+    assert invoke("export", "--db", url, "--out", out).exit_code == 0
+    dest = f"sqlite:///{tmp_path}/dest.sqlite"
+    result = invoke("import", out, "--db", dest)
+    assert result.exit_code == 0, result.output
+    assert "4 written, 0 kept" in result.output
+    assert _db_rows(dest) == _db_rows(url)
+
+    slower = [
+        make_record(16, median_us=25.0, variant="slow"),
+        make_record(1024, median_us=100.0, variant="fast"),
+    ]
+    table = tmp_path / "mixed.csv"
+    write_table(slower, table)
+    result = invoke("import", table, "--db", dest)
+    assert result.exit_code == 0 and "1 written, 1 kept" in result.output
+    with open_database(dest) as db:
+        assert {r.key["M"]: r.variant for r in db.winners(gpu_model="nvidia-h200", world_size=2)} == {
+            16: "push",
+            1024: "fast",
+        }
+    result = invoke("import", table, "--db", dest, "--replace")
+    assert result.exit_code == 0 and "2 written, 0 kept" in result.output
+    with open_database(dest) as db:
+        assert db.get_winner(slower[0].key).variant == "slow"
+
+
+def _bad_tables(tmp_path):
+    good = [make_record(8), make_record(9)]
+    path = tmp_path / "good.json"
+    write_table(good, path)
+    doc = json.loads(path.read_text())
+    wrong_version = dict(doc, schema_version=2)
+    malformed_last = json.loads(path.read_text())
+    malformed_last["records"][-1]["bsp_us"] = -1
+    cases = {
+        "wrong_version.json": (
+            json.dumps(wrong_version),
+            "field 'schema_version': version 2 is not supported",
+        ),
+        "malformed.json": (json.dumps(malformed_last), "record 1: field 'bsp_us': must be a positive"),
+        "not_json.json": ("{oops", "not valid JSON"),
+        "pickle.json": (b"\x80\x04\x95\x00\x00\x00", "not a text file"),
+        "empty.csv": ("", "empty file"),
+    }
+    for name, (content, _) in cases.items():
+        target = tmp_path / name
+        target.write_bytes(content) if isinstance(content, bytes) else target.write_text(content)
+    return cases
+
+
+def test_import_bad_files_write_nothing(tmp_path, url):
+    before = _db_rows(url)
+    fresh = tmp_path / "fresh.sqlite"
+    for name, (_, fragment) in _bad_tables(tmp_path).items():
+        for target_url in (url, f"sqlite:///{fresh}"):
+            result = invoke("import", tmp_path / name, "--db", target_url)
+            assert result.exit_code == 2, (name, result.output)
+            assert result.stderr.startswith(f"error: {tmp_path / name}"), result.stderr
+            assert fragment in result.stderr, result.stderr
+        assert _db_rows(url) == before
+        assert not fresh.exists()  # a bad file is rejected before the database is even opened
+
+
+def test_export_bad_inputs_write_nothing(tmp_path, url):
+    result = invoke("export", "--db", url, "--out", tmp_path / "t.txt")
+    assert (
+        result.exit_code == 2 and "error:" in result.stderr and "expected one of json, csv" in result.stderr
+    )
+    assert not (tmp_path / "t.txt").exists()
+    result = invoke("export", "--db", url, "--out", tmp_path / "no" / "dir" / "t.json")
+    assert result.exit_code == 1 and result.stderr.startswith("error:")
+    result = invoke("show", "--db", url, "--world-size", "0")
+    assert result.exit_code == 2  # option validation
+
+
+def test_bad_databases_give_clear_errors(tmp_path):
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"this is not a database" * 100)
+    before = corrupt.read_bytes()
+    table = tmp_path / "t.json"
+    write_table([make_record()], table)
+    for args in (["show"], ["db", "upgrade"], ["import", table], ["export", "--out", tmp_path / "o.json"]):
+        result = invoke(*args, "--db", f"sqlite:///{corrupt}")
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.startswith(f"error: {corrupt}: not an SQLite database"), result.stderr
+    assert corrupt.read_bytes() == before
+    assert not (tmp_path / "o.json").exists()
+    result = invoke("show", "--db", "nosuchdialect://x")
+    assert result.exit_code == 2 and "cannot create an engine" in result.stderr

@@ -1,0 +1,125 @@
+"""autotaxer.measure on gloo: validation catches wrong outputs, timing is reduced with MAX over ranks."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from autotaxer.measure import TimingConfig
+from autotaxer.testing import run_ranks
+
+
+def _key(ctx, m: int, n: int, k: int, gather_dim: int):
+    from autotaxer._problem import ProblemKey
+
+    return ProblemKey.make(
+        "ag_gemm",
+        ctx.target.gpu_model,
+        ctx.world_size,
+        "fp32",
+        {"M": m, "N": n, "K": k},
+        {"gather_dim": gather_dim},
+    )
+
+
+def _check(ctx, variant_name: str, params: dict, gather_dim: int) -> float:
+    from autotaxer.measure import check_variant
+    from autotaxer.ops import get_op
+
+    op = get_op("ag_gemm")
+    key = _key(ctx, 8 * ctx.world_size, 12, 4 * ctx.world_size, gather_dim)
+    return check_variant(op, op.variants[variant_name], key, params, ctx, seed=3)
+
+
+def _check_wrong(ctx) -> float:
+    """A variant that leaves the bottom half of the output unwritten (NaN) fails the check."""
+    from autotaxer.measure import check_variant
+    from autotaxer.ops import get_op
+
+    op = get_op("ag_gemm")
+    bsp = op.variants["bsp"]
+
+    class HalfWritten(type(bsp)):
+        name = "half_written"
+
+        def run(self, ws, inputs, ctx, out=None):
+            full = super().run(ws, inputs, ctx)
+            out[: out.shape[0] // 2].copy_(full[: out.shape[0] // 2])
+            return out
+
+    key = _key(ctx, 4 * ctx.world_size, 6, 6, 0)
+    return check_variant(op, HalfWritten(), key, {}, ctx, seed=1)
+
+
+def _time_sleepy(ctx) -> float:
+    """Rank 1 sleeps 20 ms per call, rank 0 not at all: every rank must report the slow rank's time."""
+    from autotaxer.measure import time_variant
+
+    delay = 0.02 if ctx.rank == 1 else 0.0
+    return time_variant(lambda: time.sleep(delay), ctx, warmup=1, iters=2, samples=3)
+
+
+def _time_graph_on_cpu(ctx) -> str:
+    from autotaxer.measure import time_variant
+
+    try:
+        time_variant(lambda: None, ctx, warmup=1, iters=1, mode="graph")
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def _everything(ctx) -> dict:
+    """All the collective checks in one process group (spawning ranks costs seconds)."""
+    return {
+        "bsp": [_check(ctx, "bsp", {}, gd) for gd in (0, 1)],
+        "wrong": _check_wrong(ctx),
+        "sleepy": _time_sleepy(ctx),
+        "graph": _time_graph_on_cpu(ctx),
+    }
+
+
+@pytest.fixture(scope="module")
+def on_two_ranks() -> list[dict]:
+    return run_ranks(_everything, 2, "cpu")
+
+
+def test_check_variant_accepts_bsp(on_two_ranks: list[dict]) -> None:
+    errs = [e for r in on_two_ranks for e in r["bsp"]]
+    assert len(errs) == 4 and all(e < 1e-5 for e in errs), errs
+
+
+def test_check_variant_rejects_unwritten_output(on_two_ranks: list[dict]) -> None:
+    assert all(math.isinf(r["wrong"]) for r in on_two_ranks)
+
+
+def test_time_variant_is_max_over_ranks(on_two_ranks: list[dict]) -> None:
+    times = [r["sleepy"] for r in on_two_ranks]
+    assert times[0] == times[1]  # one number for the whole group
+    assert times[0] >= 20_000  # µs: rank 1's sleep, not rank 0's empty call
+
+
+def test_graph_timing_needs_cuda(on_two_ranks: list[dict]) -> None:
+    msg = on_two_ranks[0]["graph"]
+    assert "graph" in msg and "CUDA" in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "cfg"),
+    [
+        ("mode", TimingConfig(mode="lazy")),
+        ("iters", TimingConfig(iters=0)),
+        ("samples", TimingConfig(samples=0)),
+        ("warmup", TimingConfig(warmup=-1)),
+    ],
+)
+def test_timing_config_names_bad_field(field: str, cfg: TimingConfig) -> None:
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        cfg.validate()
+
+
+def test_timing_defaults_per_device() -> None:
+    assert TimingConfig.for_device("cpu").iters < TimingConfig.for_device("cuda").iters
+    assert TimingConfig.for_device("cuda", "graph").mode == "graph"

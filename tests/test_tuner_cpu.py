@@ -1,0 +1,274 @@
+"""``autotaxer tune --device cpu`` end to end: real spawned gloo ranks, a real SQLite tuning database.
+
+Covers world sizes 2 and 3, the planted hang/crash/wrong variants (the watchdog survives them, they are
+recorded as failed with reasons, never win), resume after SIGKILL, ``--retune`` and bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autotaxer._problem import ProblemKey
+
+AUTOTAXER = str(Path(sys.executable).with_name("autotaxer"))
+PLANTED = {"AUTOTAXER_PLANTED_VARIANTS": "1"}
+
+
+def _shapes(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "shapes.csv"
+    path.write_text(text)
+    return path
+
+
+def _tune(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [AUTOTAXER, "tune", "--device", "cpu", *args],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _trials(url: str, key: ProblemKey) -> list:
+    import optuna
+
+    return optuna.load_study(study_name=key.text, storage=optuna.storages.RDBStorage(url)).get_trials()
+
+
+def _key(ws: int, m: int, n: int, k: int, gather_dim: int) -> ProblemKey:
+    return ProblemKey.make("ag_gemm", "cpu", ws, "fp32", {"M": m, "N": n, "K": k}, {"gather_dim": gather_dim})
+
+
+def _winners(url: str) -> list:
+    from autotaxer.storage import open_database
+
+    db = open_database(url)
+    try:
+        return db.winners()
+    finally:
+        db.close()
+
+
+@pytest.mark.slow
+def test_planted_hang_crash_and_wrong_are_survived_and_recorded(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
+    # grid: a fixed order (bsp, hang, crash, the cpu_chunked points, wrong) so every fault is hit once.
+    variants = "planted_hang,planted_crash,cpu_chunked,planted_wrong"
+    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--sampler", "grid"]
+    proc = _tune([*args, "--trial-timeout", "4", "--variants", variants, "--quiet"], env=PLANTED)
+    assert proc.returncode == 0, proc.stderr
+    trials = {t.params["variant"]: t for t in _trials(url, _key(2, 16, 8, 8, 0))}
+    all_trials = _trials(url, _key(2, 16, 8, 8, 0))
+    assert len(all_trials) == 1 + 3 + 8  # bsp, three planted, chunks {1,2,4,8} x 2 orders
+    assert trials["planted_hang"].state.name == "FAIL"
+    assert trials["planted_hang"].user_attrs["failure"].startswith("timeout")
+    assert trials["planted_crash"].state.name == "FAIL"
+    assert "SIGSEGV" in trials["planted_crash"].user_attrs["failure"]
+    assert trials["planted_wrong"].state.name == "FAIL"
+    assert trials["planted_wrong"].user_attrs["failure"].startswith("validation failed")
+    # Tuning went on after the crash: every cpu_chunked point ran on a relaunched group.
+    chunked = [t for t in all_trials if t.params["variant"] == "cpu_chunked"]
+    assert all(t.state.name == "COMPLETE" and t.user_attrs["rel_err"] < 1e-5 for t in chunked)
+    (winner,) = _winners(url)
+    assert winner.variant in ("bsp", "cpu_chunked")
+    assert winner.trials == 12 and winner.device_type == "cpu" and winner.key.gpu_model == "cpu"
+    assert winner.bsp_us == min(t.value for t in all_trials if t.params["variant"] == "bsp")
+    assert "planted_crash" in proc.stderr and "SIGSEGV" in proc.stderr  # reported in the log too
+
+
+@pytest.mark.slow
+def test_tune_world_size_2_tpe_never_picks_a_failed_variant(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n16,8,16,fp32,1\n")
+    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--trials", "8", "--seed", "1"]
+    proc = _tune([*args, "--trial-timeout", "4", "--jsonl"], env=PLANTED)
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    summary = events[-1]
+    assert summary["event"] == "summary" and summary["shapes"] == 2 and summary["trials_run"] == 16
+    assert summary["mean_overhead_ms"] > 0 and summary["trials_per_min"] > 0
+    assert [e["trial"] for e in events if e["event"] == "trial" and e["key"] == events[0]["key"]][-1] == 8
+    winners = {w.key: w for w in _winners(url)}
+    for key in (_key(2, 32, 16, 16, 0), _key(2, 16, 8, 16, 1)):
+        trials = _trials(url, key)
+        finished = [t for t in trials if t.state.name in ("COMPLETE", "FAIL")]
+        assert len(finished) == 8
+        assert trials[0].params == {"variant": "bsp"}  # the baseline is measured first
+        failed = {t.params["variant"] for t in trials if t.state.name == "FAIL"}
+        assert failed <= {"planted_hang", "planted_crash", "planted_wrong"}
+        assert not failed & {winners[key].variant}
+        assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
+        assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
+
+
+@pytest.mark.slow
+def test_world_size_3_resume_is_a_no_op_and_retune_starts_over(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n12,8,24,fp32,1\n")
+    key = _key(3, 12, 8, 24, 1)
+    args = ["--world-size", "3", "--shapes", str(shapes), "--db", url, "--quiet"]
+    proc = _tune([*args, "--trials", "6"])
+    assert proc.returncode == 0, proc.stderr
+    assert len(_trials(url, key)) >= 6
+    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 6
+    first = _winners(url)
+    again = _tune([*args, "--trials", "6"])  # finished: nothing to run, nothing changes
+    assert again.returncode == 0, again.stderr
+    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 6
+    assert [w.median_us for w in _winners(url)] == [w.median_us for w in first]
+    retune = _tune([*args, "--trials", "3", "--retune"])
+    assert retune.returncode == 0, retune.stderr
+    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 3
+    (winner,) = _winners(url)
+    assert winner.trials == 3
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out.extend(int(p) for p in text)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_continues_without_duplicates(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
+    key = _key(2, 16, 8, 8, 0)
+    cmd = [AUTOTAXER, "tune", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--db", url]
+    cmd += ["--sampler", "grid", "--variants", "planted_hang,cpu_chunked", "--trial-timeout", "60", "--jsonl"]
+    env = {**os.environ, **PLANTED}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:  # wait for the baseline; the next trial (planted_hang) then hangs
+            event = json.loads(line)
+            if event["event"] == "trial":
+                assert event["variant"] == "bsp"
+                break
+        time.sleep(1.0)
+        workers = _children(proc.pid)
+        assert len([p for p in workers if _alive(p)]) >= 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in workers), "workers outlived the killed tuner"
+    running = [t for t in _trials(url, key) if t.state.name == "RUNNING"]
+    assert [t.params["variant"] for t in running] == ["planted_hang"]
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, again.stderr
+    trials = _trials(url, key)
+    assert len(trials) == 1 + 1 + 8  # nothing ran twice
+    by_state: dict[str, list] = {}
+    for t in trials:
+        by_state.setdefault(t.state.name, []).append(t)
+    assert set(by_state) == {"COMPLETE", "FAIL"}
+    (interrupted,) = by_state["FAIL"]
+    assert interrupted.params["variant"] == "planted_hang"
+    assert interrupted.user_attrs["failure"].startswith("interrupted")
+    assert len(by_state["COMPLETE"]) == 9
+    (winner,) = _winners(url)
+    assert winner.trials == 10
+
+
+# -- bad input: clear message, exit 2, nothing written (in-process through typer's CliRunner) --------
+
+
+def _app():
+    import typer
+
+    from autotaxer.cli.tune import register
+
+    app = typer.Typer()
+    register(app)
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    return app
+
+
+@pytest.mark.parametrize(
+    ("csv", "extra", "message"),
+    [
+        ("M,N,K\n8,8,abc\n", [], "shapes.csv:2: field 'K'"),
+        ("M,N,K\n9,8,8\n", [], "shapes.csv:2: field 'M'"),  # 9 rows do not split over 2 ranks
+        ("M,N,K\n8,8,8\n", ["--variants", "bsp,nope"], "unknown variant(s) nope"),
+        ("M,N,K\n8,8,8\n", ["--sampler", "anneal"], "--sampler"),
+        ("M,N,K\n8,8,8\n", ["--trials", "0"], "--trials"),
+        ("M,N,K\n8,8,8\n", ["--device", "tpu"], "--device"),
+    ],
+)
+def test_bad_input_exits_2_before_anything_is_written(
+    tmp_path: Path, csv: str, extra: list, message: str
+) -> None:
+    shapes = _shapes(tmp_path, csv)
+    db_file = tmp_path / "t.sqlite"
+    args = [
+        "tune",
+        "--world-size",
+        "2",
+        "--shapes",
+        str(shapes),
+        "--db",
+        f"sqlite:///{db_file}",
+        "--device",
+        "cpu",
+    ]
+    result = CliRunner().invoke(_app(), [*args, *extra])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not db_file.exists()
+
+
+def test_cuda_without_enough_gpus_is_refused(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= 64:
+        pytest.skip("a machine with 64 GPUs")
+    shapes = _shapes(tmp_path, "M,N,K\n64,8,8\n")
+    db_file = tmp_path / "t.sqlite"
+    args = [
+        "tune",
+        "--world-size",
+        "64",
+        "--shapes",
+        str(shapes),
+        "--db",
+        f"sqlite:///{db_file}",
+        "--device",
+        "cuda",
+    ]
+    result = CliRunner().invoke(_app(), args)
+    assert result.exit_code == 2
+    assert "needs 64 GPUs" in result.output
+    assert not db_file.exists()
