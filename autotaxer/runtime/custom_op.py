@@ -61,9 +61,9 @@ def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int],
     """What :func:`autotaxer.dispatch` does while ``torch.compile`` traces: call the custom op."""
     if op != "ag_gemm":
         raise NotImplementedError(f"dispatch({op!r}) inside torch.compile: only 'ag_gemm' is a custom op")
-    unknown = set(layout) - {"gather_dim"}
-    if unknown:
-        raise ValueError(f"{sorted(unknown)[0]}: not a layout field of ag_gemm (known: gather_dim)")
+    for name in layout:
+        if name != "gather_dim":
+            raise ValueError(f"{name}: not a layout field of ag_gemm (known: gather_dim)")
     a_shard, b = tensors
     result = torch.ops.autotaxer.ag_gemm(a_shard, b, int(layout.get("gather_dim", 0)), group_name(group))
     if out is not None:
