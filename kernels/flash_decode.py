@@ -69,11 +69,29 @@ def split_bounds(length, split, splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def partial_attention(q_ptr, k_ptr, v_ptr, b, kvh, start, end,
-                      stride_qb, stride_qh, stride_kb, stride_ks, stride_kh,
-                      stride_vb, stride_vs, stride_vh, qk_scale,
-                      GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-                      HEAD_DIM: tl.constexpr, IEEE: tl.constexpr):
+def partial_attention(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    b,
+    kvh,
+    start,
+    end,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    qk_scale,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     """Partial attention of the ``GROUP`` query heads of KV head ``kvh`` over positions ``[start, end)``.
 
     Returns ``(o, lse)``: ``o (BLOCK_G, HEAD_DIM)`` fp32 normalised, ``lse (BLOCK_G,)`` in base 2;
@@ -118,9 +136,18 @@ def partial_attention(q_ptr, k_ptr, v_ptr, b, kvh, start, end,
 
 
 @triton.jit
-def combine_head(o_base, lse_base, num_partials, splits,
-                 o_stride_rank, o_stride_split, lse_stride_rank, lse_stride_split,
-                 HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr):
+def combine_head(
+    o_base,
+    lse_base,
+    num_partials,
+    splits,
+    o_stride_rank,
+    o_stride_split,
+    lse_stride_rank,
+    lse_stride_split,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
     """Merge the partials ``p = rank * splits + split`` of one (row, head) into its fp32 output.
 
     Loads bypass L1 (``.cg``): in the fused kernel the partials were written by peers over NVLink.
@@ -136,8 +163,12 @@ def combine_head(o_base, lse_base, num_partials, splits,
         live = p < num_partials
         r = (p // splits).to(tl.int64)
         s = (p % splits).to(tl.int64)
-        lse = tl.load(lse_base + r * lse_stride_rank + s * lse_stride_split, mask=live, other=float("-inf"),
-                      cache_modifier=".cg")
+        lse = tl.load(
+            lse_base + r * lse_stride_rank + s * lse_stride_split,
+            mask=live,
+            other=float("-inf"),
+            cache_modifier=".cg",
+        )
         o_rows = o_base + r * o_stride_rank + s * o_stride_split
         o = tl.load(o_rows[:, None] + offs_d[None, :], mask=live[:, None], other=0.0, cache_modifier=".cg")
         m_new = tl.maximum(m, tl.max(lse, 0))
@@ -151,22 +182,59 @@ def combine_head(o_base, lse_base, num_partials, splits,
 
 
 @triton.jit
-def _split_kv_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
-                     num_kv_heads, splits,
-                     stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                     qk_scale,
-                     GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, IEEE: tl.constexpr):
+def _split_kv_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    len_ptr,
+    o_ptr,
+    lse_ptr,
+    num_kv_heads,
+    splits,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    qk_scale,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     pid = tl.program_id(0)
     split = pid % splits
     bk = pid // splits
     b = bk // num_kv_heads
     kvh = bk % num_kv_heads
     start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
-    o, lse = partial_attention(q_ptr, k_ptr, v_ptr, b, kvh, start, end,
-                               stride_qb, stride_qh, stride_kb, stride_ks, stride_kh,
-                               stride_vb, stride_vs, stride_vh, qk_scale,
-                               GROUP, BLOCK_G, BLOCK_N, HEAD_DIM, IEEE)
+    o, lse = partial_attention(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        b,
+        kvh,
+        start,
+        end,
+        stride_qb,
+        stride_qh,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        qk_scale,
+        GROUP,
+        BLOCK_G,
+        BLOCK_N,
+        HEAD_DIM,
+        IEEE,
+    )
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, HEAD_DIM)
     # partial layout (B, H, splits, D) / (B, H, splits): row = b * H + h
@@ -177,15 +245,35 @@ def _split_kv_kernel(q_ptr, k_ptr, v_ptr, len_ptr, o_ptr, lse_ptr,
 
 
 @triton.jit
-def _combine_kernel(o_ptr, lse_ptr, out_ptr, num_heads, splits, num_partials, stride_rank,
-                    stride_out_b, stride_out_h,
-                    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr):
+def _combine_kernel(
+    o_ptr,
+    lse_ptr,
+    out_ptr,
+    num_heads,
+    splits,
+    num_partials,
+    stride_rank,
+    stride_out_b,
+    stride_out_h,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
     pid = tl.program_id(0)
     b = pid // num_heads
     h = pid % num_heads
     row = pid.to(tl.int64) * splits  # (b * H + h) * splits
-    res = combine_head(o_ptr + row * HEAD_DIM, lse_ptr + row, num_partials, splits,
-                       stride_rank, HEAD_DIM, stride_rank, 1, HEAD_DIM, BLOCK_P)
+    res = combine_head(
+        o_ptr + row * HEAD_DIM,
+        lse_ptr + row,
+        num_partials,
+        splits,
+        stride_rank,
+        HEAD_DIM,
+        stride_rank,
+        1,
+        HEAD_DIM,
+        BLOCK_P,
+    )
     out = out_ptr + b.to(tl.int64) * stride_out_b + h.to(tl.int64) * stride_out_h + tl.arange(0, HEAD_DIM)
     tl.store(out, res.to(out_ptr.dtype.element_ty))
 
@@ -196,8 +284,10 @@ def check_decode_inputs(q, k, v, lengths) -> tuple[int, int, int, int, int]:
     import torch
 
     if q.dim() != 3 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q must be (B, H, D) and k, v (B, S, Hkv, D); got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q must be (B, H, D) and k, v (B, S, Hkv, D); got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
     b, h, d = q.shape
     if tuple(k.shape) != tuple(v.shape) or k.shape[0] != b or k.shape[3] != d:
         raise ValueError(f"k/v shape {tuple(k.shape)}/{tuple(v.shape)} does not match q {tuple(q.shape)}")
@@ -211,7 +301,9 @@ def check_decode_inputs(q, k, v, lengths) -> tuple[int, int, int, int, int]:
     if q.stride(2) != 1 or k.stride(3) != 1 or v.stride(3) != 1:
         raise ValueError("stride: q, k and v need unit stride along D")
     if lengths.dtype != torch.int32 or tuple(lengths.shape) != (b,):
-        raise ValueError(f"lengths: expected int32 of shape ({b},), got {lengths.dtype} {tuple(lengths.shape)}")
+        raise ValueError(
+            f"lengths: expected int32 of shape ({b},), got {lengths.dtype} {tuple(lengths.shape)}"
+        )
     return b, h, hkv, d, k.shape[1]
 
 
@@ -227,18 +319,36 @@ def decode_partials(q, k, v, lengths, o_part, lse_part, *, config: DecodeConfig)
         raise ValueError(f"lse_part: expected contiguous fp32 with {b * h * s} elements")
     group = h // hkv
     _split_kv_kernel[(b * hkv * s,)](
-        q, k, v, lengths, o_part, lse_part,
-        hkv, s,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+        q,
+        k,
+        v,
+        lengths,
+        o_part,
+        lse_part,
+        hkv,
+        s,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
         LOG2E / d**0.5,
-        GROUP=group, BLOCK_G=block_g(group), BLOCK_N=config.block_n, HEAD_DIM=d,
+        GROUP=group,
+        BLOCK_G=block_g(group),
+        BLOCK_N=config.block_n,
+        HEAD_DIM=d,
         IEEE=q.dtype == torch.float32,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )
 
 
-def combine_partials(o_all, lse_all, out, *, world_size: int, splits: int, stride_rank: int,
-                     num_warps: int = 4) -> None:
+def combine_partials(
+    o_all, lse_all, out, *, world_size: int, splits: int, stride_rank: int, num_warps: int = 4
+) -> None:
     """Merge partials laid out per rank as ``(B, H, splits, D)`` / ``(B, H, splits)``, ``stride_rank``
     elements apart (the same stride for O and LSE: one all-gathered buffer), into ``out (B, H, D)``."""
     b, h, d = out.shape
@@ -248,6 +358,16 @@ def combine_partials(o_all, lse_all, out, *, world_size: int, splits: int, strid
     if p > MAX_PARTIALS:
         raise ValueError(f"splits: world_size * splits = {p} exceeds {MAX_PARTIALS}")
     _combine_kernel[(b * h,)](
-        o_all, lse_all, out, h, splits, p, stride_rank, out.stride(0), out.stride(1),
-        HEAD_DIM=d, BLOCK_P=block_p(p), num_warps=num_warps,
+        o_all,
+        lse_all,
+        out,
+        h,
+        splits,
+        p,
+        stride_rank,
+        out.stride(0),
+        out.stride(1),
+        HEAD_DIM=d,
+        BLOCK_P=block_p(p),
+        num_warps=num_warps,
     )

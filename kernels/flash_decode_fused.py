@@ -45,20 +45,66 @@ PHASES = ("all", "produce", "consume")
 
 
 @triton.jit
-def _produce(q_ptr, k_ptr, v_ptr, len_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, heap_bases,
-             role, epoch, slot, rank, batch, num_kv_heads, splits,
-             stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, qk_scale,
-             WORLD_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-             HEAD_DIM: tl.constexpr, IEEE: tl.constexpr):
+def _produce(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    len_ptr,
+    inbox_o_ptr,
+    inbox_lse_ptr,
+    flags_ptr,
+    heap_bases,
+    role,
+    epoch,
+    slot,
+    rank,
+    batch,
+    num_kv_heads,
+    splits,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    qk_scale,
+    WORLD_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    IEEE: tl.constexpr,
+):
     split = role % splits
     bk = role // splits
     b = bk // num_kv_heads
     kvh = bk % num_kv_heads
     start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
-    o, lse = partial_attention(q_ptr, k_ptr, v_ptr, b, kvh, start, end,
-                               stride_qb, stride_qh, stride_kb, stride_ks, stride_kh,
-                               stride_vb, stride_vs, stride_vh, qk_scale,
-                               GROUP, BLOCK_G, BLOCK_N, HEAD_DIM, IEEE)
+    o, lse = partial_attention(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        b,
+        kvh,
+        start,
+        end,
+        stride_qb,
+        stride_qh,
+        stride_kb,
+        stride_ks,
+        stride_kh,
+        stride_vb,
+        stride_vs,
+        stride_vh,
+        qk_scale,
+        GROUP,
+        BLOCK_G,
+        BLOCK_N,
+        HEAD_DIM,
+        IEEE,
+    )
     num_partials = WORLD_SIZE * splits
     p = rank * splits + split
     offs_g = tl.arange(0, BLOCK_G)
@@ -80,10 +126,25 @@ def _produce(q_ptr, k_ptr, v_ptr, len_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr
 
 
 @triton.jit
-def _consume(out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, role, epoch, slot, batch, num_kv_heads, splits,
-             stride_out_b, stride_out_h,
-             WORLD_SIZE: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
-             BLOCK_P: tl.constexpr, BLOCK_F: tl.constexpr):
+def _consume(
+    out_ptr,
+    inbox_o_ptr,
+    inbox_lse_ptr,
+    flags_ptr,
+    role,
+    epoch,
+    slot,
+    batch,
+    num_kv_heads,
+    splits,
+    stride_out_b,
+    stride_out_h,
+    WORLD_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
     b = role // num_kv_heads
     kvh = role % num_kv_heads
     num_partials = WORLD_SIZE * splits
@@ -93,40 +154,125 @@ def _consume(out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, role, epoch, slot, 
     # Acquire loads (atomic add of 0): a plain volatile load would not order the inbox reads after it.
     seen = tl.min(tl.where(f_ok, tl.atomic_add(flags, 0, mask=f_ok, sem="acquire", scope="sys"), epoch), 0)
     while seen < epoch:
-        seen = tl.min(tl.where(f_ok, tl.atomic_add(flags, 0, mask=f_ok, sem="acquire", scope="sys"), epoch), 0)
+        seen = tl.min(
+            tl.where(f_ok, tl.atomic_add(flags, 0, mask=f_ok, sem="acquire", scope="sys"), epoch), 0
+        )
     tl.debug_barrier()  # the acquiring threads' observation precedes every thread's inbox reads
     offs_d = tl.arange(0, HEAD_DIM)
     for g in range(GROUP):
         h = kvh * GROUP + g
         row = ((slot * batch + b) * num_kv_heads * GROUP + h).to(tl.int64) * num_partials
-        res = combine_head(inbox_o_ptr + row * HEAD_DIM, inbox_lse_ptr + row, num_partials, splits,
-                           splits * HEAD_DIM, HEAD_DIM, splits, 1, HEAD_DIM, BLOCK_P)
+        res = combine_head(
+            inbox_o_ptr + row * HEAD_DIM,
+            inbox_lse_ptr + row,
+            num_partials,
+            splits,
+            splits * HEAD_DIM,
+            HEAD_DIM,
+            splits,
+            1,
+            HEAD_DIM,
+            BLOCK_P,
+        )
         out = out_ptr + b.to(tl.int64) * stride_out_b + h.to(tl.int64) * stride_out_h + offs_d
         tl.store(out, res.to(out_ptr.dtype.element_ty))
 
 
 @triton.jit
 def _flash_decode_fused_kernel(
-    q_ptr, k_ptr, v_ptr, len_ptr, out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, ticket_ptr, heap_bases,
-    rank, batch, num_kv_heads, splits, num_producers, grid_size,
-    stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-    stride_out_b, stride_out_h, qk_scale,
-    WORLD_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_F: tl.constexpr, IEEE: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    len_ptr,
+    out_ptr,
+    inbox_o_ptr,
+    inbox_lse_ptr,
+    flags_ptr,
+    ticket_ptr,
+    heap_bases,
+    rank,
+    batch,
+    num_kv_heads,
+    splits,
+    num_producers,
+    grid_size,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_out_b,
+    stride_out_h,
+    qk_scale,
+    WORLD_SIZE: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    IEEE: tl.constexpr,
 ):
     ticket = tl.atomic_add(ticket_ptr, 1)  # int64: never wraps in practice
     epoch = ticket // grid_size + 1
     role = ticket % grid_size
     slot = epoch % 2
     if role < num_producers:
-        _produce(q_ptr, k_ptr, v_ptr, len_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, heap_bases,
-                 role, epoch, slot, rank, batch, num_kv_heads, splits,
-                 stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                 qk_scale, WORLD_SIZE, GROUP, BLOCK_G, BLOCK_N, HEAD_DIM, IEEE)
+        _produce(
+            q_ptr,
+            k_ptr,
+            v_ptr,
+            len_ptr,
+            inbox_o_ptr,
+            inbox_lse_ptr,
+            flags_ptr,
+            heap_bases,
+            role,
+            epoch,
+            slot,
+            rank,
+            batch,
+            num_kv_heads,
+            splits,
+            stride_qb,
+            stride_qh,
+            stride_kb,
+            stride_ks,
+            stride_kh,
+            stride_vb,
+            stride_vs,
+            stride_vh,
+            qk_scale,
+            WORLD_SIZE,
+            GROUP,
+            BLOCK_G,
+            BLOCK_N,
+            HEAD_DIM,
+            IEEE,
+        )
     else:
-        _consume(out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, role - num_producers, epoch, slot,
-                 batch, num_kv_heads, splits, stride_out_b, stride_out_h,
-                 WORLD_SIZE, GROUP, HEAD_DIM, BLOCK_P, BLOCK_F)
+        _consume(
+            out_ptr,
+            inbox_o_ptr,
+            inbox_lse_ptr,
+            flags_ptr,
+            role - num_producers,
+            epoch,
+            slot,
+            batch,
+            num_kv_heads,
+            splits,
+            stride_out_b,
+            stride_out_h,
+            WORLD_SIZE,
+            GROUP,
+            HEAD_DIM,
+            BLOCK_P,
+            BLOCK_F,
+        )
 
 
 def inbox_shapes(batch: int, heads: int, head_dim: int, world_size: int, splits: int):
@@ -140,8 +286,23 @@ def flag_shape(batch: int, kv_heads: int, world_size: int, splits: int) -> tuple
     return (2, batch, kv_heads, world_size * splits)
 
 
-def flash_decode_fused(q, k, v, lengths, out, *, inbox_o, inbox_lse, flags, ticket, heap_bases,
-                       rank: int, world_size: int, config: DecodeConfig, phase: str = "all") -> None:
+def flash_decode_fused(
+    q,
+    k,
+    v,
+    lengths,
+    out,
+    *,
+    inbox_o,
+    inbox_lse,
+    flags,
+    ticket,
+    heap_bases,
+    rank: int,
+    world_size: int,
+    config: DecodeConfig,
+    phase: str = "all",
+) -> None:
     """Launch the fused decode: ``out (B, H, D)`` gets attention over every rank's KV shard.
 
     ``inbox_o``, ``inbox_lse`` and ``flags`` live on the symmetric heap (same offsets on every rank),
@@ -158,11 +319,15 @@ def flash_decode_fused(q, k, v, lengths, out, *, inbox_o, inbox_lse, flags, tick
     if phase not in PHASES:
         raise ValueError(f"phase: expected one of {PHASES}, got {phase!r}")
     if tuple(inbox_o.shape) != (2, b, h, p, d) or inbox_o.dtype != torch.float32:
-        raise ValueError(f"inbox_o: expected fp32 {(2, b, h, p, d)}, got {inbox_o.dtype} {tuple(inbox_o.shape)}")
+        raise ValueError(
+            f"inbox_o: expected fp32 {(2, b, h, p, d)}, got {inbox_o.dtype} {tuple(inbox_o.shape)}"
+        )
     if tuple(inbox_lse.shape) != (2, b, h, p) or inbox_lse.dtype != torch.float32:
         raise ValueError(f"inbox_lse: expected fp32 {(2, b, h, p)}, got {tuple(inbox_lse.shape)}")
     if tuple(flags.shape) != flag_shape(b, hkv, world_size, s) or flags.dtype != torch.int64:
-        raise ValueError(f"flags: expected int64 {flag_shape(b, hkv, world_size, s)}, got {tuple(flags.shape)}")
+        raise ValueError(
+            f"flags: expected int64 {flag_shape(b, hkv, world_size, s)}, got {tuple(flags.shape)}"
+        )
     if ticket.dtype != torch.int64 or ticket.numel() != 1:
         raise ValueError("ticket: expected one int64 element")
     if tuple(out.shape) != (b, h, d) or out.stride(2) != 1:
@@ -172,11 +337,41 @@ def flash_decode_fused(q, k, v, lengths, out, *, inbox_o, inbox_lse, flags, tick
     consumers = b * hkv
     grid = {"all": producers + consumers, "produce": producers, "consume": consumers}[phase]
     _flash_decode_fused_kernel[(grid,)](
-        q, k, v, lengths, out, inbox_o, inbox_lse, flags, ticket, heap_bases,
-        rank, b, hkv, s, producers, producers + consumers,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), LOG2E / d**0.5,
-        WORLD_SIZE=world_size, GROUP=group, BLOCK_G=block_g(group), BLOCK_N=config.block_n, HEAD_DIM=d,
-        BLOCK_P=block_p(p), BLOCK_F=triton.next_power_of_2(p), IEEE=q.dtype == torch.float32,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        q,
+        k,
+        v,
+        lengths,
+        out,
+        inbox_o,
+        inbox_lse,
+        flags,
+        ticket,
+        heap_bases,
+        rank,
+        b,
+        hkv,
+        s,
+        producers,
+        producers + consumers,
+        q.stride(0),
+        q.stride(1),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        LOG2E / d**0.5,
+        WORLD_SIZE=world_size,
+        GROUP=group,
+        BLOCK_G=block_g(group),
+        BLOCK_N=config.block_n,
+        HEAD_DIM=d,
+        BLOCK_P=block_p(p),
+        BLOCK_F=triton.next_power_of_2(p),
+        IEEE=q.dtype == torch.float32,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )

@@ -39,7 +39,12 @@ def table(*records: WinnerRecord) -> dict[ProblemKey, WinnerRecord]:
 def test_exact_hit_uses_the_tuned_record() -> None:
     t = table(rec(key(64), chunks=4), rec(key(128), chunks=8))
     d = decide(t, key(64), OP, TARGET)
-    assert (d.variant, d.params, d.source, d.distance) == ("cpu_chunked", {"chunks": 4, "order": "rotated"}, EXACT, 0)
+    assert (d.variant, d.params, d.source, d.distance) == (
+        "cpu_chunked",
+        {"chunks": 4, "order": "rotated"},
+        EXACT,
+        0,
+    )
     assert d.tuned_key == key(64)
 
 
@@ -80,7 +85,14 @@ def test_exact_record_with_unusable_config_or_variant_is_not_used() -> None:
 
 @pytest.mark.parametrize(
     "other",
-    [key(64, n=64), key(64, k=32), key(64, dtype="bf16"), key(64, ws=4), key(64, gd=1), key(64, gpu="nvidia-h200")],
+    [
+        key(64, n=64),
+        key(64, k=32),
+        key(64, dtype="bf16"),
+        key(64, ws=4),
+        key(64, gd=1),
+        key(64, gpu="nvidia-h200"),
+    ],
     ids=["N", "K", "dtype", "world_size", "layout", "gpu_model"],
 )
 def test_any_other_difference_than_m_falls_back_to_bsp(other: ProblemKey) -> None:
@@ -100,7 +112,9 @@ def _runtime(tmp_path, records):
 
     path = tmp_path / "t.json"
     write_table(records, path)
-    cfg = RuntimeConfig(tables=(str(path),), env_tables=False, shipped_tables=False, misses_path=str(tmp_path / "m.jsonl"))
+    cfg = RuntimeConfig(
+        tables=(str(path),), env_tables=False, shipped_tables=False, misses_path=str(tmp_path / "m.jsonl")
+    )
     return Runtime(cfg)
 
 
@@ -136,7 +150,9 @@ def test_misses_logged_once_counted_and_exported_as_shapes_csv(tmp_path, caplog)
     out = tmp_path / "shapes.csv"
     assert write_shapes_csv(read_misses(tmp_path / "m.jsonl"), out) == 2
     rows = load_shapes(out, world_size=1)
-    assert sorted((r.shape["M"], r.shape["N"], r.shape["K"], r.dtype, r.layout["gather_dim"]) for r in rows) == [
+    assert sorted(
+        (r.shape["M"], r.shape["N"], r.shape["K"], r.dtype, r.layout["gather_dim"]) for r in rows
+    ) == [
         (80, 32, 16, "fp32", 0),
         (1000, 32, 16, "fp32", 0),
     ]
@@ -152,7 +168,9 @@ def test_misses_cli_lists_and_writes_shapes(tmp_path) -> None:
     rt.dispatch("ag_gemm", a, b, gather_dim=0)
     rt.close()
     out = tmp_path / "next.csv"
-    res = CliRunner().invoke(app, ["misses", "--file", str(tmp_path / "m.jsonl"), "--out", str(out), "--format", "json"])
+    res = CliRunner().invoke(
+        app, ["misses", "--file", str(tmp_path / "m.jsonl"), "--out", str(out), "--format", "json"]
+    )
     assert res.exit_code == 0, res.output
     listed = json.loads(res.stdout)
     assert [m["key"] for m in listed] == [key(24, ws=1).text]

@@ -26,7 +26,9 @@ def key(m: int) -> ProblemKey:
 
 def rec(m: int, chunks: int, median_us: float = 5.0, **kw) -> WinnerRecord:
     fields = {"env": dict(ENV), "device_type": "cpu", **kw}
-    return WinnerRecord(key(m), "cpu_chunked", {"chunks": chunks, "order": "rotated"}, median_us, 10.0, 4, **fields)
+    return WinnerRecord(
+        key(m), "cpu_chunked", {"chunks": chunks, "order": "rotated"}, median_us, 10.0, 4, **fields
+    )
 
 
 def chunks_by_m(t) -> dict[int, int]:
@@ -58,7 +60,9 @@ def test_precedence_paths_then_env_then_database_then_shipped(tmp_path, shipped)
     assert t.origins[key(8)] == str(tmp_path / "explicit.json")
     assert t.origins[key(32)].startswith("shipped:")
     # each source can be switched off
-    t = load_table(TableSources(db_url=url, use_env=False, use_shipped=False), TARGET, env=ENV, environ=environ)
+    t = load_table(
+        TableSources(db_url=url, use_env=False, use_shipped=False), TARGET, env=ENV, environ=environ
+    )
     assert chunks_by_m(t) == {8: 2, 16: 2, 24: 2}
 
 
@@ -68,7 +72,9 @@ def test_earlier_paths_win_and_env_holds_several_entries(tmp_path, shipped) -> N
     folder = tmp_path / "dir"
     folder.mkdir()
     write_table([rec(8, 4), rec(40, 4)], folder / "c.json")
-    t = load_table(TableSources(paths=(str(tmp_path / "b.json"), str(tmp_path / "a.json"))), TARGET, env=ENV, environ={})
+    t = load_table(
+        TableSources(paths=(str(tmp_path / "b.json"), str(tmp_path / "a.json"))), TARGET, env=ENV, environ={}
+    )
     assert chunks_by_m(t) == {8: 2, 16: 1, 24: 2}
     environ = {"AUTOTAXER_TABLE": os.pathsep.join([str(tmp_path / "a.json"), "", str(folder)])}
     t = load_table(TableSources(), TARGET, env=ENV, environ=environ)
@@ -104,7 +110,9 @@ def test_stale_records_warned_once_and_reported(tmp_path, shipped) -> None:
 
 def test_strict_mode_refuses_stale_records_and_lower_sources_take_over(tmp_path, shipped) -> None:
     write_table([rec(8, 1), rec(16, 1)], shipped / "t.json")
-    write_table([rec(8, 2, kernel_hash="f" * 64), rec(16, 2, env={**ENV, "triton": "2.0.0"})], tmp_path / "x.json")
+    write_table(
+        [rec(8, 2, kernel_hash="f" * 64), rec(16, 2, env={**ENV, "triton": "2.0.0"})], tmp_path / "x.json"
+    )
     cfg = TableSources(paths=(str(tmp_path / "x.json"),), strict=True)
     with pytest.warns(RuntimeWarning, match="strict mode refused 2"):
         t = load_table(cfg, TARGET, env=ENV, environ={})
@@ -143,3 +151,11 @@ def test_digest_depends_on_decisions_only() -> None:
 def test_runtime_config_names_the_bad_field(field: str, value) -> None:
     with pytest.raises(ValueError, match=field if field != "tables" else "paths"):
         RuntimeConfig(**{field: value}).validate()
+
+
+def test_kernel_source_hash_is_stable_and_names_op_and_variant() -> None:
+    h = kernel_source_hash("ag_gemm", "bsp")
+    assert len(h) == 64 and int(h, 16) >= 0
+    assert h == kernel_source_hash("ag_gemm", "bsp")
+    assert h != kernel_source_hash("ag_gemm", "cpu_chunked")
+    assert h != kernel_source_hash("flash_decode", "bsp")

@@ -91,11 +91,11 @@ def test_planted_hang_crash_and_wrong_are_survived_and_recorded(tmp_path: Path) 
 
 
 @pytest.mark.slow
-def test_tune_world_size_2_tpe_never_picks_a_failed_variant(tmp_path: Path) -> None:
+def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n16,8,16,fp32,1\n")
     args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--trials", "8", "--seed", "1"]
-    proc = _tune([*args, "--trial-timeout", "4", "--jsonl"], env=PLANTED)
+    proc = _tune([*args, "--jsonl"])
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     summary = events[-1]
@@ -108,33 +108,29 @@ def test_tune_world_size_2_tpe_never_picks_a_failed_variant(tmp_path: Path) -> N
         finished = [t for t in trials if t.state.name in ("COMPLETE", "FAIL")]
         assert len(finished) == 8
         assert trials[0].params == {"variant": "bsp"}  # the baseline is measured first
-        failed = {t.params["variant"] for t in trials if t.state.name == "FAIL"}
-        assert failed <= {"planted_hang", "planted_crash", "planted_wrong"}
-        assert not failed & {winners[key].variant}
+        assert all(t.state.name == "COMPLETE" and t.user_attrs["rel_err"] < 1e-5 for t in finished)
+        assert all(t.user_attrs["overhead_ms"] > 0 for t in finished)
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
 
 
 @pytest.mark.slow
-def test_world_size_3_resume_is_a_no_op_and_retune_starts_over(tmp_path: Path) -> None:
+def test_world_size_3_and_a_finished_run_resumes_as_a_no_op(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n12,8,24,fp32,1\n")
     key = _key(3, 12, 8, 24, 1)
-    args = ["--world-size", "3", "--shapes", str(shapes), "--db", url, "--quiet"]
-    proc = _tune([*args, "--trials", "6"])
+    args = ["--world-size", "3", "--shapes", str(shapes), "--db", url, "--trials", "6", "--quiet"]
+    proc = _tune(args)
     assert proc.returncode == 0, proc.stderr
-    assert len(_trials(url, key)) >= 6
-    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 6
-    first = _winners(url)
-    again = _tune([*args, "--trials", "6"])  # finished: nothing to run, nothing changes
+    finished = [t for t in _trials(url, key) if t.state.name in ("COMPLETE", "FAIL")]
+    assert len(finished) == 6 and all(t.state.name == "COMPLETE" for t in finished)
+    (first,) = _winners(url)
+    assert first.key == key and first.trials == 6
+    before = len(_trials(url, key))
+    again = _tune(args)  # finished: nothing runs, nothing changes
     assert again.returncode == 0, again.stderr
-    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 6
-    assert [w.median_us for w in _winners(url)] == [w.median_us for w in first]
-    retune = _tune([*args, "--trials", "3", "--retune"])
-    assert retune.returncode == 0, retune.stderr
-    assert sum(t.state.name == "COMPLETE" for t in _trials(url, key)) == 3
-    (winner,) = _winners(url)
-    assert winner.trials == 3
+    assert "launched 0" in again.stderr
+    assert len(_trials(url, key)) == before and _winners(url) == [first]
 
 
 def _children(pid: int) -> list[int]:

@@ -15,8 +15,12 @@ import typer
 
 
 def misses_command(
-    file: Annotated[Path | None, typer.Option("--file", help="Misses file (default: $AUTOTAXER_MISSES).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the missed shapes as a shapes.csv.")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", help="Misses file (default: $AUTOTAXER_MISSES).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the missed shapes as a shapes.csv.")
+    ] = None,
     op: Annotated[str, typer.Option("--op", help="Op whose shapes go to --out.")] = "ag_gemm",
     gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU model.")] = None,
     world_size: Annotated[int | None, typer.Option("--world-size", help="Only this world size.")] = None,
@@ -38,6 +42,9 @@ def misses_command(
     else:
         _print_table(misses, path)
     if out is not None:
+        if not any(m.key.op == op for m in misses):
+            typer.echo(f"no misses of {op}; {out} not written", err=True)
+            return
         n = write_shapes_csv(misses, out, op=op)
         typer.echo(f"wrote {n} shape(s) to {out}", err=fmt == "json")
 

@@ -130,7 +130,9 @@ def _ag_gemm_key(tensors: tuple, layout: dict[str, int], world_size: int, gpu_mo
 _KEY_BUILDERS = {"ag_gemm": _ag_gemm_key}
 
 
-def problem_key(op: Any, tensors: tuple, layout: dict[str, Any], world_size: int, target: Target) -> ProblemKey:
+def problem_key(
+    op: Any, tensors: tuple, layout: dict[str, Any], world_size: int, target: Target
+) -> ProblemKey:
     """The problem key of a call; ``ValueError`` naming the field for bad inputs or layout."""
     full = op.layout_defaults()
     for name, value in layout.items():
@@ -288,7 +290,9 @@ class Runtime:
         try:
             opobj = get_op(op)
             key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
-            decision = decide(self.table.records, key, opobj, self.ctx.target, math.log(self.config.max_m_ratio))
+            decision = decide(
+                self.table.records, key, opobj, self.ctx.target, math.log(self.config.max_m_ratio)
+            )
         except (KeyError, ValueError) as e:
             error, exc = f"{type(e).__name__}: {e}", e
         if self.ctx.world_size > 1:

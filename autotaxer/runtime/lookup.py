@@ -59,11 +59,17 @@ def _usable(op: Any, target: Target, key: ProblemKey, variant: str, params: Mapp
 
 
 def _same_except(a: ProblemKey, b: ProblemKey, name: str) -> bool:
-    if (a.op, a.gpu_model, a.world_size, a.dtype, a.layout) != (b.op, b.gpu_model, b.world_size, b.dtype, b.layout):
+    if (a.op, a.gpu_model, a.world_size, a.dtype, a.layout) != (
+        b.op,
+        b.gpu_model,
+        b.world_size,
+        b.dtype,
+        b.layout,
+    ):
         return False
     if [k for k, _ in a.shape] != [k for k, _ in b.shape]:
         return False
-    return all(va == vb for (ka, va), (_, vb) in zip(a.shape, b.shape) if ka != name)
+    return all(va == vb for (ka, va), (_, vb) in zip(a.shape, b.shape, strict=True) if ka != name)
 
 
 def nearest_candidates(

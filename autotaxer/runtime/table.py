@@ -8,7 +8,8 @@ Sources, highest precedence first (a key found in a higher source hides every lo
 4. the shipped defaults, ``tuning_db/*.json`` (package data ``autotaxer.tuning_db`` in a wheel, the
    repository's ``tuning_db/`` folder in an editable install).
 
-A folder given as a path means every ``*.json`` and ``*.csv`` table in it. Within one source, duplicate keys keep the faster record.
+A folder given as a path means every ``*.json`` and ``*.csv`` table in it. Within one source, duplicate
+keys keep the faster record.
 Records measured on another device type (``cpu`` vs ``cuda``) are dropped. A record whose kernel hash or
 torch/triton/iris version differs from this process is *stale*: reported (warning once per load, listed
 by :func:`stale_report`) and kept, or refused in strict mode (a lower source may then serve its key).

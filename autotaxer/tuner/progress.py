@@ -177,7 +177,11 @@ class PlainReporter(Reporter):
 
     def trial(self, ev: TrialEvent) -> None:
         if ev.state == "FAIL":
-            print(f"  {ev.key} trial {ev.number} {ev.variant} failed: {ev.failure}", file=self.stream, flush=True)
+            print(
+                f"  {ev.key} trial {ev.number} {ev.variant} failed: {ev.failure}",
+                file=self.stream,
+                flush=True,
+            )
 
     def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
         print(

@@ -23,6 +23,7 @@ from .study import (
     SAMPLERS,
     SearchSpace,
     best_trial,
+    check_space,
     counts,
     delete_study,
     duplicate_of,
@@ -136,6 +137,7 @@ class _ShapeTuner:
             delete_study(self.storage, self.key)
             self.db.delete_winner(self.key)
         study = open_study(self.storage, self.key, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
+        check_space(study, self.space)
         stale = fail_stale_trials(study)
         if stale:
             self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
@@ -322,8 +324,11 @@ class _ShapeTuner:
             self.db.upsert_winner(record)
             return
         stored = self.db.get_winner(self.key)
-        # Same or slower stored time: it is this study's (or worse); refresh it with the final counts.
-        self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)
+        same = stored is not None and (stored.variant, stored.params, stored.median_us, stored.bsp_us, stored.trials) == (
+            record.variant, record.params, record.median_us, record.bsp_us, record.trials
+        )  # fmt: skip
+        if not same:  # a stored time no faster than ours is this study's (or worse): refresh the counts
+            self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)
 
 
 def tune(

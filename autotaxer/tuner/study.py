@@ -153,6 +153,21 @@ def open_study(storage: Any, key: ProblemKey, sampler: Any) -> Any:
     )
 
 
+def check_space(study: Any, space: SearchSpace) -> None:
+    """Record the space in a new study; refuse to continue a study made with other variants or choices."""
+    import json
+
+    text = json.dumps([[n, [[p, list(c)] for p, c in params]] for n, params in space.variants])
+    stored = study.user_attrs.get("space")
+    if stored is None:
+        study.set_user_attr("space", text)
+    elif stored != text:
+        raise StudyError(
+            f"study {space.key.text!r} was created with other variants or parameter choices "
+            f"(stored: {stored}); run with the same --variants, or start over with --retune"
+        )
+
+
 def delete_study(storage: Any, key: ProblemKey) -> bool:
     """Delete the study of ``key``; False when there was none."""
     import optuna

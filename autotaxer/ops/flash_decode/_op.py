@@ -87,6 +87,10 @@ def _kv_shard(key: ProblemKey, rank: int, device: Any, seed: int):
     return k, v
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def partials_torch(q: Any, k: Any, v: Any, lengths: Any, splits: int, block: int = 1) -> tuple[Any, Any]:
     """Partials of one shard in fp32 torch math: ``O (B, H, splits, D)``, ``LSE (B, H, splits)`` (base 2).
 
@@ -104,7 +108,7 @@ def partials_torch(q: Any, k: Any, v: Any, lengths: Any, splits: int, block: int
     scale = 1.0 / math.sqrt(d)
     for b in range(bsz):
         n = int(lengths[b])
-        per = -(-(-(-n // splits)) // block) * block
+        per = _cdiv(_cdiv(n, splits), block) * block
         for s in range(splits):
             lo, hi = s * per, min((s + 1) * per, n)
             if lo >= hi:
@@ -122,7 +126,7 @@ def partials_torch(q: Any, k: Any, v: Any, lengths: Any, splits: int, block: int
 
 
 def combine_torch(o: Any, lse: Any) -> Any:
-    """Merge partials ``O (..., P, D)`` with base-2 ``LSE (..., P)`` into ``(..., D)`` fp32; all-empty -> 0."""
+    """Merge partials ``O (..., P, D)`` with base-2 ``LSE (..., P)`` into fp32 ``(..., D)``; all-empty: 0."""
     import torch
 
     m = lse.amax(-1, keepdim=True)
@@ -191,7 +195,9 @@ class FlashDecode(Op):
     ) -> ProblemKey:
         """The problem key of ``dispatch("flash_decode", q, k_shard, v_shard[, lengths])``."""
         if len(tensors) not in (3, 4):
-            raise ValueError(f"flash_decode: expected 3 or 4 tensors (q, k, v[, lengths]), got {len(tensors)}")
+            raise ValueError(
+                f"flash_decode: expected 3 or 4 tensors (q, k, v[, lengths]), got {len(tensors)}"
+            )
         q, k, v = tensors[:3]
         if q.dim() != 3 or k.dim() != 4 or tuple(v.shape) != tuple(k.shape):
             raise ValueError(

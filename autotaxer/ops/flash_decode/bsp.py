@@ -53,7 +53,8 @@ def check_gpu_params(key: ProblemKey, params: Params) -> str | None:
     # K and V tiles of every stage but one, plus scratch (checked against sm_90 compiles of the kernel)
     smem = max(params["num_stages"] - 1, 1) * 2 * bn * key["D"] * esize + 16 * 1024
     if smem > SMEM_BUDGET:
-        return f"num_stages: {params['num_stages']} stages of {bn}x{key['D']} K/V tiles need {smem} B of shared memory"
+        stages = params["num_stages"]
+        return f"num_stages: {stages} stages of {bn}x{key['D']} K/V tiles need {smem} B of shared memory"
     return None
 
 

@@ -55,12 +55,15 @@ class FusedVariant(Variant):
             "rank": heap.get_rank(),
             "inbox_o": heap.zeros(*o_shape, dtype=torch.float32),
             "inbox_lse": heap.zeros(*lse_shape, dtype=torch.float32),
-            "flags": heap.zeros(*flag_shape(key["B"], key["Hkv"], ctx.world_size, cfg.splits), dtype=torch.int64),
+            "flags": heap.zeros(
+                *flag_shape(key["B"], key["Hkv"], ctx.world_size, cfg.splits), dtype=torch.int64
+            ),
             "ticket": torch.zeros((1,), dtype=torch.int64, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
             "full_lengths": torch.full((key["B"],), local_length(key), dtype=torch.int32, device=ctx.device),
         }
-        torch.cuda.synchronize(ctx.device)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
         if ctx.world_size > 1:
             dist.barrier(group=ctx.group)
         return Workspace(key, dict(params), buffers)

@@ -1,0 +1,301 @@
+"""Side-by-side distributed flash decode (issue 5 item 5): BSP, fused, and the ceiling, on 2 GPUs.
+
+For B in {1, 8, 32}, H=32, Hkv=8, D=128, S in {8k, 32k, 128k, 512k} (global context, sharded over the
+ranks): BSP (split-KV decode + NCCL all-gather of the partials + combine kernel), the fused Iris kernel
+(push + flags + in-kernel combine), and the ceiling = the local split-KV decode alone (no
+communication, no combine). Each is swept over a capped list of configurations; every configuration is
+checked against BSP's default output (and BSP against the fp32 reference on the smaller shapes) before
+it is timed. Timing: eager (back-to-back) and CUDA-graph replay, median of samples after warm-up, max
+across ranks (``autotaxer.measure.time_variant``). Speedups are against the faster BSP mode. With
+``--dispatch`` it also times ``autotaxer.dispatch`` with whatever tuning table is installed.
+
+    python bench/flash_decode_bench.py --quick --out bench/results/flash_decode_quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from autotaxer.testing import run_ranks
+
+BS = (1, 8, 32)
+SS = (8192, 32768, 131072, 524288)
+WORLD_SIZE = 2
+REFERENCE_LIMIT = 8 * 32768  # B * S up to which BSP is also checked against the fp32 reference
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run; frozen so every rank gets the same plan."""
+
+    bs: tuple[int, ...]
+    ss: tuple[int, ...]
+    h: int
+    hkv: int
+    d: int
+    dtype: str
+    splits: tuple[int, ...]
+    blocks: tuple[tuple[int, int, int], ...]  # (block_n, num_warps, num_stages)
+    warmup: int
+    iters: int
+    samples: int
+    heap_gib: int
+    dispatch: bool
+    seed: int = 1234
+
+
+def _configs(cfg: BenchConfig, variant, key, target) -> list[dict[str, int]]:
+    out = []
+    for bn, nw, ns in cfg.blocks:
+        for s in cfg.splits:
+            p = {"block_n": bn, "splits": s, "num_warps": nw, "num_stages": ns}
+            if variant.check(key, target, p) is None:
+                out.append(p)
+    return out
+
+
+def _time(fn, ctx, cfg: BenchConfig) -> dict[str, Any]:
+    from autotaxer.measure import time_variant
+
+    out: dict[str, Any] = {}
+    for mode in ("eager", "graph"):
+        try:
+            out[mode] = time_variant(
+                fn, ctx, warmup=cfg.warmup, iters=cfg.iters, mode=mode, samples=cfg.samples
+            )
+        except Exception as exc:  # reported per entry
+            out[mode] = None
+            out[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return out
+
+
+def _best(entry: dict[str, Any] | None, mode: str | None = None) -> float | None:
+    if not entry:
+        return None
+    modes = (mode,) if mode else ("eager", "graph")
+    vals = [entry.get(m) for m in modes if entry.get(m) is not None]
+    return min(vals) if vals else None
+
+
+def _keep_best(best: dict[str, Any] | None, params: dict, timing: dict[str, Any]) -> dict[str, Any]:
+    """Per mode, the fastest time seen so far and the configuration that gave it."""
+    best = dict(best) if best is not None else {"eager": None, "graph": None}
+    for mode in ("eager", "graph"):
+        if timing.get(mode) is not None and (best[mode] is None or timing[mode] < best[mode]):
+            best[mode] = timing[mode]
+            best[f"{mode}_params"] = params
+        elif timing.get(f"{mode}_error") and f"{mode}_error" not in best:
+            best[f"{mode}_error"] = timing[f"{mode}_error"]
+    return best
+
+
+def _sweep(op, variant, key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
+    """Best eager and best graph time over the capped configs; configs that fail the check are listed."""
+    import torch
+
+    from autotaxer.measure import max_over_ranks
+    from autotaxer.ops import relative_error
+
+    best, failures = None, []
+    for params in _configs(cfg, variant, key, ctx.target):
+        try:
+            ws = variant.prepare(key, params, ctx)
+            out = op.empty_output(key, ctx.device)
+            variant.run(ws, inputs, ctx, out=out)
+            torch.cuda.synchronize(ctx.device)
+            err = max_over_ranks(relative_error(out, expect), ctx)  # every rank takes the same branch
+            if not err <= op.tolerance(key):
+                failures.append({"params": params, "error": f"relative error {err:.3g}"})
+                continue
+            timing = _time(lambda ws=ws, out=out: variant.run(ws, inputs, ctx, out=out), ctx, cfg)
+            best = _keep_best(best, params, timing)
+            del ws
+        except Exception as exc:
+            failures.append({"params": params, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return {"best": best, "failures": failures, "configs": len(_configs(cfg, variant, key, ctx.target))}
+
+
+def _ceiling(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
+    """The local split-KV decode alone, best over the same configurations."""
+    import torch
+    from autotaxer.kernels.flash_decode import DecodeConfig, decode_partials
+
+    from autotaxer.ops import get_op
+
+    bsp = get_op("flash_decode").variants["bsp"]
+    q, k, v, lens = inputs
+    best = None
+    for params in _configs(cfg, bsp, key, ctx.target):
+        c = DecodeConfig(**params)
+        o = torch.empty((key["B"], key["H"], c.splits, key["D"]), dtype=torch.float32, device=ctx.device)
+        lse = torch.empty((key["B"], key["H"], c.splits), dtype=torch.float32, device=ctx.device)
+        timing = _time(lambda c=c, o=o, lse=lse: decode_partials(q, k, v, lens, o, lse, config=c), ctx, cfg)
+        best = _keep_best(best, params, timing)
+    return {"best": best}
+
+
+def _dispatch(key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
+    import torch
+
+    from autotaxer.ops import get_op, relative_error
+    from autotaxer.runtime.dispatch import dispatch, get_runtime
+
+    try:
+        out = get_op("flash_decode").empty_output(key, ctx.device)
+        dispatch("flash_decode", *inputs, out=out)
+        torch.cuda.synchronize(ctx.device)
+        err = relative_error(out, expect)
+        decision = get_runtime().decisions()[key]
+        timing = _time(lambda: dispatch("flash_decode", *inputs, out=out), ctx, cfg)
+        return {"best": dict(timing, variant=decision.variant, params=dict(decision.params), error=err)}
+    except Exception as exc:
+        return {"best": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def _bench_rank(ctx, cfg: BenchConfig) -> list[dict[str, Any]]:
+    import torch
+
+    from autotaxer._problem import ProblemKey
+    from autotaxer.ops import get_op, relative_error
+
+    op = get_op("flash_decode")
+    ctx.heap_size = cfg.heap_gib << 30
+    rows = []
+    for s in cfg.ss:
+        for b in cfg.bs:
+            shape = {"B": b, "H": cfg.h, "Hkv": cfg.hkv, "D": cfg.d, "S": s}
+            key = ProblemKey.make("flash_decode", ctx.target.gpu_model, ctx.world_size, cfg.dtype, shape)
+            row: dict[str, Any] = {"shape": shape, "dtype": cfg.dtype}
+            try:
+                inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
+                bsp = op.variants["bsp"]
+                ws = bsp.prepare(key, bsp.default_params(key, ctx.target), ctx)
+                expect = op.empty_output(key, ctx.device)
+                bsp.run(ws, inputs, ctx, out=expect)
+                del ws
+                if b * s <= REFERENCE_LIMIT:
+                    row["bsp_reference_error"] = relative_error(
+                        expect, op.reference(key, ctx.rank, ctx.device, cfg.seed)
+                    )
+                row["ceiling"] = _ceiling(key, ctx, inputs, cfg)
+                for name, variant in sorted(op.available_variants(ctx.target).items()):
+                    row[name] = _sweep(op, variant, key, ctx, inputs, cfg, expect)
+                if cfg.dispatch:
+                    row["dispatch"] = _dispatch(key, ctx, inputs, cfg, expect)
+                del inputs, expect
+            except Exception as exc:  # e.g. out of memory at the largest shapes: reported, not fatal
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            torch.cuda.empty_cache()
+            rows.append(row)
+            if ctx.rank == 0:
+                print(_row_line(row), flush=True)
+    return rows
+
+
+# -- report -------------------------------------------------------------------------------------------
+def _fmt(us: float | None) -> str:
+    return "-" if us is None else f"{us:9.1f}"
+
+
+def _speedup(num: float | None, den: float | None) -> str:
+    return "-" if num is None or den is None or den <= 0 else f"{num / den:5.2f}x"
+
+
+def _row_line(row: dict[str, Any]) -> str:
+    sh = row["shape"]
+    head = f"B={sh['B']:<3d} S={sh['S']:<7d}"
+    if "error" in row:
+        return f"{head} error: {row['error']}"
+    bsp = (row.get("bsp") or {}).get("best")
+    fused = (row.get("fused") or {}).get("best")
+    ceil = row["ceiling"]["best"]
+    disp = (row.get("dispatch") or {}).get("best")
+    cols = [
+        f"bsp {_fmt(_best(bsp, 'eager'))} {_fmt(_best(bsp, 'graph'))}",
+        f"fused {_fmt(_best(fused, 'eager'))} {_fmt(_best(fused, 'graph'))}",
+        f"ceiling {_fmt(_best(ceil, 'eager'))} {_fmt(_best(ceil, 'graph'))}",
+        f"fused/bsp eager {_speedup(_best(bsp, 'eager'), _best(fused, 'eager'))}",
+        f"graph {_speedup(_best(bsp, 'graph'), _best(fused, 'graph'))}",
+        f"best {_speedup(_best(bsp), _best(fused))}",
+    ]
+    if disp is not None:
+        cols.append(
+            f"dispatch {_fmt(_best(disp))} ({disp['variant']}) vs bsp {_speedup(_best(bsp), _best(disp))}"
+        )
+    return f"{head} " + " | ".join(cols)
+
+
+def _environment() -> dict[str, Any]:
+    import torch
+
+    from autotaxer._target import software_versions
+
+    env: dict[str, Any] = dict(software_versions())
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    env["when"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return env
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer configurations and samples, same shapes")
+    p.add_argument("--b", default=None, help=f"comma list of B (default {BS})")
+    p.add_argument("--s", default=None, help=f"comma list of global S (default {SS})")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
+    p.add_argument("--heap-gib", type=int, default=2, help="Iris heap per rank (GiB)")
+    p.add_argument("--dispatch", action="store_true", help="also time autotaxer.dispatch")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole run")
+    p.add_argument("--out", default=None, help="JSON path (default bench/results/flash_decode[_quick].json)")
+    a = p.parse_args(argv)
+
+    def ints(text: str | None, default: tuple[int, ...], field: str) -> tuple[int, ...]:
+        if text is None:
+            return default
+        try:
+            vals = tuple(int(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            p.error(f"--{field}: expected a comma list of integers, got {text!r}")
+        if not vals or min(vals) <= 0:
+            p.error(f"--{field}: expected positive integers, got {text!r}")
+        return vals
+
+    if a.quick:
+        splits, blocks, warmup, iters, samples = (8, 16, 32, 64), ((64, 4, 2),), 3, 10, 5
+    else:
+        splits = (4, 8, 16, 32, 64)
+        blocks = ((64, 4, 2), (64, 4, 3), (128, 8, 2), (32, 4, 3))
+        warmup, iters, samples = 5, 20, 7
+    cfg = BenchConfig(
+        bs=ints(a.b, BS, "b"), ss=ints(a.s, SS, "s"), h=32, hkv=8, d=128, dtype=a.dtype,
+        splits=splits, blocks=blocks, warmup=warmup, iters=iters, samples=samples,
+        heap_gib=a.heap_gib, dispatch=a.dispatch,
+    )  # fmt: skip
+    out = a.out or f"bench/results/flash_decode{'_quick' if a.quick else ''}.json"
+    return cfg, out, a.timeout
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, out, timeout = parse_args(argv)
+    rows = run_ranks(_bench_rank, WORLD_SIZE, "cuda", args=(cfg,), timeout=timeout)[0]
+    report = {"config": asdict(cfg), "environment": _environment(), "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, out)
+    print("\nmicroseconds (eager graph), max over ranks; speedup = bsp / fused")
+    for row in rows:
+        print(_row_line(row))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The tuner's study logic, in-process on one CPU rank (no spawning): grid, repeats, resume, retune, stale."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from autotaxer._problem import ProblemKey
+from autotaxer._target import cpu_target
+from autotaxer.measure import TimingConfig
+from autotaxer.tuner import TuneConfig, tune
+from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study
+from autotaxer.tuner.worker import RankReply, TrialRequest, WorkerState, execute_trial
+
+FAST = TimingConfig(mode="eager", warmup=0, iters=1, samples=1)
+KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"gather_dim": 0})
+
+
+class InlineExecutor:
+    """Runs each trial in this process on a world of one rank."""
+
+    launches = 0
+    launch_s = 0.0
+
+    def __init__(self) -> None:
+        import torch
+
+        from autotaxer.ops import RunContext
+
+        ctx = RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target())
+        self.state = WorkerState(ctx)
+        self.requests: list[TrialRequest] = []
+
+    def ensure_started(self) -> None:
+        pass
+
+    def run(self, req: TrialRequest, timeout_s: float, on_wait=None) -> list[RankReply]:
+        self.requests.append(req)
+        return [execute_trial(self.state, req)]
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    from autotaxer.storage import open_database
+
+    database = open_database(f"sqlite:///{tmp_path}/t.sqlite")
+    yield database
+    database.close()
+
+
+def _run(db, **changes):
+    config = TuneConfig(**{"trials": 4, "timing": FAST, **changes})
+    executor = InlineExecutor()
+    results, summary = tune([KEY], cpu_target(), db, config, executor)
+    return results[0], executor
+
+
+def _trials(db):
+    import optuna
+
+    return optuna.load_study(study_name=KEY.text, storage=db.optuna_storage()).get_trials()
+
+
+def test_grid_runs_every_valid_point_once(db) -> None:
+    result, executor = _run(db, sampler="grid")
+    points = {(r.variant, tuple(sorted(r.params.items()))) for r in executor.requests}
+    assert len(executor.requests) == len(points) == 1 + 8  # bsp + chunks {1,2,4,8} x 2 orders
+    assert result.trials == 9 and result.stored
+    winner = db.get_winner(KEY)
+    assert winner.trials == 9 and winner.median_us == min(t.value for t in _trials(db))
+
+
+def test_repeats_are_pruned_and_a_small_space_ends_when_exhausted(db) -> None:
+    result, executor = _run(db, sampler="random", trials=50)
+    launched = [(r.variant, tuple(sorted(r.params.items()))) for r in executor.requests]
+    assert len(launched) == len(set(launched)) == 9
+    pruned = [t for t in _trials(db) if t.state.name == "PRUNED"]
+    assert all(t.user_attrs["pruned"].startswith("duplicate of trial") for t in pruned)
+    assert result.trials == 9
+
+
+def test_resume_counts_finished_trials_and_retune_starts_over(db) -> None:
+    _run(db, trials=3)
+    result, executor = _run(db, trials=5)
+    assert len(executor.requests) == 2 and result.trials == 5
+    result, executor = _run(db, trials=5)
+    assert executor.requests == [] and result.trials == 5
+    assert db.get_winner(KEY).trials == 5
+    result, executor = _run(db, trials=2, retune=True)
+    assert len(executor.requests) == 2 and result.trials == 2
+    assert len(_trials(db)) == 2 and db.get_winner(KEY).trials == 2
+    assert executor.requests[0].variant == "bsp"  # the baseline comes first in a fresh study
+
+
+def test_changed_variants_on_resume_ask_for_retune(db) -> None:
+    _run(db, trials=2, variants=("cpu_chunked",))
+    with pytest.raises(StudyError, match="--retune"):
+        _run(db, trials=2, variants=())  # refused even with nothing left to run
+    result, executor = _run(db, trials=2, variants=(), retune=True)
+    assert result.trials == 1 and [r.variant for r in executor.requests] == ["bsp"]
+
+
+def test_shape_timeout_stops_before_the_next_trial(db) -> None:
+    result, executor = _run(db, trials=4, timeout_s=1e-9)
+    assert executor.requests == [] and not result.stored
+    assert "--timeout" in result.note
+
+
+def test_fail_stale_trials_only_marks_dead_tuners(db) -> None:
+    import optuna
+
+    study = open_study(db.optuna_storage(), KEY, optuna.samplers.RandomSampler(seed=0))
+    host = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        owners = {
+            "dead-pid": (f"{host}:{dead.pid}", time.time()),
+            "live-pid": (f"{host}:{live.pid}", time.time()),
+            "other-host-silent": ("elsewhere:1", time.time() - STALE_AFTER_S - 5),
+            "other-host-beating": ("elsewhere:2", time.time()),
+        }
+        numbers = {}
+        for name, (owner, beat) in owners.items():
+            trial = study.ask()
+            trial.set_user_attr("owner", owner)
+            trial.set_user_attr("heartbeat", beat)
+            numbers[trial.number] = name
+        marked = {numbers[n] for n in fail_stale_trials(study)}
+    finally:
+        live.kill()
+        live.wait()
+    assert marked == {"dead-pid", "other-host-silent"}
+    states = {numbers[t.number]: t for t in study.get_trials()}
+    assert states["dead-pid"].state.name == "FAIL"
+    assert states["dead-pid"].user_attrs["failure"].startswith("interrupted")
+    assert states["live-pid"].state.name == "RUNNING"
+    assert states["other-host-beating"].state.name == "RUNNING"
