@@ -146,44 +146,29 @@ def consume_tiles(
                 row_off = tl.multiple_of(row_off, 8)
             src_lo = first_row // Ms
             src_hi = last_row // Ms
-            if (src_lo == rank) & (src_hi == rank):
-                # Only local rows: one K loop, no flags.
-                a_ptrs = a_ptr + row_off[:, None] + offs_k[None, :]
+            # One K loop per tile (a second call site would double the pipeline's shared memory):
+            # K chunk by K chunk, waiting only for peers' rows; tiles of local rows never wait.
+            for kc in range(0, n_kc):
+                k_lo = kc * kcw
+                k_hi = tl.minimum(k_lo + kcw, K)
+                for src in range(src_lo, src_hi + 1):
+                    if src != rank:
+                        wait_rows(
+                            flags_ptr,
+                            epoch,
+                            src,
+                            tl.maximum(first_row - src * Ms, 0),
+                            tl.minimum(last_row - src * Ms, Ms - 1),
+                            kc,
+                            rcw,
+                            n_rc,
+                            n_kc,
+                        )
+                a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
+                b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
                 acc = mma_k_range(
-                    acc,
-                    a_ptrs,
-                    b_cols + offs_k[:, None] * stride_bk,
-                    0,
-                    K,
-                    1,
-                    stride_bk,
-                    mask_n,
-                    BLOCK_K,
-                    EVEN_K,
-                    EVEN_N,
+                    acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
                 )
-            else:
-                for kc in range(0, n_kc):
-                    k_lo = kc * kcw
-                    k_hi = tl.minimum(k_lo + kcw, K)
-                    for src in range(src_lo, src_hi + 1):
-                        if src != rank:
-                            wait_rows(
-                                flags_ptr,
-                                epoch,
-                                src,
-                                tl.maximum(first_row - src * Ms, 0),
-                                tl.minimum(last_row - src * Ms, Ms - 1),
-                                kc,
-                                rcw,
-                                n_rc,
-                                n_kc,
-                            )
-                    a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
-                    b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
-                    acc = mma_k_range(
-                        acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
-                    )
         else:
             # gather_dim=1: the local K-slice first, then the peers' slices in rank-rotated order.
             for step in range(0, WORLD_SIZE):

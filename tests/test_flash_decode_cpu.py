@@ -374,3 +374,29 @@ def test_kernels_in_the_interpreter(args: tuple[str, ...]) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for stage in ("partials ok", "combine ok", "bsp composition ok", "fused ok", "fused variant ok"):
         assert stage in proc.stdout, proc.stdout + proc.stderr
+
+
+def _check_dispatch_gloo(ctx, seeds: tuple[int, ...]) -> list[tuple[str, float]]:
+    from autotaxer.runtime.dispatch import RuntimeConfig, init, shutdown
+
+    op = get_op("flash_decode")
+    key = _key(ws=ctx.world_size, s=128)
+    rt = init(RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    try:
+        results = []
+        for seed in seeds:
+            inputs = op.make_inputs(key, ctx.rank, ctx.device, seed, lengths="uneven")
+            out = rt.dispatch("flash_decode", *inputs)
+            err = relative_error(out, op.reference(key, ctx.rank, ctx.device, seed, lengths="uneven"))
+            (decision,) = rt.decisions().values()
+            results.append((decision.variant, err))
+        return results
+    finally:
+        shutdown()
+
+
+def test_dispatch_on_gloo_falls_back_to_bsp_and_matches_reference() -> None:
+    per_rank = run_ranks(_check_dispatch_gloo, 2, "cpu", args=((3, 4),))
+    rows = [row for rank_rows in per_rank for row in rank_rows]
+    assert len(rows) == 4
+    assert all(variant == "bsp" and err < 1e-5 for variant, err in rows), rows

@@ -84,7 +84,10 @@ def _run(body: str, timeout: float = 240.0) -> str:
     return proc.stdout
 
 
-SMALL = "FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2, comm_sms=2, row_chunks={rc}, k_chunks={kc})"
+SMALL = (
+    "FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2, comm_sms=2,"
+    " row_chunks={rc}, k_chunks={kc})"
+)
 
 
 @pytest.mark.slow
@@ -97,7 +100,8 @@ def test_two_ranks_several_calls(kind: str, gather_dim: int) -> None:
     out = _run(
         f"""
         check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, {SMALL.format(rc=2, kc=2)})
-        check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, {SMALL.format(rc=1, kc=1)}, calls=2, dtype=torch.float16)
+        cfg = {SMALL.format(rc=1, kc=1)}
+        check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, cfg, calls=2, dtype=torch.float16)
         """
     )
     assert out.count("OK") == 2

@@ -117,10 +117,11 @@ class LaunchedGroup:
             os._exit(WATCHDOG_EXIT)
 
     def stop(self) -> None:
-        """Release the followers."""
+        """Release the followers and leave the process group."""
         import torch.distributed as dist
 
         dist.broadcast_object_list([None], src=0)
+        leave()
 
 
 def follow(ctx: Any) -> None:
@@ -132,6 +133,16 @@ def follow(ctx: Any) -> None:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, src=0)
         if box[0] is None:
+            leave()
             return
         reply = execute_trial(state, box[0])
         dist.gather_object(reply, None, dst=0)
+
+
+def leave() -> None:
+    """Tear the process group down (a process exiting with live gloo/NCCL threads aborts)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

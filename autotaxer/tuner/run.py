@@ -324,9 +324,8 @@ class _ShapeTuner:
             self.db.upsert_winner(record)
             return
         stored = self.db.get_winner(self.key)
-        same = stored is not None and (stored.variant, stored.params, stored.median_us, stored.bsp_us, stored.trials) == (
-            record.variant, record.params, record.median_us, record.bsp_us, record.trials
-        )  # fmt: skip
+        fields = lambda r: (r.variant, r.params, r.median_us, r.bsp_us, r.trials)
+        same = stored is not None and fields(stored) == fields(record)
         if not same:  # a stored time no faster than ours is this study's (or worse): refresh the counts
             self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)
 
