@@ -1,0 +1,1 @@
+"""Shipped tuning tables (exported JSON files) that dispatch uses by default."""
