@@ -1,24 +1,32 @@
 """Building blocks shared by the fused ag_gemm kernels (``ag_gemm_pull``, ``ag_gemm_push``).
 
+Both kernels fill the same per-rank inbox (``2 parity x WORLD_SIZE x Ms x Ks`` in the symmetric heap;
+slot ``src`` holds rank ``src``'s shard) and run the same consumer GEMM over it, so every remote byte
+crosses NVLink/xGMI once. They differ in who moves it: push producers store the local shard into
+every peer's inbox; pull producers stage the local shard in their own inbox slot, then load each
+peer's staged chunks into their own inbox.
+
 Synchronisation contract (both kernels):
 
 * **Epoch in device memory.** ``sync[0]`` holds the last finished call's epoch; every program reads
   it at start (``epoch = sync[0] + 1``) and counts itself done in ``sync[1]`` at the end. The last
   program to finish (all others have read the epoch by then) resets the count and publishes the
   epoch. Nothing on the host changes between calls, so a captured CUDA graph replays correctly.
-* **Flags by epoch, double-buffered by parity.** The shard is cut into chunks (rows x K columns);
-  the owner's producers copy a chunk, run a CTA barrier, then one release at system scope writes the
-  epoch into the chunk's flag on every peer. Consumers spin with acquire loads until the flag reaches
-  their epoch. Data and flags of call ``e`` live in slot ``e % 2``: a rank is at most one call ahead
-  of a peer (each call waits for the peer's data of that call), so slot ``e % 2`` was last read two
-  calls ago, which has finished on every rank. Flags are never reset.
-* **No starvation.** Producers (program ids ``0 .. num_producers-1``) never wait on anything, so the
-  consumers that spin on them always make progress, whatever the grid size.
+* **Flags by epoch, double-buffered by parity.** The shard is cut into chunks (rows x K columns,
+  K-chunk major so the first K columns arrive first); flag ``[src, chunk]`` says chunk ``chunk`` of
+  ``src``'s shard is in slot ``src`` of the inbox holding it. A writer copies a chunk, runs a CTA
+  barrier, then one thread releases at system scope; readers spin with acquire loads at system scope
+  until the flag reaches their epoch. Data and flags of call ``e`` live in slot ``e % 2``: a rank is
+  at most one call ahead of a peer (each call waits for the peer's data of that call), so slot
+  ``e % 2`` was last read two calls ago, which has finished on every rank. Flags are never reset.
+* **No starvation.** Consumers wait only on producers; producers wait at most on the peers' producers
+  in a phase that itself never waits (pull's staging), so every wait ends whatever the grid size.
 
-Consumers read A through per-row element offsets relative to the local shard's pointer: local rows
-directly from the user's tensor, remote ones from the peer (pull: the peer's staging buffer, through
-the same heap-base translation as ``iris.load``, hoisted out of the K loop) or from the local inbox
-(push). Only tile sizes, schedule and world size are compile-time; shapes and strides are runtime.
+Consumers read A through per-row element offsets relative to the local shard's pointer (local rows
+from the user's tensor, peers' rows from the local inbox), chosen by selects so the K loop stays one
+software-pipelined loop (``cp.async`` for A and B, asynchronous ``wgmma``); ``bench/compile_hopper.py``
+checks that on the sm_90 compile. Only tile sizes, schedule and world size are compile-time; shapes
+and strides are runtime.
 """
 
 from __future__ import annotations
@@ -54,18 +62,22 @@ def wait_flag(flag_ptr, epoch):
 
 
 @triton.jit
-def peer_offset(a_ptr, buf_ptr, src, rank, heap_bases, PULL: tl.constexpr):
-    """Element offset from ``a_ptr`` to rank ``src``'s copy of ``buf_ptr`` (scalar or vector ``src``).
+def heap_delta(ptr, rank, peer, heap_bases):
+    """Elements from ``ptr`` to the same heap offset on ``peer`` (the translation ``iris.load`` does).
 
-    Pull: ``buf_ptr`` is this rank's staging buffer; the peer's lies at the same heap offset, so its
-    address is ``buf - heap_bases[rank] + heap_bases[src]`` (the translation ``iris.load`` does).
-    Push: ``buf_ptr`` is this rank's inbox for ``src``'s slot already.
+    Hoisted out of the copy loops as one scalar so the per-element address arithmetic stays
+    ``base + row * stride + col`` and its alignment (and so 16-byte vector accesses) stays provable.
     """
-    elem: tl.constexpr = a_ptr.dtype.element_ty.primitive_bitwidth // 8
-    delta = tl.cast(buf_ptr, tl.int64) - tl.cast(a_ptr, tl.int64)
-    if PULL:
-        delta += tl.load(heap_bases + src) - tl.load(heap_bases + rank)
-    return delta // elem
+    elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
+    return (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // elem
+
+
+@triton.jit
+def aligned_rows(row_off, ALIGNED: tl.constexpr, VEC: tl.constexpr):
+    """``row_off`` with the hint that every row starts on a 16-byte boundary (``VEC`` elements)."""
+    if ALIGNED:
+        row_off = tl.multiple_of(row_off, VEC)
+    return row_off
 
 
 @triton.jit
@@ -80,11 +92,10 @@ def consume_tiles(
     cid,
     num_consumers,
     a_ptr,
-    buf_ptr,
+    inbox_ptr,
     b_ptr,
     c_ptr,
     flags_ptr,
-    heap_bases,
     rank,
     epoch,
     M,
@@ -102,7 +113,6 @@ def consume_tiles(
     stride_cm,
     stride_cn,
     GATHER_DIM: tl.constexpr,
-    PULL: tl.constexpr,
     WORLD_SIZE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -112,14 +122,22 @@ def consume_tiles(
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
 ):
-    """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for remote A.
+    """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
 
-    ``buf_ptr``: pull, this rank's staging slot ``(Ms, Ks)``; push, this rank's inbox slot
-    ``(WORLD_SIZE, Ms, Ks)``. ``flags_ptr``: the flag slot ``(WORLD_SIZE, n_rc, n_kc)``.
+    Local rows / K-slice come straight from the user's tensor; peers' from this rank's inbox slot
+    ``inbox_ptr`` (``(WORLD_SIZE, Ms, Ks)``, slot ``src`` holds ``src``'s shard), guarded by the
+    flags ``flags_ptr`` (``(WORLD_SIZE, n_rc, n_kc)``). A is addressed as ``a_ptr + row_off + k``
+    with ``row_off`` chosen by selects, never by a branch: a branch-yielded offset loses its alignment
+    hint, A's loads then fall back to 2-byte accesses the software pipeline cannot issue as
+    ``cp.async``, and the MMA runs synchronously (measured: gather_dim=1 at 8x the GEMM's time).
     """
+    ELEM: tl.constexpr = a_ptr.dtype.element_ty.primitive_bitwidth // 8
+    VEC: tl.constexpr = 16 // ELEM
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
+    # the inbox slot as an element offset from A: one address expression serves local and peers' rows
+    inbox = (tl.cast(inbox_ptr, tl.int64) - tl.cast(a_ptr, tl.int64)) // ELEM
     # gather_dim=0: start at the first row tile holding local rows, then the next ranks' rows.
     first_local_m = (rank * Ms) // BLOCK_M
     for tile_id in range(cid, num_pid_m * num_pid_n, num_consumers):
@@ -137,13 +155,8 @@ def consume_tiles(
         if GATHER_DIM == 0:
             owner = rows // Ms
             lrow = rows - owner * Ms
-            if PULL:
-                remote = peer_offset(a_ptr, buf_ptr, owner, rank, heap_bases, PULL)
-            else:
-                remote = peer_offset(a_ptr, buf_ptr, 0, rank, heap_bases, PULL) + owner * Ms * Ks
-            row_off = tl.where(owner == rank, lrow * stride_am, remote + lrow * Ks)
-            if ALIGNED:
-                row_off = tl.multiple_of(row_off, 8)
+            row_off = tl.where(owner == rank, lrow * stride_am, inbox + rows * Ks)
+            row_off = aligned_rows(row_off, ALIGNED, VEC)
             src_lo = first_row // Ms
             src_hi = last_row // Ms
             # One K loop per tile (a second call site would double the pipeline's shared memory):
@@ -173,20 +186,14 @@ def consume_tiles(
             # gather_dim=1: the local K-slice first, then the peers' slices in rank-rotated order.
             for step in range(0, WORLD_SIZE):
                 src = rotate(rank, step, WORLD_SIZE)
-                if src == rank:
-                    row_off = rows * stride_am
-                else:
-                    if PULL:
-                        base = peer_offset(a_ptr, buf_ptr, src, rank, heap_bases, PULL)
-                    else:
-                        base = peer_offset(a_ptr, buf_ptr, 0, rank, heap_bases, PULL) + src * Ms * Ks
-                    row_off = base + rows * Ks
-                if ALIGNED:
-                    row_off = tl.multiple_of(row_off, 8)
+                local = src == rank
+                base = tl.where(local, 0, inbox + tl.cast(src, tl.int64) * Ms * Ks)
+                row_stride = tl.cast(tl.where(local, stride_am, Ks), tl.int64)
+                row_off = aligned_rows(base + rows * row_stride, ALIGNED, VEC)
                 for kc in range(0, n_kc):
                     k_lo = kc * kcw
                     k_hi = tl.minimum(k_lo + kcw, Ks)
-                    if src != rank:
+                    if not local:
                         wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc)
                     a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
                     b_ptrs = b_cols + (src * Ks + k_lo + offs_k)[:, None] * stride_bk
@@ -194,6 +201,42 @@ def consume_tiles(
                         acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
                     )
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+
+
+@triton.jit
+def copy_chunk(
+    src_ptr,
+    src_off,
+    src_stride,
+    dst_ptr,
+    dst_off,
+    r0,
+    r1,
+    k0,
+    k1,
+    Ks,
+    ALIGNED: tl.constexpr,
+    P_ROWS: tl.constexpr,
+    P_COLS: tl.constexpr,
+):
+    """Copy rows ``r0..r1``, columns ``k0..k1`` of a shard into an inbox slot (row stride ``Ks``).
+
+    Element ``(r, k)`` is read at ``src_ptr + src_off + r * src_stride + k`` and written at
+    ``dst_ptr + dst_off + r * Ks + k``; the scalar offsets carry a peer's heap translation, so one
+    helper serves local staging, remote stores (push) and remote loads (pull), all 16-byte vectors
+    when ``ALIGNED``.
+    """
+    VEC: tl.constexpr = 128 // src_ptr.dtype.element_ty.primitive_bitwidth
+    for r in range(r0, r1, P_ROWS):
+        rows = r + tl.arange(0, P_ROWS)
+        s_rows = aligned_rows(src_off + rows.to(tl.int64) * src_stride, ALIGNED, VEC)
+        d_rows = aligned_rows(dst_off + rows.to(tl.int64) * Ks, ALIGNED, VEC)
+        for k in range(k0, k1, P_COLS):
+            # k is a multiple of BLOCK_K (>= 16): chunks start on BLOCK_K, steps are P_COLS >= 16
+            cols = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, P_COLS), 16), P_COLS)
+            mask = (rows < r1)[:, None] & (cols < k1)[None, :]
+            val = tl.load(src_ptr + s_rows[:, None] + cols[None, :], mask=mask)
+            tl.store(dst_ptr + d_rows[:, None] + cols[None, :], val, mask=mask)
 
 
 @triton.jit
@@ -246,6 +289,25 @@ class FusedConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
 
 
+def inbox_shape(ms: int, ks: int, world_size: int) -> tuple[int, int, int, int]:
+    """Shape of a rank's inbox: two parity slots of every rank's shard."""
+    return (2, world_size, ms, ks)
+
+
+def flags_count(geo: ChunkGeometry, world_size: int) -> int:
+    """Number of int32 flags a rank needs: two parity slots of ``world_size x chunks``."""
+    return 2 * world_size * geo.count
+
+
+def smem_bytes(config: FusedConfig, elem_bytes: int) -> int:
+    """Shared memory the consumer's pipelined K loop allocates: ``num_stages`` A and B tiles.
+
+    Matches Triton's ``metadata.shared`` on sm_90 (checked by ``bench/compile_hopper.py``), where
+    the epilogue reuses the pipeline's buffers; the producers' copies go through registers only.
+    """
+    return config.num_stages * (config.block_m + config.block_n) * config.block_k * elem_bytes
+
+
 def shard_dims(m: int, k: int, world_size: int, gather_dim: int) -> tuple[int, int]:
     """``(Ms, Ks)``: the shape of one rank's shard."""
     return (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
@@ -254,6 +316,10 @@ def shard_dims(m: int, k: int, world_size: int, gather_dim: int) -> tuple[int, i
 def geometry(config: FusedConfig, ms: int, ks: int) -> ChunkGeometry:
     """The chunk geometry a config gives for a ``(Ms, Ks)`` shard."""
     return chunk_geometry(ms, ks, config.row_chunks, config.k_chunks, config.block_k)
+
+
+#: Launch phase -> producer steps run (bit 1: stage / store the own shard, bit 2: fetch peers').
+_PHASES = {"all": 3, "producers": 3, "stage": 1, "fetch": 2, "consumers": 0}
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -282,14 +348,18 @@ def launch(
 ) -> None:
     """Check shapes, work out the grid and launch ``kernel`` (the pull or push kernel).
 
-    ``phase="producers"``/``"consumers"`` launch only that part of the grid (for the interpreter,
-    where programs run one after another and a consumer must not spin before the producers ran).
+    ``buf`` is the rank's inbox (:func:`inbox_shape`), ``flags`` its :func:`flags_count` int32 flags.
+
+    ``phase`` launches part of the grid, for the interpreter, where programs run one after another
+    and nothing may spin on work that has not run yet: ``"stage"`` (producers' first step: push
+    stores into peers, pull stages its own shard), ``"fetch"`` (pull's loads of peers' chunks; no-op
+    for push), ``"producers"`` (both), ``"consumers"``; ``"all"`` is the real launch.
     """
     config.validate()
     if gather_dim not in (0, 1):
         raise ValueError(f"gather_dim: must be 0 or 1, got {gather_dim}")
-    if phase not in ("all", "producers", "consumers"):
-        raise ValueError(f"phase: must be all, producers or consumers, got {phase!r}")
+    if phase not in _PHASES:
+        raise ValueError(f"phase: must be one of {', '.join(_PHASES)}, got {phase!r}")
     ms, ks = a_shard.shape
     m, n = out.shape
     k = b.shape[0]
@@ -303,16 +373,26 @@ def launch(
     if config.comm_sms >= num_sms:
         raise ValueError(f"comm_sms: {config.comm_sms} leaves no SM for the GEMM ({num_sms} SMs)")
     geo = geometry(config, ms, ks)
+    if tuple(buf.shape) != inbox_shape(ms, ks, world_size) or buf.dtype != a_shard.dtype:
+        raise ValueError(
+            f"buf: expected {inbox_shape(ms, ks, world_size)} {a_shard.dtype}, got "
+            f"{tuple(buf.shape)} {buf.dtype}"
+        )
+    if flags.numel() < flags_count(geo, world_size):
+        raise ValueError(f"flags: {flags.numel()} flags, {flags_count(geo, world_size)} needed")
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     consumers = min(num_sms - config.comm_sms, tiles)
     producers = config.comm_sms
-    grid, offset = {
-        "all": (producers + consumers, 0),
-        "producers": (producers, 0),
-        "consumers": (consumers, producers),
-    }[phase]
+    grid, offset = (consumers, producers) if phase == "consumers" else (producers, 0)
+    if phase == "all":
+        grid = producers + consumers
     elem = a_shard.element_size()
-    aligned = (ks * elem) % 16 == 0 and (a_shard.stride(0) * elem) % 16 == 0 and a_shard.data_ptr() % 16 == 0
+    aligned = (
+        (ks * elem) % 16 == 0
+        and (a_shard.stride(0) * elem) % 16 == 0
+        and a_shard.data_ptr() % 16 == 0
+        and buf.data_ptr() % 16 == 0
+    )
     kernel[(grid,)](
         a_shard,
         b,
@@ -350,6 +430,7 @@ def launch(
         EVEN_K=ks % config.block_k == 0,
         EVEN_N=n % config.block_n == 0,
         ALIGNED=aligned,
+        COPY_STEPS=_PHASES[phase],
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

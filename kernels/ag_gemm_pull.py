@@ -1,13 +1,16 @@
-"""``ag_gemm`` pull: the persistent GEMM loads remote A tiles straight from the peers' heaps.
+"""``ag_gemm`` pull: producers stage the local shard, then load each peer's staged chunks into the inbox.
 
-A peer can only read what lives in the symmetric heap, so ``comm_sms`` stager CTAs first copy the
-local shard into this rank's staging slot for the call (one local copy per call, inside the kernel
-and so inside the timing), chunk by chunk; after each chunk a CTA barrier and one
-``iris.atomic_xchg`` (release, system scope) per peer raise the chunk's flag on that peer. Consumer
-CTAs (``_ag_fused.consume_tiles``) do the local rows / K-slice first, straight from the user's tensor,
-then acquire-wait per chunk and load the peer's staged tiles over NVLink/xGMI, with the heap-base
-translation of ``iris.load`` hoisted out of the K loop. Stagers never wait, so no grid size can
-starve them. Synchronisation details (device epoch, parity slots) are in ``_ag_fused``.
+A peer can only read what lives in the symmetric heap, so each call the ``comm_sms`` producer CTAs
+first copy the local shard into slot ``rank`` of this rank's inbox, chunk by chunk (rows x K columns,
+K-chunk major), each chunk followed by a CTA barrier and a release (system scope) of its own flag;
+that step never waits. Then, per chunk and peer, they spin with acquire loads on the peer's flag for
+that chunk (over NVLink/xGMI), copy the chunk from the peer's staging slot into slot ``peer`` of the
+local inbox (16-byte remote loads: the heap translation of ``iris.load`` is hoisted out of the copy
+loop), and release the local flag the consumers wait on. So every remote byte crosses the link once
+(the first design re-read peers' A once per N tile: ~64x the traffic at N=8192), and the consumers
+(``_ag_fused.consume_tiles``, shared with push) only read local memory. Producers wait only on the
+peers' staging step, which never waits, so no grid size can starve anyone. Synchronisation details
+(device epoch, parity slots) are in ``_ag_fused``.
 """
 
 from __future__ import annotations
@@ -16,15 +19,24 @@ import iris
 import triton
 import triton.language as tl
 
-from ._ag_fused import FusedConfig, chunk_bounds, consume_tiles, epoch_begin, epoch_end, launch
+from ._ag_fused import (
+    FusedConfig,
+    chunk_bounds,
+    consume_tiles,
+    copy_chunk,
+    epoch_begin,
+    epoch_end,
+    heap_delta,
+    launch,
+)
 
 
 @triton.jit
-def _stage_chunks(
+def _pull_chunks(
     pid,
     num_producers,
     a_ptr,
-    stage_ptr,
+    inbox_ptr,
     flags_ptr,
     heap_bases,
     rank,
@@ -37,29 +49,37 @@ def _stage_chunks(
     n_kc,
     stride_am,
     WORLD_SIZE: tl.constexpr,
+    ALIGNED: tl.constexpr,
     P_ROWS: tl.constexpr,
     P_COLS: tl.constexpr,
+    COPY_STEPS: tl.constexpr,
 ):
-    for chunk in range(pid, n_rc * n_kc, num_producers):
-        rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
-        for r in range(r0, r1, P_ROWS):
-            rows = r + tl.arange(0, P_ROWS)
-            for k in range(k0, k1, P_COLS):
-                cols = k + tl.arange(0, P_COLS)
-                mask = (rows < r1)[:, None] & (cols < k1)[None, :]
-                val = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + cols[None, :], mask=mask)
-                tl.store(stage_ptr + rows[:, None].to(tl.int64) * Ks + cols[None, :], val, mask=mask)
-        tl.debug_barrier()  # all of this CTA's stores precede the single release below
-        for i in tl.static_range(1, WORLD_SIZE):
-            iris.atomic_xchg(
-                flags_ptr + (rank * n_rc + rc) * n_kc + kc,
-                epoch,
-                rank,
-                (rank + i) % WORLD_SIZE,
-                heap_bases,
-                sem="release",
-                scope="sys",
-            )
+    slot_elems = tl.cast(Ms, tl.int64) * Ks
+    if COPY_STEPS & 1:
+        # Step 1, never waits: stage the own shard where peers can read it.
+        own = tl.cast(rank, tl.int64) * slot_elems
+        for chunk in range(pid, n_rc * n_kc, num_producers):
+            rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
+            copy_chunk(a_ptr, 0, stride_am, inbox_ptr, own, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
+            tl.debug_barrier()  # all of this CTA's stores precede the single release below
+            tl.atomic_xchg(flags_ptr + (rank * n_rc + rc) * n_kc + kc, epoch, sem="release", scope="sys")
+    if COPY_STEPS & 2:
+        # Step 2: fetch each peer's staged chunks once, into the local inbox.
+        for chunk in range(pid, n_rc * n_kc, num_producers):
+            rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
+            for i in tl.static_range(1, WORLD_SIZE):
+                src = (rank + i) % WORLD_SIZE
+                flag = flags_ptr + (src * n_rc + rc) * n_kc + kc
+                # the peer's own flag for this chunk sits at the same index of its heap
+                while iris.atomic_add(flag, 0, rank, src, heap_bases, sem="acquire", scope="sys") < epoch:
+                    pass
+                slot = tl.cast(src, tl.int64) * slot_elems
+                remote = slot + heap_delta(inbox_ptr, rank, src, heap_bases)
+                copy_chunk(
+                    inbox_ptr, remote, Ks, inbox_ptr, slot, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
+                )
+                tl.debug_barrier()  # all of this CTA's stores precede the single release below
+                tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
 
 
 @triton.jit
@@ -67,7 +87,7 @@ def _ag_gemm_pull_kernel(
     a_ptr,
     b_ptr,
     c_ptr,
-    stage_ptr,
+    inbox_ptr,
     flags_ptr,
     sync_ptr,
     heap_bases,
@@ -100,43 +120,46 @@ def _ag_gemm_pull_kernel(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
+    COPY_STEPS: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
     epoch = epoch_begin(sync_ptr)
     parity = epoch % 2
     flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
-    stage = stage_ptr + parity.to(tl.int64) * Ms * Ks
+    inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
     if pid < num_producers:
-        _stage_chunks(
-            pid,
-            num_producers,
-            a_ptr,
-            stage,
-            flags,
-            heap_bases,
-            rank,
-            epoch,
-            Ms,
-            Ks,
-            rcw,
-            n_rc,
-            kcw,
-            n_kc,
-            stride_am,
-            WORLD_SIZE,
-            P_ROWS,
-            P_COLS,
-        )
+        if COPY_STEPS != 0:
+            _pull_chunks(
+                pid,
+                num_producers,
+                a_ptr,
+                inbox,
+                flags,
+                heap_bases,
+                rank,
+                epoch,
+                Ms,
+                Ks,
+                rcw,
+                n_rc,
+                kcw,
+                n_kc,
+                stride_am,
+                WORLD_SIZE,
+                ALIGNED,
+                P_ROWS,
+                P_COLS,
+                COPY_STEPS,
+            )
     else:
         consume_tiles(
             pid - num_producers,
             num_consumers,
             a_ptr,
-            stage,
+            inbox,
             b_ptr,
             c_ptr,
             flags,
-            heap_bases,
             rank,
             epoch,
             M,
@@ -154,7 +177,6 @@ def _ag_gemm_pull_kernel(
             stride_cm,
             stride_cn,
             GATHER_DIM,
-            True,
             WORLD_SIZE,
             BLOCK_M,
             BLOCK_N,
@@ -167,8 +189,11 @@ def _ag_gemm_pull_kernel(
     epoch_end(sync_ptr, epoch, num_producers + num_consumers)
 
 
+KERNEL = _ag_gemm_pull_kernel
+
+
 class PullConfig(FusedConfig):
-    """Config of the pull kernel (see :class:`FusedConfig`); ``comm_sms`` are the stager CTAs."""
+    """Config of the pull kernel (see :class:`FusedConfig`)."""
 
 
 def ag_gemm_pull(
@@ -176,7 +201,7 @@ def ag_gemm_pull(
     a_shard,
     b,
     out,
-    stage,
+    inbox,
     flags,
     sync,
     heap_bases,
@@ -189,15 +214,16 @@ def ag_gemm_pull(
 ):
     """``out = all_gather(a_shard, gather_dim) @ b`` by pull; collective over ``world_size`` ranks.
 
-    ``stage`` (``2 x Ms x Ks``, A's dtype) and ``flags`` (int32, ``2 x world_size x chunks``, zeroed
-    once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side epoch.
+    ``inbox`` (``_ag_fused.inbox_shape``, A's dtype) and ``flags`` (int32, ``_ag_fused.flags_count``,
+    zeroed once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side
+    epoch. Nothing is reset between calls.
     """
     launch(
         _ag_gemm_pull_kernel,
         a_shard=a_shard,
         b=b,
         out=out,
-        buf=stage,
+        buf=inbox,
         flags=flags,
         sync=sync,
         heap_bases=heap_bases,

@@ -1,9 +1,10 @@
 """``ag_gemm`` push: producer CTAs store the local shard into every peer's inbox, consumers GEMM locally.
 
 Program ids ``0 .. comm_sms-1`` are producers: per chunk (rows x K columns, K-chunk major so the
-first K columns arrive first) they load the local shard and ``iris.store`` it into each peer's
-inbox slot for this call, then a CTA barrier and one ``iris.atomic_xchg`` (release, system scope) per
-peer raise the chunk's flag to this call's epoch. The other programs run the persistent GEMM of
+first K columns arrive first) they copy the local shard into slot ``rank`` of each peer's inbox for
+this call (16-byte remote stores: the peer's address is the heap translation ``iris.store`` does,
+hoisted out of the copy loop), then a CTA barrier and one ``iris.atomic_xchg`` (release, system scope)
+per peer raise the chunk's flag to this call's epoch. The other programs run the persistent GEMM of
 ``_ag_fused.consume_tiles``: local rows / K-slice first, then peers' data, read from the local inbox
 after an acquire wait on its chunk flag. Producers never wait, so no grid size can starve them.
 Synchronisation details (device epoch, parity slots) are in ``_ag_fused``.
@@ -15,7 +16,16 @@ import iris
 import triton
 import triton.language as tl
 
-from ._ag_fused import FusedConfig, chunk_bounds, consume_tiles, epoch_begin, epoch_end, launch
+from ._ag_fused import (
+    FusedConfig,
+    chunk_bounds,
+    consume_tiles,
+    copy_chunk,
+    epoch_begin,
+    epoch_end,
+    heap_delta,
+    launch,
+)
 
 
 @triton.jit
@@ -36,20 +46,17 @@ def _push_chunks(
     n_kc,
     stride_am,
     WORLD_SIZE: tl.constexpr,
+    ALIGNED: tl.constexpr,
     P_ROWS: tl.constexpr,
     P_COLS: tl.constexpr,
 ):
+    own = tl.cast(rank, tl.int64) * Ms * Ks  # this rank's slot in every inbox
     for chunk in range(pid, n_rc * n_kc, num_producers):
         rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
-        for r in range(r0, r1, P_ROWS):
-            rows = r + tl.arange(0, P_ROWS)
-            for k in range(k0, k1, P_COLS):
-                cols = k + tl.arange(0, P_COLS)
-                mask = (rows < r1)[:, None] & (cols < k1)[None, :]
-                val = tl.load(a_ptr + rows[:, None].to(tl.int64) * stride_am + cols[None, :], mask=mask)
-                dst = inbox_ptr + (rank * Ms + rows[:, None]).to(tl.int64) * Ks + cols[None, :]
-                for i in tl.static_range(1, WORLD_SIZE):
-                    iris.store(dst, val, rank, (rank + i) % WORLD_SIZE, heap_bases, mask=mask)
+        for i in tl.static_range(1, WORLD_SIZE):
+            peer = (rank + i) % WORLD_SIZE
+            dst = own + heap_delta(inbox_ptr, rank, peer, heap_bases)
+            copy_chunk(a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
         tl.debug_barrier()  # all of this CTA's stores precede the single release below
         for i in tl.static_range(1, WORLD_SIZE):
             iris.atomic_xchg(
@@ -101,6 +108,7 @@ def _ag_gemm_push_kernel(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
+    COPY_STEPS: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
     epoch = epoch_begin(sync_ptr)
@@ -108,26 +116,28 @@ def _ag_gemm_push_kernel(
     flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
     inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
     if pid < num_producers:
-        _push_chunks(
-            pid,
-            num_producers,
-            a_ptr,
-            inbox,
-            flags,
-            heap_bases,
-            rank,
-            epoch,
-            Ms,
-            Ks,
-            rcw,
-            n_rc,
-            kcw,
-            n_kc,
-            stride_am,
-            WORLD_SIZE,
-            P_ROWS,
-            P_COLS,
-        )
+        if COPY_STEPS & 1:
+            _push_chunks(
+                pid,
+                num_producers,
+                a_ptr,
+                inbox,
+                flags,
+                heap_bases,
+                rank,
+                epoch,
+                Ms,
+                Ks,
+                rcw,
+                n_rc,
+                kcw,
+                n_kc,
+                stride_am,
+                WORLD_SIZE,
+                ALIGNED,
+                P_ROWS,
+                P_COLS,
+            )
     else:
         consume_tiles(
             pid - num_producers,
@@ -137,7 +147,6 @@ def _ag_gemm_push_kernel(
             b_ptr,
             c_ptr,
             flags,
-            heap_bases,
             rank,
             epoch,
             M,
@@ -155,7 +164,6 @@ def _ag_gemm_push_kernel(
             stride_cm,
             stride_cn,
             GATHER_DIM,
-            False,
             WORLD_SIZE,
             BLOCK_M,
             BLOCK_N,
@@ -166,6 +174,9 @@ def _ag_gemm_push_kernel(
             ALIGNED,
         )
     epoch_end(sync_ptr, epoch, num_producers + num_consumers)
+
+
+KERNEL = _ag_gemm_push_kernel
 
 
 class PushConfig(FusedConfig):
@@ -190,9 +201,9 @@ def ag_gemm_push(
 ):
     """``out = all_gather(a_shard, gather_dim) @ b`` by push; collective over ``world_size`` ranks.
 
-    ``inbox`` (``2 x world_size x Ms x Ks``, A's dtype) and ``flags`` (int32, ``2 x world_size x
-    chunks``, zeroed once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the
-    device-side epoch. Nothing is reset between calls.
+    ``inbox`` (``_ag_fused.inbox_shape``, A's dtype) and ``flags`` (int32, ``_ag_fused.flags_count``,
+    zeroed once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side
+    epoch. Nothing is reset between calls.
     """
     launch(
         _ag_gemm_push_kernel,

@@ -21,7 +21,7 @@ _PRELUDE = textwrap.dedent(
     """
     import torch
 
-    from autotaxer.kernels._ag_fused import FusedConfig, geometry, shard_dims
+    from autotaxer.kernels._ag_fused import FusedConfig, flags_count, geometry, inbox_shape, shard_dims
     from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull
     from autotaxer.kernels.ag_gemm_push import ag_gemm_push
 
@@ -43,32 +43,34 @@ _PRELUDE = textwrap.dedent(
         heap = Heap(ws)
         ms, ks = shard_dims(m, k, ws, gd)
         geo = geometry(cfg, ms, ks)
-        buf = heap.alloc((2, ws, ms, ks) if kind == "push" else (2, ms, ks), dtype)
-        flags = heap.alloc((2, ws, geo.count), torch.int32)
+        buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
+        flags = heap.alloc((flags_count(geo, ws),), torch.int32)
         syncs = [torch.zeros(2, dtype=torch.int32) for _ in range(ws)]
         for call in range(1, calls + 1):
             shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
             b = torch.randn(k, n).to(dtype)
             outs = [torch.full((m, n), float("nan"), dtype=dtype) for _ in range(ws)]
             ref = torch.cat([s.float() for s in shards], dim=gd) @ b.float()
-            for phase in ("producers", "consumers"):
+            # pull's fetch step waits on every peer's staging step: stage everywhere first
+            for phase in ("stage", "fetch", "consumers"):
                 for r in range(ws):
                     args = dict(a_shard=shards[r], b=b, out=outs[r], flags=flags[r], sync=syncs[r],
                                 heap_bases=heap.bases, rank=r, world_size=ws, gather_dim=gd, config=cfg,
-                                num_sms=4, phase=phase)
-                    if kind == "push":
-                        ag_gemm_push(inbox=buf[r], **args)
-                    else:
-                        ag_gemm_pull(stage=buf[r], **args)
+                                num_sms=4, phase=phase, inbox=buf[r])
+                    (ag_gemm_push if kind == "push" else ag_gemm_pull)(**args)
             for r in range(ws):
                 err = ((outs[r].float() - ref).norm() / ref.norm()).item()
                 tol = 1e-5 if dtype == torch.float32 else 2e-3
                 assert err < tol, (kind, ws, gd, m, n, k, call, r, err)
                 # the device epoch advanced once, the completion count is back at zero
                 assert syncs[r].tolist() == [call, 0], (call, syncs[r].tolist())
-                # this call's flags hold its epoch; no flag is ever reset
-                assert (flags[r][call % 2].flatten().tolist().count(call)
-                        == (ws - 1) * geo.count), flags[r]
+                # this call's flags hold its epoch (pull: its own staging flags too); never reset
+                slot = flags[r].view(2, ws, geo.count)[call % 2]
+                assert slot.flatten().tolist().count(call) == (ws - 1 if kind == "push" else ws) * geo.count
+                # every peer's chunks arrived in the inbox, bit for bit (pull: the own shard is staged)
+                for src in range(ws):
+                    if src != r or kind == "pull":
+                        assert torch.equal(buf[r][call % 2, src], shards[src]), (kind, r, src)
         print("OK", kind, ws, gd, m, n, k)
     """
 )

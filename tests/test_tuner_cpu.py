@@ -268,3 +268,33 @@ def test_cuda_without_enough_gpus_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "needs 64 GPUs" in result.output
     assert not db_file.exists()
+
+
+@pytest.mark.slow
+def test_inside_torchrun_rank_0_tunes_and_the_others_follow(tmp_path: Path) -> None:
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed next to this Python")
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype\n16,8,8,fp32\n")
+    cmd = [str(torchrun), "--standalone", "--nproc-per-node", "2", "--no-python", AUTOTAXER, "tune"]
+    cmd += [
+        "--device",
+        "cpu",
+        "--world-size",
+        "2",
+        "--shapes",
+        str(shapes),
+        "--db",
+        url,
+        "--trials",
+        "4",
+        "--quiet",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "launched 1" in proc.stderr  # the launch's own ranks: nothing spawned
+    finished = [t for t in _trials(url, _key(2, 16, 8, 8, 0)) if t.state.name == "COMPLETE"]
+    assert len(finished) == 4
+    (winner,) = _winners(url)
+    assert winner.trials == 4

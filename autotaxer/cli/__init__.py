@@ -52,7 +52,7 @@ table.register(app)
 doctor.register(app)
 
 # Commands owned by other modules, registered when they are present.
-for _name in ("tune", "misses"):
+for _name in ("tune", "misses", "bench", "report"):
     _qual = f"{__name__}.{_name}"
     try:
         _module = importlib.import_module(_qual)

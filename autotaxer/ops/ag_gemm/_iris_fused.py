@@ -58,7 +58,7 @@ class IrisFusedVariant(Variant):
         }
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from autotaxer.kernels._ag_fused import FusedConfig, geometry
+        from autotaxer.kernels._ag_fused import FusedConfig, geometry, smem_bytes
 
         if key.dtype not in _ELEM_BYTES:
             return f"dtype: {self.name} supports bf16 and fp16, not {key.dtype}"
@@ -75,7 +75,7 @@ class IrisFusedVariant(Variant):
         if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
             return "num_warps: a 128x256 tile needs 8 warps"
         vendor = "amd" if target.is_amd else "nvidia"
-        smem = config.num_stages * (config.block_m + config.block_n) * config.block_k * _ELEM_BYTES[key.dtype]
+        smem = smem_bytes(config, _ELEM_BYTES[key.dtype])
         if smem > _SMEM_BYTES[vendor]:
             return f"num_stages: {config.num_stages} stages need {smem} B of shared memory"
         if config.comm_sms >= target.num_sms:
@@ -102,7 +102,7 @@ class IrisFusedVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels._ag_fused import FusedConfig, geometry
+        from autotaxer.kernels._ag_fused import FusedConfig, flags_count, geometry
 
         AgGemm().validate(key)
         reason = self.check(key, ctx.target, params)
@@ -127,7 +127,7 @@ class IrisFusedVariant(Variant):
         geo = geometry(config, ms, ks)
         buffers = {
             "data": heap.zeros(*shape, dtype=dtype),
-            "flags": heap.zeros(2 * ctx.world_size * geo.count, dtype=torch.int32),
+            "flags": heap.zeros(flags_count(geo, ctx.world_size), dtype=torch.int32),
             "sync": torch.zeros(2, dtype=torch.int32, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
             "out": torch.empty((key["M"], key["N"]), dtype=dtype, device=ctx.device),

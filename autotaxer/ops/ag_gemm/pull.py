@@ -1,4 +1,4 @@
-"""``pull``: one persistent Triton GEMM whose CTAs load remote A tiles from the peers' heaps."""
+"""``pull``: producer CTAs load the peers' staged shards into the local inbox; the GEMM reads locally."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from ._op import shard_shape
 
 class PullVariant(IrisFusedVariant):
     name = "pull"
-    buffer_arg = "stage"
+    buffer_arg = "inbox"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
-        return (2, *shard_shape(key))
+        from autotaxer.kernels._ag_fused import inbox_shape
+
+        return inbox_shape(*shard_shape(key), key.world_size)
 
     def launcher(self):
         from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull

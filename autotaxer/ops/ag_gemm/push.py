@@ -12,7 +12,9 @@ class PushVariant(IrisFusedVariant):
     buffer_arg = "inbox"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
-        return (2, key.world_size, *shard_shape(key))
+        from autotaxer.kernels._ag_fused import inbox_shape
+
+        return inbox_shape(*shard_shape(key), key.world_size)
 
     def launcher(self):
         from autotaxer.kernels.ag_gemm_push import ag_gemm_push

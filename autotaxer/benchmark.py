@@ -1,0 +1,532 @@
+"""Side-by-side ``ag_gemm`` benchmark: BSP, its parts, every variant, dispatch and the peers, in one run.
+
+For each case (M, N, K, layout, dtype) on ``world_size`` spawned ranks: BSP (all-gather + vendor GEMM),
+the all-gather alone, the GEMM alone (the ceiling of any fused kernel is the larger of the two), every
+available variant at its tuned configuration (the best COMPLETE trial of that variant in the case's Optuna
+study; a capped sweep of its search space where the database has none), ``dispatch()`` as a user would
+call it, PyTorch's ``fused_all_gather_matmul`` (gather_dim=0) and Iris' stock ``all_gather_matmul``
+(gather_dim=1, in its own process group with a time limit so a hang is reported, not fatal). Every
+configuration is validated against the fp32 reference before it is timed. Entries are timed with
+:func:`autotaxer.measure.time_variant`: ``eager`` (back-to-back calls) and, on CUDA, ``graph`` (calls
+captured in one CUDA graph); median of several samples, max across ranks, microseconds.
+
+Torch, Triton and Iris are imported inside functions, so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from ._problem import DTYPES, ProblemKey
+
+#: Entries that every row has, in table order (``variants`` holds one entry per variant).
+BASE_COLUMNS = ("bsp", "allgather", "gemm")
+#: Peer implementations: PyTorch's (gather_dim=0) and Iris' stock kernel (gather_dim=1).
+PEERS = {"torch_fused": 0, "iris_stock": 1}
+UNITS = "microseconds per call, median, max over ranks; eager = back-to-back, graph = CUDA graph"
+DEVICES = ("cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmarked problem: global ``M, N, K``, the layout and the dtype."""
+
+    M: int
+    N: int
+    K: int
+    gather_dim: int = 0
+    dtype: str = "bf16"
+
+    def key(self, gpu_model: str, world_size: int) -> ProblemKey:
+        """The problem key of this case on ``gpu_model`` with ``world_size`` ranks."""
+        return ProblemKey.make(
+            "ag_gemm",
+            gpu_model,
+            world_size,
+            self.dtype,
+            {"M": self.M, "N": self.N, "K": self.K},
+            {"gather_dim": self.gather_dim},
+        )
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to run; frozen so every rank gets the same plan.
+
+    ``variants``: None = every available non-baseline variant. ``max_configs``: configurations swept per
+    variant that has no tuned configuration. ``db_url``/``tables``: where tuned configurations and
+    dispatch's table come from (None/empty: dispatch's defaults).
+    """
+
+    cases: tuple[Case, ...]
+    world_size: int = 2
+    device: str = "cuda"
+    variants: tuple[str, ...] | None = None
+    max_configs: int = 8
+    warmup: int = 5
+    iters: int = 20
+    samples: int = 9
+    peers: bool = True
+    dispatch: bool = True
+    db_url: str | None = None
+    tables: tuple[str, ...] = ()
+    heap_gib: int = 8
+    peer_timeout: float = 180.0
+    seed: int = 1234
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad field."""
+        if not self.cases:
+            raise ValueError("cases: nothing to benchmark")
+        if self.world_size < 1:
+            raise ValueError(f"world_size: must be >= 1, got {self.world_size}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
+        for name, low in (("max_configs", 1), ("warmup", 0), ("iters", 1), ("samples", 1), ("heap_gib", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)}")
+        if not self.peer_timeout > 0:
+            raise ValueError(f"peer_timeout: must be > 0 seconds, got {self.peer_timeout}")
+        for c in self.cases:
+            if c.dtype not in DTYPES:
+                raise ValueError(f"dtype: unknown dtype {c.dtype!r} (expected one of {', '.join(DTYPES)})")
+            if c.gather_dim not in (0, 1):
+                raise ValueError(f"gather_dim: must be 0 or 1, got {c.gather_dim}")
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """Timing modes: eager and CUDA graph on GPUs, eager only on CPU."""
+        return ("eager", "graph") if self.device == "cuda" else ("eager",)
+
+
+#: Tuned configurations: case index -> variant name -> params.
+Tuned = Mapping[int, Mapping[str, Mapping[str, Any]]]
+
+
+def cases_from_shapes(rows: Iterable[Any]) -> tuple[Case, ...]:
+    """Cases of the ``ag_gemm`` rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`)."""
+    return tuple(
+        Case(r.shape["M"], r.shape["N"], r.shape["K"], r.layout.get("gather_dim", 0), r.dtype)
+        for r in rows
+        if r.op == "ag_gemm"
+    )
+
+
+# -- tuned configurations from the database -----------------------------------------------------------
+
+
+def tuned_params(db: Any, cases: Iterable[Case], gpu_model: str, world_size: int) -> dict[int, dict]:
+    """Per case, each variant's best COMPLETE trial in its Optuna study, and the stored winner.
+
+    ``db`` is an open :class:`autotaxer.storage.Database`. Cases without a study or winner are absent.
+    """
+    import optuna
+
+    from .tuner.study import best_trial, split_params
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = db.optuna_storage()
+    names = set(optuna.get_all_study_names(storage))
+    out: dict[int, dict] = {}
+    for i, case in enumerate(cases):
+        key = case.key(gpu_model, world_size)
+        found: dict[str, dict] = {}
+        if key.text in names:
+            study = optuna.load_study(study_name=key.text, storage=storage)
+            for variant in {t.params.get("variant") for t in study.get_trials(deepcopy=False)} - {None}:
+                best = best_trial(study, variant)
+                if best is not None:
+                    found[variant] = split_params(best.params)[1]
+        winner = db.get_winner(key)
+        if winner is not None:
+            found.setdefault(winner.variant, dict(winner.params))
+        if found:
+            out[i] = found
+    return out
+
+
+# -- per-rank work ------------------------------------------------------------------------------------
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _time(fn: Callable[[], Any], ctx: Any, cfg: BenchConfig) -> dict[str, Any]:
+    from .measure import time_variant
+
+    out: dict[str, Any] = {}
+    for mode in cfg.modes:
+        try:
+            out[mode] = time_variant(
+                fn, ctx, warmup=cfg.warmup, iters=cfg.iters, mode=mode, samples=cfg.samples
+            )
+        except Exception as exc:  # reported per entry; identical on every rank for deterministic failures
+            out[mode] = None
+            out[f"{mode}_error"] = _error_text(exc)
+    return out
+
+
+def capped(configs: list[dict], cap: int) -> list[dict]:
+    """At most ``cap`` configs, spread evenly over the list (first and last kept)."""
+    if len(configs) <= cap:
+        return configs
+    step = (len(configs) - 1) / (cap - 1) if cap > 1 else 0
+    return [configs[round(i * step)] for i in range(cap)]
+
+
+def _variant_entry(op, variant, key, ctx, inputs, cfg: BenchConfig, tuned: Mapping | None) -> dict[str, Any]:
+    """Time ``variant`` at its tuned configuration, or at the best of a capped sweep."""
+    from .measure import check_variant, time_variant
+    from .ops import iter_grid
+
+    result: dict[str, Any] = {}
+    configs: list[dict] = []
+    if tuned is not None:
+        reason = variant.check(key, ctx.target, tuned)
+        if reason is None:
+            configs, result["source"] = [dict(tuned)], "tuned"
+        else:
+            result["tuned_rejected"] = f"{dict(tuned)}: {reason}"
+    if not configs:
+        space = variant.search_space(key, ctx.target)
+        valid = [p for p in iter_grid(space) if variant.check(key, ctx.target, p) is None]
+        configs, result["source"] = capped(valid, cfg.max_configs), "sweep"
+        result["valid_configs"] = len(valid)
+    tried, failed = [], []
+    best: tuple[float, dict, Any, Any, float] | None = None
+    for params in configs:
+        try:
+            ws = variant.prepare(key, params, ctx)
+            err = check_variant(op, variant, key, params, ctx, cfg.seed, ws=ws)
+            if not err <= op.tolerance(key):
+                failed.append({"params": params, "error": f"relative error {err:.3g}"})
+                continue
+            out = op.empty_output(key, ctx.device)
+            fn = partial(variant.run, ws, inputs, ctx, out=out)
+            t = time_variant(fn, ctx, warmup=cfg.warmup, iters=cfg.iters, mode="eager", samples=cfg.samples)
+            tried.append({"params": params, "eager": t, "err": err})
+            if best is None or t < best[0]:
+                best = (t, params, ws, out, err)
+        except Exception as exc:
+            failed.append({"params": params, "error": _error_text(exc)})
+    result.update(tried=tried, failed=failed)
+    if best is not None:
+        _, params, ws, out, err = best
+        result.update(best_params=params, err=err)
+        result.update(_time(partial(variant.run, ws, inputs, ctx, out=out), ctx, cfg))
+    return result
+
+
+def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
+    """Time ``dispatch`` as a user calls it (its plan created by an untimed first call)."""
+    from .ops import relative_error
+
+    gd = key["gather_dim"]
+    try:
+        plan = rt.plan("ag_gemm", *inputs, gather_dim=gd)
+        out = op.empty_output(key, ctx.device)
+        got = rt.dispatch("ag_gemm", *inputs, out=out, gather_dim=gd)
+        got = out if got is None else got
+        err = relative_error(got, op.reference(key, ctx.rank, ctx.device, cfg.seed))
+        d = plan.decision
+        entry = {"variant": d.variant, "params": dict(d.params), "source": d.source, "err": err}
+        if d.tuned_key is not None:
+            entry["tuned_key"] = d.tuned_key.text
+        if not err <= op.tolerance(key):
+            entry["error"] = f"relative error {err:.3g}"
+            return entry
+        fn = partial(rt.dispatch, "ag_gemm", *inputs, out=out, gather_dim=gd)
+        return {**entry, **_time(fn, ctx, cfg)}
+    except Exception as exc:
+        return {"error": _error_text(exc)}
+
+
+def _torch_fused(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
+    if ctx.target.device_type != "cuda":
+        return {"skipped": "needs CUDA"}
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from .ops import get_op, relative_error
+
+    try:
+        group_name = dist.group.WORLD.group_name
+        symm_mem.enable_symm_mem_for_group(group_name)
+        a_shard, b = inputs
+        fn = lambda: torch.ops.symm_mem.fused_all_gather_matmul(
+            a_shard, [b], gather_dim=0, group_name=group_name
+        )
+        c = fn()[1][0]
+        torch.cuda.synchronize()
+        err = relative_error(c, get_op("ag_gemm").reference(key, ctx.rank, ctx.device, cfg.seed))
+        return {"err": err, **_time(fn, ctx, cfg)}
+    except Exception as exc:
+        return {"error": _error_text(exc)}
+
+
+def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
+    """A dispatch runtime on this rank's device (collective), or the error that prevented it."""
+    from .runtime.dispatch import Runtime, RuntimeConfig
+
+    try:
+        rt = Runtime(
+            RuntimeConfig(heap_size=ctx.heap_size, tables=cfg.tables, db_url=cfg.db_url, persist_misses=False)
+        )
+        rt.load(ctx.device)
+        return rt, None
+    except Exception as exc:
+        return None, _error_text(exc)
+
+
+def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]:
+    """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
+    import torch
+
+    from ._problem import torch_dtype
+    from .ops import get_op
+    from .ops.ag_gemm.bsp import all_gather_shards
+
+    ctx.heap_size = cfg.heap_gib << 30
+    op = get_op("ag_gemm")
+    available = op.available_variants(ctx.target)
+    names = [n for n, v in available.items() if not v.is_baseline]
+    if cfg.variants is not None:
+        names = [n for n in names if n in cfg.variants]
+    rt, rt_error = _runtime(cfg, ctx) if cfg.dispatch else (None, None)
+    rows = []
+    for i, case in enumerate(cfg.cases):
+        key = case.key(ctx.target.gpu_model, ctx.world_size)
+        row: dict[str, Any] = asdict(case)
+        try:
+            op.validate(key)
+        except ValueError as exc:
+            row["error"] = str(exc)
+            rows.append(row)
+            continue
+        inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
+        bsp = op.baseline()
+        ws = bsp.prepare(key, {}, ctx)
+        out = op.empty_output(key, ctx.device)
+        row["bsp"] = _time(partial(bsp.run, ws, inputs, ctx, out=out), ctx, cfg)
+        row["allgather"] = _time(partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx), ctx, cfg)
+        a_full = torch.randn((case.M, case.K), device=ctx.device).to(torch_dtype(case.dtype))
+        row["gemm"] = _time(partial(torch.matmul, a_full, inputs[1], out=out), ctx, cfg)
+        row["variants"] = {
+            n: _variant_entry(op, available[n], key, ctx, inputs, cfg, tuned.get(i, {}).get(n)) for n in names
+        }
+        if cfg.dispatch:
+            row["dispatch"] = (
+                {"error": rt_error} if rt is None else _dispatch_entry(rt, op, key, ctx, inputs, cfg)
+            )
+        if cfg.peers and case.gather_dim == PEERS["torch_fused"]:
+            row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg)
+        if cfg.peers and case.gather_dim == PEERS["iris_stock"] and ctx.target.device_type != "cuda":
+            row["iris_stock"] = {"skipped": "needs CUDA"}
+        rows.append(row)
+        if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
+            print(row_line(row), file=sys.stderr, flush=True)
+    if rt is not None:
+        rt.close()
+    return rows
+
+
+def _iris_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
+    """Iris' stock all_gather_matmul (gather_dim=1) for ``cases``; run in its own process group."""
+    import iris.ops
+    import torch
+
+    from .ops import get_op, relative_error
+
+    ctx.heap_size = cfg.heap_gib << 30
+    shmem = ctx.iris()
+    op = get_op("ag_gemm")
+    out_rows = []
+    for case in cases:
+        key = case.key(ctx.target.gpu_model, ctx.world_size)
+        a_shard, b = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
+        a_sym = shmem.empty(a_shard.shape, dtype=a_shard.dtype)
+        a_sym.copy_(a_shard)
+        out = op.empty_output(key, ctx.device)
+        shmem.barrier()
+        wsp = iris.ops.all_gather_matmul_preamble(shmem, a_sym, b)
+        fn = partial(iris.ops.all_gather_matmul, shmem, out, a_sym, b, workspace=wsp)
+        fn()
+        torch.cuda.synchronize()
+        err = relative_error(out, op.reference(key, ctx.rank, ctx.device, cfg.seed))
+        out_rows.append({"M": case.M, "err": err, **_time(fn, ctx, cfg)})
+    return out_rows
+
+
+def iris_stock(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
+    """Iris stock results per case (same N, K, dtype). A group that hangs marks every case as timed
+    out; one that raises is retried case by case, so one failing M does not hide the others."""
+    from .testing import RanksFailed, run_ranks
+
+    if not cases:
+        return {}
+    try:
+        rows = run_ranks(_iris_rank, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
+        return dict(zip(cases, rows[0], strict=True))
+    except RanksFailed as exc:
+        if "did not finish" in str(exc):
+            return {c: {"error": f"timed out after {cfg.peer_timeout:.0f} s (hang?)"} for c in cases}
+    result = {}
+    for case in cases:
+        try:
+            rows = run_ranks(
+                _iris_rank, cfg.world_size, "cuda", args=(cfg, (case,)), timeout=cfg.peer_timeout
+            )
+            result[case] = rows[0][0]
+        except RanksFailed as exc:
+            result[case] = {"error": str(exc)[-400:]}
+    return result
+
+
+# -- the whole run ------------------------------------------------------------------------------------
+
+
+def environment(device: str) -> dict[str, Any]:
+    """Device name, GPU count and software versions, stored with every result file."""
+    import torch
+
+    from ._target import software_versions
+
+    cuda = device == "cuda" and torch.cuda.is_available()
+    return {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "gpus": torch.cuda.device_count() if cuda else 0,
+        "versions": software_versions(),
+    }
+
+
+def write_json(report: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write ``report`` atomically (a temporary file renamed over ``path``): never half-written."""
+    path = os.fspath(path)
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=str, allow_nan=True)
+    os.replace(tmp, path)
+
+
+def run_bench(
+    cfg: BenchConfig,
+    tuned: Tuned | None = None,
+    out_path: str | os.PathLike[str] | None = None,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Run every case of ``cfg`` on ``cfg.world_size`` spawned ranks; return (and write) the report.
+
+    With ``out_path`` the JSON is written after the main run, and again after Iris' stock kernel (which
+    may hang), so a hang loses nothing measured before it.
+    """
+    from .testing import run_ranks
+
+    cfg.validate()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    timeout = 120 + (90 if cfg.device == "cuda" else 30) * len(cfg.cases)
+    rows = run_ranks(bench_rank, cfg.world_size, cfg.device, args=(cfg, dict(tuned or {})), timeout=timeout)[
+        0
+    ]
+    report = {
+        **environment(cfg.device),
+        "world_size": cfg.world_size,
+        "date": started,
+        "command": command
+        if command is not None
+        else " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "config": asdict(cfg),
+        "units": UNITS,
+        "rows": rows,
+    }
+    if out_path is not None:
+        write_json(report, out_path)
+    if cfg.peers and cfg.device == "cuda":
+        groups: dict[tuple[int, int, str], list[Case]] = {}
+        for c in cfg.cases:
+            if c.gather_dim == PEERS["iris_stock"] and c.K % cfg.world_size == 0:
+                groups.setdefault((c.N, c.K, c.dtype), []).append(c)
+        for group in groups.values():
+            for case, entry in iris_stock(cfg, tuple(group)).items():
+                for row in rows:
+                    if all(row[f] == v for f, v in asdict(case).items()):
+                        row["iris_stock"] = entry
+        if out_path is not None:
+            write_json(report, out_path)
+    return report
+
+
+# -- reading results ----------------------------------------------------------------------------------
+
+
+def best_us(entry: Mapping[str, Any] | None) -> float | None:
+    """The faster of an entry's eager and graph times (µs), or None when it has neither."""
+    if not entry:
+        return None
+    vals = [entry.get(m) for m in ("eager", "graph")]
+    vals = [v for v in vals if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+    return min(vals) if vals else None
+
+
+def row_entries(row: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """Everything compared against BSP in a row: variants, then dispatch and the peers."""
+    out: dict[str, Mapping[str, Any]] = dict(row.get("variants") or {})
+    for name in ("dispatch", *PEERS):
+        if name in row:
+            out[name] = row[name]
+    return out
+
+
+def ceiling_us(row: Mapping[str, Any]) -> float | None:
+    """The best possible fused time: max(all-gather alone, GEMM alone), each at its faster mode."""
+    ag, gemm = best_us(row.get("allgather")), best_us(row.get("gemm"))
+    return max(ag, gemm) if ag is not None and gemm is not None else None
+
+
+def _fmt(us: float | None) -> str:
+    return "-" if us is None or not math.isfinite(us) else f"{us / 1e3:.3f}"
+
+
+def row_line(row: Mapping[str, Any]) -> str:
+    """One printable line: shape, BSP eager/graph, AG and GEMM alone, each entry with its speedup."""
+    head = f"{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row['M']:>5}"
+    if "error" in row:
+        return f"{head} | {row['error']}"
+    bsp = best_us(row["bsp"])
+    parts = [
+        head,
+        f"{_fmt(row['bsp'].get('eager'))}/{_fmt(row['bsp'].get('graph'))}",
+        _fmt(best_us(row["allgather"])),
+        _fmt(best_us(row["gemm"])),
+    ]
+    ceiling = ceiling_us(row)
+    parts.append(f"ceiling x{bsp / ceiling:.2f}" if bsp and ceiling else "ceiling -")
+    for name, entry in row_entries(row).items():
+        t = best_us(entry)
+        if "skipped" in entry:
+            continue
+        if t is None:
+            parts.append(f"{name}: FAIL")
+        else:
+            times = f"{_fmt(entry.get('eager'))}/{_fmt(entry.get('graph'))}"
+            parts.append(f"{name}: {times} x{bsp / t:.2f}" if bsp else f"{name}: {times}")
+    return " | ".join(parts)
+
+
+TABLE_LEGEND = (
+    "ms per call; BSP eager/graph; AG and GEMM alone at their faster mode; ceiling = BSP / max(AG, GEMM);\n"
+    "entries eager/graph and xSpeedup = faster BSP / entry's faster mode\n"
+    "    N     K gd     M | BSP e/g | AG | GEMM | ceiling | ..."
+)

@@ -1,0 +1,161 @@
+"""``autotaxer bench``: side-by-side benchmark of every ag_gemm implementation on the shapes of a file.
+
+Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
+:func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
+tuned configuration (from ``--db``; a capped sweep where it has none), ``dispatch()`` and the peers.
+Writes JSON (every number with device, versions and date) and prints a table.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ._common import DbOption, FormatOption, OutputFormat, print_json
+
+DEVICES = ("auto", "cuda", "cpu")
+
+
+def bench_command(
+    world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) per problem.")],
+    shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to benchmark.")],
+    out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
+    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    db: DbOption = None,
+    variants: Annotated[
+        str | None, typer.Option("--variants", help="Comma-separated variants (default: every available).")
+    ] = None,
+    max_configs: Annotated[
+        int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
+    ] = 8,
+    peers: Annotated[bool, typer.Option("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
+    dispatch: Annotated[bool, typer.Option("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
+    peer_timeout: Annotated[
+        float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
+    ] = 180.0,
+    heap_gib: Annotated[int, typer.Option("--heap-gib", min=1, help="Iris heap per rank (GiB).")] = 8,
+    fmt: FormatOption = OutputFormat.human,
+) -> None:
+    """Benchmark every shape in SHAPES side by side; write JSON to --out and print a table."""
+    from .._target import detect_target
+    from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
+    from ..measure import TimingConfig
+    from ..storage import open_database
+    from ..testing import RanksFailed
+
+    if device not in DEVICES:
+        raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
+    try:
+        target = detect_target(device, world_size)
+    except RuntimeError as e:  # --device cuda without enough GPUs: bad input, not a crash
+        raise ValueError(str(e)) from None
+    cases = cases_from_shapes(_load_rows(shapes, world_size))
+    if not cases:
+        raise ValueError(f"{shapes}: no ag_gemm shapes to benchmark")
+    timing = TimingConfig.for_device(target.device_type)
+    cfg = BenchConfig(
+        cases=cases,
+        world_size=world_size,
+        device=target.device_type,
+        variants=tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None,
+        max_configs=max_configs,
+        warmup=timing.warmup,
+        iters=timing.iters,
+        samples=timing.samples if target.device_type == "cpu" else 9,
+        peers=peers,
+        dispatch=dispatch,
+        db_url=db,
+        heap_gib=heap_gib,
+        peer_timeout=peer_timeout,
+    )
+    cfg.validate()
+    _check_variants(cfg.variants, target)
+    with open_database(db) as database:
+        tuned = tuned_params(database, cases, target.gpu_model, world_size)
+    try:
+        report = run_bench(cfg, tuned, out)
+    except RanksFailed as e:
+        typer.echo(f"error: benchmark ranks failed: {e}", err=True)
+        raise typer.Exit(1) from None
+    if fmt == OutputFormat.json:
+        print_json(report)
+    else:
+        _print_table(report)
+        typer.echo(f"wrote {out}")
+
+
+def _load_rows(path: Path, world_size: int) -> list[Any]:
+    from ..shapes import load_shapes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = load_shapes(path, world_size)
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
+    skipped = sum(r.op != "ag_gemm" for r in rows)
+    if skipped:
+        typer.echo(f"warning: {path}: {skipped} row(s) of other ops skipped (bench runs ag_gemm)", err=True)
+    return rows
+
+
+def _check_variants(selected: tuple[str, ...] | None, target: Any) -> None:
+    from ..ops import get_op
+
+    if selected is None:
+        return
+    op = get_op("ag_gemm")
+    unknown = [n for n in selected if n not in op.variants]
+    if unknown:
+        raise ValueError(
+            f"--variants: unknown variant(s) {', '.join(unknown)} (known: {', '.join(op.variants)})"
+        )
+    available = op.available_variants(target)
+    cannot = [n for n in selected if n not in available]
+    if cannot:
+        raise ValueError(f"--variants: not available on {target.gpu_model}: {', '.join(cannot)}")
+
+
+def _cell(us: float | None, bsp: float | None) -> str:
+    if us is None:
+        return "fail"
+    text = f"{us / 1e3:.3f}"
+    return f"{text} x{bsp / us:.2f}" if bsp else text
+
+
+def _print_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..benchmark import best_us, ceiling_us, row_entries
+
+    names: list[str] = []
+    for row in report["rows"]:
+        names += [n for n, e in row_entries(row).items() if n not in names and "skipped" not in e]
+    title = (
+        f"{report['device']} x{report['world_size']}: ms per call (faster of eager/graph), "
+        "xSpeedup over the faster BSP"
+    )
+    table = Table(title=title)
+    for col in ("N", "K", "gd", "M", "dtype", "BSP", "AG", "GEMM", "ceiling", *names):
+        table.add_column(col, justify="right")
+    for row in report["rows"]:
+        head = [str(row[f]) for f in ("N", "K", "gather_dim", "M", "dtype")]
+        if "error" in row:
+            table.add_row(*head, row["error"], *[""] * (3 + len(names)))
+            continue
+        bsp = best_us(row["bsp"])
+        entries = row_entries(row)
+        cells = [_cell(bsp, None), _cell(best_us(row["allgather"]), None), _cell(best_us(row["gemm"]), None)]
+        cells.append(_cell(ceiling_us(row), bsp))
+        cells += ["" if n not in entries else _cell(best_us(entries[n]), bsp) for n in names]
+        table.add_row(*head, *cells)
+    console = Console()
+    Console(width=max(console.width, 160)).print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``bench`` command to the root app."""
+    app.command("bench")(bench_command)

@@ -1,0 +1,37 @@
+"""``autotaxer report``: bench results and the tuning database as a self-contained HTML page and PNGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ._common import DbOption
+
+
+def report_command(
+    results: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Bench results JSON files or folders (folders: every bench *.json in them)."),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")] = Path("report"),
+    db: DbOption = None,
+    no_db: Annotated[
+        bool, typer.Option("--no-db", help="Bench results only; do not read a database.")
+    ] = False,
+) -> None:
+    """Write OUT/index.html (PNGs embedded) and OUT/*.png from RESULTS and the tuning database."""
+    from ..report import write_report
+    from ..storage import default_url
+
+    url = None if no_db else (db or default_url())
+    result = write_report(out, results or (), url)
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
+    typer.echo(f"wrote {result.html_path} and {len(result.png_paths)} plot(s)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``report`` command to the root app."""
+    app.command("report")(report_command)

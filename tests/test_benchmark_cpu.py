@@ -1,0 +1,112 @@
+"""``autotaxer bench --device cpu``: the side-by-side benchmark end to end on gloo ranks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autotaxer.benchmark import BenchConfig, Case, best_us, ceiling_us, row_entries, tuned_params
+from autotaxer.cli import app
+from autotaxer.storage import open_database
+
+runner = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "200", "AUTOTAXER_TABLE": None})
+SHAPES = "op,M,N,K,dtype,gather_dim\nag_gemm,64,64,64,fp32,0\nag_gemm,32,64,64,fp32,1\n"
+TUNED = {"chunks": 2, "order": "rotated"}
+
+
+def _tune_case(url: str, case: Case) -> None:
+    """A study like the tuner's for ``case`` whose best cpu_chunked trial is :data:`TUNED`."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with open_database(url) as db:
+        key = case.key("cpu", 2)
+        study = optuna.create_study(study_name=key.text, storage=db.optuna_storage())
+        dists = {
+            "variant": CategoricalDistribution(["bsp", "cpu_chunked"]),
+            "cpu_chunked.chunks": CategoricalDistribution([1, 2, 4, 8]),
+            "cpu_chunked.order": CategoricalDistribution(["ascending", "rotated"]),
+        }
+        for chunks, order, value in ((1, "ascending", 50.0), (2, "rotated", 20.0), (4, "rotated", 30.0)):
+            params = {"variant": "cpu_chunked", "cpu_chunked.chunks": chunks, "cpu_chunked.order": order}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=value))
+        bsp = {"variant": "bsp"}
+        study.add_trial(
+            optuna.trial.create_trial(params=bsp, distributions={"variant": dists["variant"]}, value=40.0)
+        )
+
+
+def test_tuned_params_reads_each_variants_best_trial(tmp_path):
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    cases = (Case(64, 64, 64, 0, "fp32"), Case(32, 64, 64, 1, "fp32"))
+    _tune_case(url, cases[0])
+    with open_database(url) as db:
+        tuned = tuned_params(db, cases, "cpu", 2)
+    assert tuned == {0: {"cpu_chunked": TUNED, "bsp": {}}}
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="cases"):
+        BenchConfig(cases=()).validate()
+    with pytest.raises(ValueError, match="device"):
+        BenchConfig(cases=(Case(8, 8, 8),), device="tpu").validate()
+    with pytest.raises(ValueError, match="max_configs"):
+        BenchConfig(cases=(Case(8, 8, 8),), max_configs=0).validate()
+
+
+@pytest.mark.slow
+def test_bench_cli_cpu_world_size_2(tmp_path):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text(SHAPES)
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    _tune_case(url, Case(64, 64, 64, 0, "fp32"))
+    out = tmp_path / "res" / "bench.json"
+    args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--db", url]
+    res = runner.invoke(app, [*args, "--out", str(out), "--max-configs", "2"])
+    assert res.exit_code == 0, res.output
+    assert "cpu_chunked" in res.output and "dispatch" in res.output and f"wrote {out}" in res.output
+    report = json.loads(out.read_text())
+    for field in ("device", "versions", "date", "command", "config", "units", "world_size"):
+        assert report[field], field
+    assert report["device"] == "cpu" and report["world_size"] == 2
+    assert report["versions"]["torch"] and report["versions"]["autotaxer"]
+    rows = report["rows"]
+    assert [(r["M"], r["gather_dim"]) for r in rows] == [(64, 0), (32, 1)]
+    for row in rows:
+        assert "error" not in row
+        for column in ("bsp", "allgather", "gemm"):
+            assert row[column]["eager"] > 0, column
+            assert "graph" not in row[column]  # CPU: eager only
+        assert ceiling_us(row) > 0
+        chunked = row["variants"]["cpu_chunked"]
+        assert chunked["eager"] > 0 and chunked["err"] <= 1e-3
+        disp = row["dispatch"]
+        assert disp["eager"] > 0 and disp["err"] <= 1e-3 and disp["variant"] in ("bsp", "cpu_chunked")
+        peer = "torch_fused" if row["gather_dim"] == 0 else "iris_stock"
+        assert row[peer] == {"skipped": "needs CUDA"}
+        assert all(
+            best_us(e) > 0 for n, e in row_entries(row).items() if n not in ("torch_fused", "iris_stock")
+        )
+    # The tuned case runs cpu_chunked at its best trial; the other one sweeps (capped at 2 configs).
+    assert rows[0]["variants"]["cpu_chunked"]["source"] == "tuned"
+    assert rows[0]["variants"]["cpu_chunked"]["best_params"] == TUNED
+    assert rows[1]["variants"]["cpu_chunked"]["source"] == "sweep"
+    assert len(rows[1]["variants"]["cpu_chunked"]["tried"]) == 2
+
+
+def test_bench_cli_bad_input_writes_nothing(tmp_path):
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("op,M,N,K\nag_gemm,63,64,64\n")  # M not divisible by 2 ranks
+    out = tmp_path / "bench.json"
+    base = ["bench", "--device", "cpu", "--world-size", "2", "--out", str(out)]
+    res = runner.invoke(app, [*base, "--shapes", str(shapes), "--db", f"sqlite:///{tmp_path / 'db'}"])
+    assert res.exit_code == 2 and "shapes.csv:2" in res.output and "'M'" in res.output
+    shapes.write_text(SHAPES)
+    res = runner.invoke(app, [*base, "--shapes", str(shapes), "--variants", "nope"])
+    assert res.exit_code == 2 and "nope" in res.output
+    res = runner.invoke(app, [*base, "--shapes", str(shapes), "--device", "tpu"])
+    assert res.exit_code == 2 and "--device" in res.output
+    assert not out.exists()
