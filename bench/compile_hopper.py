@@ -84,7 +84,6 @@ def summary(kernel) -> dict:
 def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dict, world_size: int = 2):
     """Record the launch of the ``kind`` kernel for one problem and config; returns ``(fn, args, kw)``."""
     import torch
-
     from autotaxer.kernels import _ag_fused, ag_gemm_pull, ag_gemm_push
 
     fn = {"push": ag_gemm_push, "pull": ag_gemm_pull}[kind].KERNEL
@@ -92,14 +91,13 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     ms, ks = _ag_fused.shard_dims(m, k, world_size, gather_dim)
     dt = torch.bfloat16
     rec = _Recorder(fn)
-    buf_shape = _ag_fused.buffer_shape(kind, ms, ks, world_size)
     geo = _ag_fused.geometry(config, ms, ks)
     _ag_fused.launch(
         rec,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
-        buf=torch.empty(buf_shape, dtype=dt),
+        buf=torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt),
         flags=torch.zeros(_ag_fused.flags_count(geo, world_size), dtype=torch.int32),
         sync=torch.zeros(2, dtype=torch.int32),
         heap_bases=torch.zeros(world_size, dtype=torch.int64),
@@ -113,46 +111,70 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     return fn, args, kw
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--m", type=int, default=4096)
-    parser.add_argument("--n", type=int, default=8192)
-    parser.add_argument("--k", type=int, default=8192)
-    parser.add_argument("--json")
-    args = parser.parse_args()
+CONFIGS = [  # block_m, block_n, block_k, group_m, num_warps, num_stages, comm_sms, row_chunks, k_chunks
+    (128, 256, 64, 8, 8, 3, 16, 4, 1),
+    (128, 128, 64, 8, 4, 4, 16, 8, 1),
+    (16, 64, 128, 8, 4, 4, 8, 1, 4),
+    (64, 128, 128, 8, 4, 3, 16, 1, 2),
+]
+FIELDS = (
+    "block_m",
+    "block_n",
+    "block_k",
+    "group_m",
+    "num_warps",
+    "num_stages",
+    "comm_sms",
+    "row_chunks",
+    "k_chunks",
+)
+
+
+def _gemm_row(m: int, n: int, k: int) -> dict:
+    import autotaxer.kernels.gemm as gemm_mod
     import torch
 
-    from autotaxer._problem import ProblemKey, Target
-    from autotaxer.kernels.gemm import GemmConfig, gemm
-    from autotaxer.ops.ag_gemm.push import PushVariant
-
-    rows = []
-    cfg = GemmConfig()
-    rec = _Recorder(None)
-    import autotaxer.kernels.gemm as gemm_mod
-
-    real, gemm_mod._gemm_kernel = gemm_mod._gemm_kernel, rec
+    real, rec = gemm_mod._gemm_kernel, _Recorder(None)
+    gemm_mod._gemm_kernel = rec
     try:
         dt = torch.bfloat16
-        gemm(torch.empty(args.m, args.k, dtype=dt), torch.empty(args.k, args.n, dtype=dt),
-             torch.empty(args.m, args.n, dtype=dt), cfg)
+        gemm_mod.gemm(torch.empty(m, k, dtype=dt), torch.empty(k, n, dtype=dt), torch.empty(m, n, dtype=dt))
     finally:
         gemm_mod._gemm_kernel = real
     _, a, kw = rec.launches[0]
-    rows.append({"kernel": "gemm", "gather_dim": None, **summary(compile_for_hopper(real, a, kw))})
-    target = Target("nvidia-h200", "sm_90", 132)
-    params = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8,
-              "num_stages": 3, "comm_sms": 16, "row_chunks": 4, "k_chunks": 1}
-    for kind in ("push", "pull"):
-        for gd in (0, 1):
-            key = ProblemKey.make("ag_gemm", target.gpu_model, 2, "bf16",
-                                  {"M": args.m, "N": args.n, "K": args.k}, {"gather_dim": gd})
-            fn, a, kw = fused_launch(kind, args.m, args.n, args.k, gd, params)
-            row = {"kernel": kind, "gather_dim": gd, **summary(compile_for_hopper(fn, a, kw))}
-            row["check_estimate"] = PushVariant().smem_estimate(key, params)
-            rows.append(row)
-    for r in rows:
-        print(json.dumps(r))
+    return {"kernel": "gemm", "M": m, **summary(compile_for_hopper(real, a, kw))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--m", default="4096,16")
+    parser.add_argument("--n", type=int, default=8192)
+    parser.add_argument("--k", type=int, default=8192)
+    parser.add_argument("--kinds", default="push,pull")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    from autotaxer.kernels._ag_fused import FusedConfig, smem_bytes
+
+    rows = [_gemm_row(4096, args.n, args.k)]
+    print(json.dumps(rows[0]), flush=True)
+    for m in (int(x) for x in args.m.split(",")):
+        for c in CONFIGS:
+            params = dict(zip(FIELDS, c, strict=True))
+            if params["block_m"] > max(16, m):
+                continue
+            for kind in args.kinds.split(","):
+                for gd in (0, 1):
+                    fn, a, kw = fused_launch(kind, m, args.n, args.k, gd, params)
+                    row = {
+                        "kernel": kind,
+                        "M": m,
+                        "gather_dim": gd,
+                        "params": c,
+                        **summary(compile_for_hopper(fn, a, kw)),
+                        "smem_estimate": smem_bytes(FusedConfig(**params), 2),
+                    }
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -22,7 +22,7 @@ LARGE = [
     (128, 256, 64, 8, 8, 3, 16, 4, 1),
     (128, 128, 64, 8, 4, 4, 16, 8, 1),
     (128, 128, 64, 8, 8, 4, 8, 4, 2),
-    (128, 128, 64, 8, 4, 4, 32, 16, 1),
+    (64, 128, 128, 8, 4, 3, 16, 1, 2),
 ]
 FIELDS = (
     "block_m",
@@ -129,11 +129,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8192)
     parser.add_argument("--k", type=int, default=8192)
     parser.add_argument("--variants", default="pull,push")
+    parser.add_argument("--timeout", type=float, default=560.0, help="seconds for the whole sweep")
     args = parser.parse_args()
     from autotaxer.testing import run_ranks
 
     ms = [int(x) for x in args.ms.split(",")]
-    rows = run_ranks(_sweep, 2, "cuda", args=(ms, args.n, args.k, args.variants.split(",")), timeout=560)[0]
+    sweep_args = (ms, args.n, args.k, args.variants.split(","))
+    rows = run_ranks(_sweep, 2, "cuda", args=sweep_args, timeout=args.timeout)[0]
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=1)
     best: dict = {}

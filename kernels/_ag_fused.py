@@ -73,14 +73,6 @@ def heap_delta(ptr, rank, peer, heap_bases):
 
 
 @triton.jit
-def aligned_rows(row_off, ALIGNED: tl.constexpr, VEC: tl.constexpr):
-    """``row_off`` with the hint that every row starts on a 16-byte boundary (``VEC`` elements)."""
-    if ALIGNED:
-        row_off = tl.multiple_of(row_off, VEC)
-    return row_off
-
-
-@triton.jit
 def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc):
     """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``."""
     for rc in range(first_row // rcw, last_row // rcw + 1):
@@ -156,7 +148,8 @@ def consume_tiles(
             owner = rows // Ms
             lrow = rows - owner * Ms
             row_off = tl.where(owner == rank, lrow * stride_am, inbox + rows * Ks)
-            row_off = aligned_rows(row_off, ALIGNED, VEC)
+            if ALIGNED:  # every row starts on 16 bytes; in this function, since the hint marks
+                row_off = tl.multiple_of(row_off, VEC)  # the op defining the value (none for an argument)
             src_lo = first_row // Ms
             src_hi = last_row // Ms
             # One K loop per tile (a second call site would double the pipeline's shared memory):
@@ -189,7 +182,9 @@ def consume_tiles(
                 local = src == rank
                 base = tl.where(local, 0, inbox + tl.cast(src, tl.int64) * Ms * Ks)
                 row_stride = tl.cast(tl.where(local, stride_am, Ks), tl.int64)
-                row_off = aligned_rows(base + rows * row_stride, ALIGNED, VEC)
+                row_off = base + rows * row_stride
+                if ALIGNED:
+                    row_off = tl.multiple_of(row_off, VEC)
                 for kc in range(0, n_kc):
                     k_lo = kc * kcw
                     k_hi = tl.minimum(k_lo + kcw, Ks)
@@ -229,8 +224,11 @@ def copy_chunk(
     VEC: tl.constexpr = 128 // src_ptr.dtype.element_ty.primitive_bitwidth
     for r in range(r0, r1, P_ROWS):
         rows = r + tl.arange(0, P_ROWS)
-        s_rows = aligned_rows(src_off + rows.to(tl.int64) * src_stride, ALIGNED, VEC)
-        d_rows = aligned_rows(dst_off + rows.to(tl.int64) * Ks, ALIGNED, VEC)
+        s_rows = src_off + rows.to(tl.int64) * src_stride
+        d_rows = dst_off + rows.to(tl.int64) * Ks
+        if ALIGNED:
+            s_rows = tl.multiple_of(s_rows, VEC)
+            d_rows = tl.multiple_of(d_rows, VEC)
         for k in range(k0, k1, P_COLS):
             # k is a multiple of BLOCK_K (>= 16): chunks start on BLOCK_K, steps are P_COLS >= 16
             cols = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, P_COLS), 16), P_COLS)

@@ -30,7 +30,9 @@ def _configs(variant, key, target) -> list[dict]:
     return [first]
 
 
-def _check_all(ctx, dtype: str, calls: int) -> list[str]:
+def _check_all(
+    ctx, dtype: str, calls: int, only: tuple[str, ...] = (), skip: tuple[str, ...] = ()
+) -> list[str]:
     import torch
 
     from autotaxer._problem import ProblemKey
@@ -40,6 +42,8 @@ def _check_all(ctx, dtype: str, calls: int) -> list[str]:
     failures = []
     seed = 0
     for name, variant in sorted(op.available_variants(ctx.target).items()):
+        if (only and name not in only) or name in skip:
+            continue
         for gd, m in CASES:
             key = ProblemKey.make(
                 "ag_gemm",
@@ -96,6 +100,19 @@ def _check_all(ctx, dtype: str, calls: int) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_variant_matches_reference_on_two_gpus(dtype: str) -> None:
-    results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3), timeout=900)
+    results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3, (), _IRIS_FUSED), timeout=900)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])
+
+
+_IRIS_FUSED = ("pull", "push")
+
+
+@pytest.mark.gpu(world_size=2)
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("variant", _IRIS_FUSED)
+def test_iris_fused_variant_matches_reference_on_two_gpus(variant: str, dtype: str) -> None:
+    results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3, (variant,)), timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:20])

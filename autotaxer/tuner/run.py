@@ -302,6 +302,7 @@ class _ShapeTuner:
         """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count."""
         from .._target import software_versions
         from ..records import WinnerRecord
+        from ..runtime.kernel_hash import kernel_source_hash
 
         best = best_trial(study)
         bsp = best_trial(study, self.space.baseline)
@@ -318,6 +319,7 @@ class _ShapeTuner:
             arch=self.target.arch,
             num_sms=self.target.num_sms,
             env=software_versions(),
+            kernel_hash=kernel_source_hash(self.key.op, variant),
             device_type=self.target.device_type,
         )
         if not final:
