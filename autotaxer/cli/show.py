@@ -37,12 +37,16 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
+    from ..runtime.table import stale_report
+
+    stale = {(s.key, s.variant): "; ".join(s.reasons) for s in stale_report(recs)}
     t = Table(title=f"winners in {url}")
     for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
         t.add_column(name)
     for name in ("median µs", "BSP µs", "speedup", "trials"):
         t.add_column(name, justify="right")
     t.add_column("measured (UTC)")
+    t.add_column("stale (tuned with other kernels/versions)")
     for r in recs:
         k = r.key
         t.add_row(
@@ -59,6 +63,7 @@ def show(
             f"{r.speedup:.2f}×",
             str(r.trials),
             r.measured_at.strftime("%Y-%m-%d %H:%M"),
+            stale.get((r.key, r.variant), "-"),
         )
     Console().print(t)
 
