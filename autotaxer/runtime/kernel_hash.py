@@ -1,53 +1,94 @@
 """A hash of the kernel sources a tuned record depends on.
 
 The tuner stamps every record with ``kernel_source_hash(op, variant)``; dispatch recomputes it and
-reports (or, in strict mode, refuses) records tuned with different sources. The hash covers every
-``.py`` file of ``autotaxer/kernels`` and ``autotaxer/ops/<op>`` (path and bytes, sorted by path) plus
-the variant name: coarse on purpose, so any kernel change marks the records for re-tuning.
+reports (or, in strict mode, refuses) records tuned with different sources. The hash covers the
+variant's own module and every module of ``autotaxer.kernels`` and of the op's package that it imports,
+directly or through others (found by reading the import statements, lazy ones inside functions
+included), plus the op's problem module: a change to the push kernel marks push records for re-tuning
+and leaves copy-engine records alone.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
 from functools import lru_cache
 from pathlib import Path
 
 
-def _package_dirs(name: str) -> list[Path]:
+def _origin(module: str) -> Path | None:
     try:
-        spec = importlib.util.find_spec(name)
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
-        return []
-    if spec is None or not spec.submodule_search_locations:
-        return []
-    return [Path(p) for p in spec.submodule_search_locations]
+        return None
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        return None
+    return Path(spec.origin)
 
 
-def _source_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+def _imported_modules(module: str, path: Path) -> set[str]:
+    """Absolute names of the modules ``module`` (at ``path``) imports, relative imports resolved."""
+    is_package = path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
+    return found
 
 
-@lru_cache(maxsize=64)
-def _tree_digest(package: str) -> str:
-    h = hashlib.sha256()
-    for root in _package_dirs(package):
-        for path in _source_files(root):
-            h.update(path.relative_to(root).as_posix().encode())
-            h.update(b"\0")
-            h.update(path.read_bytes())
-            h.update(b"\0")
-    return h.hexdigest()
+@lru_cache(maxsize=256)
+def _closure(roots: tuple[str, ...], scopes: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
+    """The modules reachable from ``roots`` through imports that stay inside ``scopes``, sorted."""
+    seen: dict[str, Path] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _origin(name)
+        if path is None:
+            continue
+        seen[name] = path
+        todo.extend(m for m in _imported_modules(name, path) if m.startswith(scopes) and m not in seen)
+    return tuple(sorted(seen.items()))
 
 
+def _variant_modules(op: str, variant: str) -> tuple[tuple[str, Path], ...]:
+    from ..ops import get_op
+
+    the_op = get_op(op)
+    if variant not in the_op.variants:
+        raise KeyError(f"{op}: no variant {variant!r} in this installation")
+    op_module = type(the_op).__module__
+    scopes = ("autotaxer.kernels.", f"{op_module.rpartition('.')[0]}.")
+    return _closure((type(the_op.variants[variant]).__module__, op_module), scopes)
+
+
+def kernel_sources(op: str, variant: str) -> list[str]:
+    """Names of the modules whose sources :func:`kernel_source_hash` covers."""
+    return [name for name, _ in _variant_modules(op, variant)]
+
+
+@lru_cache(maxsize=256)
 def kernel_source_hash(op: str, variant: str) -> str:
-    """sha256 (hex) over the sources of ``autotaxer/kernels`` and ``autotaxer/ops/<op>``, and ``variant``.
+    """sha256 (hex) over the kernel sources ``variant`` of ``op`` uses (names and bytes) and its name.
 
-    Computed once per process and package (the sources do not change under a running process).
+    Computed once per process (the sources do not change under a running process). ``KeyError`` for a
+    variant this installation does not have.
     """
     h = hashlib.sha256()
-    for package in ("autotaxer.kernels", f"autotaxer.ops.{op}"):
-        h.update(package.encode())
-        h.update(_tree_digest(package).encode())
+    for name, path in _variant_modules(op, variant):
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     h.update(variant.encode())
     return h.hexdigest()

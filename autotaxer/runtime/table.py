@@ -176,7 +176,10 @@ def stale_reasons(record: Any, env: Mapping[str, str | None]) -> tuple[str, ...]
 
     reasons = []
     if record.kernel_hash:
-        now = kernel_source_hash(record.key.op, record.variant)
+        try:
+            now = kernel_source_hash(record.key.op, record.variant)
+        except KeyError:  # a variant (or op) this installation does not have: the record cannot run here
+            now = "missing"
         if record.kernel_hash != now:
             reasons.append(f"kernel sources changed (tuned {record.kernel_hash[:12]}, now {now[:12]})")
     rec_env = record.env or {}
