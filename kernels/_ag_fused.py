@@ -55,6 +55,16 @@ def epoch_end(sync_ptr, epoch, total_programs):
 
 
 @triton.jit
+def begin_call(sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, WORLD_SIZE: tl.constexpr):
+    """``(epoch, flags, inbox)``: this call's epoch and its parity slot of the flags and of the inbox."""
+    epoch = epoch_begin(sync_ptr)
+    parity = epoch % 2
+    flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
+    inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
+    return epoch, flags, inbox
+
+
+@triton.jit
 def wait_flag(flag_ptr, epoch):
     """Spin until ``*flag_ptr >= epoch`` with acquire loads at system scope (not plain volatile)."""
     while tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys") < epoch:
@@ -248,9 +258,11 @@ def chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Host side: the config both kernels share and the launch arithmetic.
+# Host side: the config both kernels share, the launch arithmetic and their public launcher.
 
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
 
 from ._tiles import ChunkGeometry, chunk_geometry  # noqa: E402
 
@@ -432,3 +444,51 @@ def launch(
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
+
+
+def fused_launcher(kernel, how: str) -> Callable[..., Any]:
+    """The public launcher of a fused kernel (``ag_gemm_pull``, ``ag_gemm_push``) over :func:`launch`."""
+
+    def ag_gemm(
+        *,
+        a_shard,
+        b,
+        out,
+        inbox,
+        flags,
+        sync,
+        heap_bases,
+        rank: int,
+        world_size: int,
+        gather_dim: int,
+        config: FusedConfig,
+        num_sms: int,
+        phase: str = "all",
+    ):
+        launch(
+            kernel,
+            a_shard=a_shard,
+            b=b,
+            out=out,
+            buf=inbox,
+            flags=flags,
+            sync=sync,
+            heap_bases=heap_bases,
+            rank=rank,
+            world_size=world_size,
+            gather_dim=gather_dim,
+            config=config,
+            num_sms=num_sms,
+            phase=phase,
+        )
+        return out
+
+    ag_gemm.__name__ = ag_gemm.__qualname__ = f"ag_gemm_{how}"
+    ag_gemm.__module__ = kernel.__module__
+    ag_gemm.__doc__ = (
+        f"``out = all_gather(a_shard, gather_dim) @ b`` by {how}; collective over ``world_size`` ranks.\n\n"
+        "``inbox`` (:func:`inbox_shape`, A's dtype) and ``flags`` (int32, :func:`flags_count`, zeroed once)\n"
+        "live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side epoch. Nothing\n"
+        "is reset between calls; ``phase`` as in :func:`launch`."
+    )
+    return ag_gemm

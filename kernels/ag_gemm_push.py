@@ -18,13 +18,13 @@ import triton.language as tl
 
 from ._ag_fused import (
     FusedConfig,
+    begin_call,
     chunk_bounds,
     consume_tiles,
     copy_chunk,
-    epoch_begin,
     epoch_end,
+    fused_launcher,
     heap_delta,
-    launch,
 )
 
 
@@ -111,10 +111,7 @@ def _ag_gemm_push_kernel(
     COPY_STEPS: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
-    epoch = epoch_begin(sync_ptr)
-    parity = epoch % 2
-    flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
-    inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
+    epoch, flags, inbox = begin_call(sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, WORLD_SIZE)
     if pid < num_producers:
         if COPY_STEPS & 1:
             _push_chunks(
@@ -184,42 +181,6 @@ class PushConfig(FusedConfig):
     """Config of the push kernel (see :class:`FusedConfig`)."""
 
 
-def ag_gemm_push(
-    *,
-    a_shard,
-    b,
-    out,
-    inbox,
-    flags,
-    sync,
-    heap_bases,
-    rank: int,
-    world_size: int,
-    gather_dim: int,
-    config: FusedConfig,
-    num_sms: int,
-    phase: str = "all",
-):
-    """``out = all_gather(a_shard, gather_dim) @ b`` by push; collective over ``world_size`` ranks.
-
-    ``inbox`` (``_ag_fused.inbox_shape``, A's dtype) and ``flags`` (int32, ``_ag_fused.flags_count``,
-    zeroed once) live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side
-    epoch. Nothing is reset between calls.
-    """
-    launch(
-        _ag_gemm_push_kernel,
-        a_shard=a_shard,
-        b=b,
-        out=out,
-        buf=inbox,
-        flags=flags,
-        sync=sync,
-        heap_bases=heap_bases,
-        rank=rank,
-        world_size=world_size,
-        gather_dim=gather_dim,
-        config=config,
-        num_sms=num_sms,
-        phase=phase,
-    )
-    return out
+#: ``ag_gemm_push(*, a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim,
+#: config, num_sms, phase="all") -> out``: see :func:`_ag_fused.fused_launcher`.
+ag_gemm_push = fused_launcher(_ag_gemm_push_kernel, "push")

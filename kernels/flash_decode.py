@@ -73,10 +73,10 @@ def partial_attention(
     q_ptr,
     k_ptr,
     v_ptr,
-    b,
-    kvh,
-    start,
-    end,
+    len_ptr,
+    item,
+    num_kv_heads,
+    splits,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -92,11 +92,17 @@ def partial_attention(
     HEAD_DIM: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    """Partial attention of the ``GROUP`` query heads of KV head ``kvh`` over positions ``[start, end)``.
+    """Partial attention of work item ``item = (b * num_kv_heads + kvh) * splits + split``: the ``GROUP``
+    query heads of KV head ``kvh`` of row ``b`` over split ``split`` of the row's valid prefix.
 
-    Returns ``(o, lse)``: ``o (BLOCK_G, HEAD_DIM)`` fp32 normalised, ``lse (BLOCK_G,)`` in base 2;
-    an empty range gives ``o = 0`` and ``lse = -inf``. ``qk_scale`` is ``log2(e) / sqrt(D)``.
+    Returns ``(b, kvh, split, o, lse)``: ``o (BLOCK_G, HEAD_DIM)`` fp32 normalised, ``lse (BLOCK_G,)`` in
+    base 2; an empty split gives ``o = 0`` and ``lse = -inf``. ``qk_scale`` is ``log2(e) / sqrt(D)``.
     """
+    split = item % splits
+    bk = item // splits
+    b = bk // num_kv_heads
+    kvh = bk % num_kv_heads
+    start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
     offs_g = tl.arange(0, BLOCK_G)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -132,7 +138,7 @@ def partial_attention(
     nonempty = l_sum > 0.0
     o = acc / tl.where(nonempty, l_sum, 1.0)[:, None]
     lse = tl.where(nonempty, m + tl.log2(tl.where(nonempty, l_sum, 1.0)), float("-inf"))
-    return o, lse
+    return b, kvh, split, o, lse
 
 
 @triton.jit
@@ -206,20 +212,14 @@ def _split_kv_kernel(
     HEAD_DIM: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    split = pid % splits
-    bk = pid // splits
-    b = bk // num_kv_heads
-    kvh = bk % num_kv_heads
-    start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
-    o, lse = partial_attention(
+    b, kvh, split, o, lse = partial_attention(
         q_ptr,
         k_ptr,
         v_ptr,
-        b,
-        kvh,
-        start,
-        end,
+        len_ptr,
+        tl.program_id(0),
+        num_kv_heads,
+        splits,
         stride_qb,
         stride_qh,
         stride_kb,

@@ -38,7 +38,6 @@ from .flash_decode import (
     check_decode_inputs,
     combine_head,
     partial_attention,
-    split_bounds,
 )
 
 PHASES = ("all", "produce", "consume")
@@ -77,19 +76,14 @@ def _produce(
     HEAD_DIM: tl.constexpr,
     IEEE: tl.constexpr,
 ):
-    split = role % splits
-    bk = role // splits
-    b = bk // num_kv_heads
-    kvh = bk % num_kv_heads
-    start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
-    o, lse = partial_attention(
+    b, kvh, split, o, lse = partial_attention(
         q_ptr,
         k_ptr,
         v_ptr,
-        b,
-        kvh,
-        start,
-        end,
+        len_ptr,
+        role,
+        num_kv_heads,
+        splits,
         stride_qb,
         stride_qh,
         stride_kb,

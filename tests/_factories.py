@@ -1,4 +1,4 @@
-"""Record factories shared by the storage, table-file and CLI tests (not a test module)."""
+"""Record and problem-key factories shared by the tests (not a test module)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,18 @@ ENV = {"autotaxer": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "iris": "0.0.
 
 def make_key(m: int = 64, gpu: str = "nvidia-h200", ws: int = 2, op: str = "ag_gemm", gather_dim: int = 0):
     return ProblemKey.make(op, gpu, ws, "bf16", {"M": m, "N": 8192, "K": 8192}, {"gather_dim": gather_dim})
+
+
+def rank_key(ctx, m: int, n: int, k: int, gather_dim: int, dtype: str = "fp32") -> ProblemKey:
+    """An ``ag_gemm`` key on the GPU model and world size of the rank context ``ctx``."""
+    return ProblemKey.make(
+        "ag_gemm",
+        ctx.target.gpu_model,
+        ctx.world_size,
+        dtype,
+        {"M": m, "N": n, "K": k},
+        {"gather_dim": gather_dim},
+    )
 
 
 def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):

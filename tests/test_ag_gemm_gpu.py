@@ -9,6 +9,7 @@ multiples of the tile sizes; M covers one row per rank up to several waves of ti
 from __future__ import annotations
 
 import pytest
+from _factories import rank_key
 
 from autotaxer.testing import run_ranks
 
@@ -35,7 +36,6 @@ def _check_all(
 ) -> list[str]:
     import torch
 
-    from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error
 
     op = get_op("ag_gemm")
@@ -45,14 +45,7 @@ def _check_all(
         if (only and name not in only) or name in skip:
             continue
         for gd, m in CASES:
-            key = ProblemKey.make(
-                "ag_gemm",
-                ctx.target.gpu_model,
-                ctx.world_size,
-                dtype,
-                {"M": m, "N": N, "K": K},
-                {"gather_dim": gd},
-            )
+            key = rank_key(ctx, m, N, K, gd, dtype)
             for params in (
                 _configs(variant, key, ctx.target) if variant.search_space(key, ctx.target) else [{}]
             ):

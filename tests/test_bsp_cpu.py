@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from _factories import rank_key
 
 from autotaxer.testing import run_ranks
 
 
 def _check_bsp(ctx, m: int, n: int, k: int, gather_dim: int, seed: int) -> float:
-    from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error
 
     op = get_op("ag_gemm")
-    key = ProblemKey.make(
-        "ag_gemm",
-        ctx.target.gpu_model,
-        ctx.world_size,
-        "fp32",
-        {"M": m, "N": n, "K": k},
-        {"gather_dim": gather_dim},
-    )
+    key = rank_key(ctx, m, n, k, gather_dim)
     variant = op.variants["bsp"]
     ws = variant.prepare(key, {}, ctx)
     out = op.empty_output(key, ctx.device)

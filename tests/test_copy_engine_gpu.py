@@ -8,6 +8,7 @@ inputs copied into the captured input buffers; then an eager call checks the epo
 from __future__ import annotations
 
 import pytest
+from _factories import rank_key
 
 from autotaxer.testing import run_ranks
 
@@ -33,7 +34,6 @@ def _cases() -> list[tuple[int, int, str, dict]]:
 def _run_cases(ctx, cases) -> list[tuple[str, str, float]]:
     import torch
 
-    from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error
 
     op = get_op("ag_gemm")
@@ -41,14 +41,7 @@ def _run_cases(ctx, cases) -> list[tuple[str, str, float]]:
     results = []
     seed = 100
     for gd, m, dtype, params in cases:
-        key = ProblemKey.make(
-            "ag_gemm",
-            ctx.target.gpu_model,
-            ctx.world_size,
-            dtype,
-            {"M": m, "N": N, "K": K},
-            {"gather_dim": gd},
-        )
+        key = rank_key(ctx, m, N, K, gd, dtype)
         label = f"gd={gd} M={m} {dtype} {params}"
         reason = variant.check(key, ctx.target, params)
         if reason is not None:

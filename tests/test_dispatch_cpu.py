@@ -5,23 +5,11 @@ different tables, rank-local partial hits and rank-local errors are resolved the
 from __future__ import annotations
 
 import pytest
+from _factories import rank_key
 
 from autotaxer.testing import run_ranks
 
 SEED = 11
-
-
-def _key(ctx, m: int, n: int, k: int, gather_dim: int):
-    from autotaxer import ProblemKey
-
-    return ProblemKey.make(
-        "ag_gemm",
-        ctx.target.gpu_model,
-        ctx.world_size,
-        "fp32",
-        {"M": m, "N": n, "K": k},
-        {"gather_dim": gather_dim},
-    )
 
 
 def _runtime(tables: tuple[str, ...]):
@@ -53,12 +41,12 @@ def _fallback_and_tuned(ctx, table_path: str) -> dict:
     out = {}
     for gd in (0, 1):
         for label, m in (("fallback", 2 * ws), ("exact", 8 * ws), ("nearest", 10 * ws)):
-            key = _key(ctx, m, 12, 6 * ws, gd)
+            key = rank_key(ctx, m, 12, 6 * ws, gd)
             errs = [_check(ctx, key, use_out=i % 2 == 1) for i in range(3)]  # repeated calls: the hot path
             d = rt.decisions()[key]
             out[(gd, label)] = (max(errs), d.variant, d.source)
         if ws == 2:  # compiling costs seconds per rank: once per layout is enough
-            out[(gd, "compiled")] = _compiled_error(ctx, _key(ctx, 8 * ws, 12, 6 * ws, gd))
+            out[(gd, "compiled")] = _compiled_error(ctx, rank_key(ctx, 8 * ws, 12, 6 * ws, gd))
     return out
 
 
@@ -132,9 +120,9 @@ def _different_tables(ctx, paths: list[str]) -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rt = _runtime((paths[ctx.rank],))
-        key = _key(ctx, 16, 12, 8, 0)
+        key = rank_key(ctx, 16, 12, 8, 0)
         err = _check(ctx, key)
-        other = _key(ctx, 64, 12, 8, 0)  # tuned only in rank 1's file
+        other = rank_key(ctx, 64, 12, 8, 0)  # tuned only in rank 1's file
         err2 = _check(ctx, other)
     return {
         "err": max(err, err2),
@@ -199,20 +187,20 @@ def _rank_local_differences(ctx, bad_path: str) -> dict:
         rt = _runtime(())
         rt.load()
         # 1. a record only rank 1 sees (after the table was agreed): rank 0 decides BSP, rank 1 cpu_chunked
-        partial = _key(ctx, 16, 12, 8, 0)
+        partial = rank_key(ctx, 16, 12, 8, 0)
         if ctx.rank == 1:
             rt.table.records[partial] = WinnerRecord(
                 partial, "cpu_chunked", {"chunks": 2, "order": "rotated"}, 5.0, 9.0, 4, device_type="cpu"
             )
         out["partial"] = (_check(ctx, partial), rt.decisions()[partial].variant)
         # 2. rank 0's decision is a variant rank 1 cannot run: everyone takes the baseline
-        only0 = _key(ctx, 24, 12, 8, 1)
+        only0 = rank_key(ctx, 24, 12, 8, 1)
         rt.table.records[only0] = WinnerRecord(only0, "rank0_only", {}, 5.0, 9.0, 4, device_type="cpu")
         out["only0"] = (_check(ctx, only0), rt.decisions()[only0].variant)
         # 3. ranks calling with different problems: every rank raises, nobody hangs
         m = 16 if ctx.rank == 0 else 18
         try:
-            _check(ctx, _key(ctx, m, 12, 4, 0))
+            _check(ctx, rank_key(ctx, m, 12, 4, 0))
             out["mismatch"] = "no error"
         except ConsensusError as e:
             out["mismatch"] = str(e)

@@ -6,22 +6,10 @@ import math
 import time
 
 import pytest
+from _factories import rank_key
 
 from autotaxer.measure import TimingConfig
 from autotaxer.testing import run_ranks
-
-
-def _key(ctx, m: int, n: int, k: int, gather_dim: int):
-    from autotaxer._problem import ProblemKey
-
-    return ProblemKey.make(
-        "ag_gemm",
-        ctx.target.gpu_model,
-        ctx.world_size,
-        "fp32",
-        {"M": m, "N": n, "K": k},
-        {"gather_dim": gather_dim},
-    )
 
 
 def _check(ctx, variant_name: str, params: dict, gather_dim: int) -> float:
@@ -29,7 +17,7 @@ def _check(ctx, variant_name: str, params: dict, gather_dim: int) -> float:
     from autotaxer.ops import get_op
 
     op = get_op("ag_gemm")
-    key = _key(ctx, 8 * ctx.world_size, 12, 4 * ctx.world_size, gather_dim)
+    key = rank_key(ctx, 8 * ctx.world_size, 12, 4 * ctx.world_size, gather_dim)
     return check_variant(op, op.variants[variant_name], key, params, ctx, seed=3)
 
 
@@ -49,7 +37,7 @@ def _check_wrong(ctx) -> float:
             out[: out.shape[0] // 2].copy_(full[: out.shape[0] // 2])
             return out
 
-    key = _key(ctx, 4 * ctx.world_size, 6, 6, 0)
+    key = rank_key(ctx, 4 * ctx.world_size, 6, 6, 0)
     return check_variant(op, HalfWritten(), key, {}, ctx, seed=1)
 
 
