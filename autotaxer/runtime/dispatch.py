@@ -498,11 +498,7 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
     rt = _RUNTIMES.get(group)
     if rt is None:
         rt = init(None, group)
-    if len(tensors) == 2:  # _signature, unrolled here: this is the hot path of every call
-        x, y = tensors
-        sig = (op, x.shape, x.dtype, y.shape, y.dtype, *layout.items())
-    else:
-        sig = _signature(op, tensors, layout)
+    sig = _signature(op, tensors, layout)
     plan = rt._plans.get(sig)
     if plan is None:
         plan = rt._new_plan(sig, op, tensors, layout)
