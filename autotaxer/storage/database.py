@@ -252,6 +252,28 @@ def _precheck_sqlite_file(path: Path) -> None:
     _migrate.check_known(revs, str(path))
 
 
+def _ensure_wal(cur) -> None:
+    """Switch the file to WAL (persistent in the file) unless it already is.
+
+    Changing the journal mode needs an exclusive lock and SQLite answers SQLITE_BUSY at once, without the
+    busy handler, while another process holds the file; so the switch is retried up to the busy timeout.
+    """
+    import sqlite3
+    import time
+
+    if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+        return
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _create_engine(url: str, sqlite: bool) -> Engine:
     if not sqlite:
         return create_engine(url, pool_pre_ping=True)
@@ -264,7 +286,7 @@ def _create_engine(url: str, sqlite: bool) -> Engine:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        _ensure_wal(cur)
         cur.close()
 
     @event.listens_for(engine, "begin")
