@@ -106,11 +106,12 @@ tickets = [torch.zeros(1, dtype=torch.int64) for _ in range(WS)]
 grid = B * HKV * SPLITS + B * HKV
 
 
-def launch(r, inputs, out, phase):
+def launch(r, inputs, out, phase, heap=None):
     q, k, v, lens = inputs
-    io, il, fl = bufs[r]
+    heap_bufs, heap_bases = heap if heap is not None else (bufs, bases)
+    io, il, fl = heap_bufs[r]
     flash_decode_fused(q, k, v, lens, out, inbox_o=io, inbox_lse=il, flags=fl, ticket=tickets[r],
-                       heap_bases=bases, rank=r, world_size=WS, config=cfg, phase=phase)
+                       heap_bases=heap_bases, rank=r, world_size=WS, config=cfg, phase=phase)
 
 
 for call in range(1, 5):
@@ -122,6 +123,13 @@ for call in range(1, 5):
         # rank 0's consumers must wait while a peer's partials of this call are missing, even though
         # that peer's slot still holds flags of call 1 (same parity)
         launch(0, inputs[0], outs[0], "produce")
+        # The interpreter is not thread-safe (it patches triton.language while a kernel runs), so only
+        # the consumer thread interprets while it spins: the peers produce beforehand into a shadow copy
+        # of every heap, and their pushes reach the real heaps later as plain copies, data before flags.
+        shadow = [h.clone() for h in heaps]
+        shadow_heap = ([carve(h) for h in shadow], torch.tensor([h.data_ptr() for h in shadow]))
+        for r in range(1, WS):
+            launch(r, inputs[r], outs[r], "produce", heap=shadow_heap)
         done = threading.Event()
 
         def consumer():
@@ -132,8 +140,11 @@ for call in range(1, 5):
         t.start()
         t.join(timeout=3.0)
         assert not done.is_set(), "consumer finished before the peer pushed its partials"
-        for r in range(1, WS):
-            launch(r, inputs[r], outs[r], "produce")
+        flags_at = sizes[0] + sizes[1]
+        for r in range(WS):  # the peers' pushes arrive: partials first, then the flags that publish them
+            heaps[r][:flags_at].copy_(shadow[r][:flags_at])
+        for r in range(WS):
+            heaps[r][flags_at:].copy_(shadow[r][flags_at:])
         t.join(timeout=120.0)
         assert done.is_set(), "consumer did not finish after every peer pushed"
         for r in range(1, WS):

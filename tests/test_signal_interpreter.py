@@ -49,8 +49,10 @@ _SCRIPT = textwrap.dedent(
     t.start()
     t.join(timeout=2.0)
     assert not done.is_set(), "wait returned before the flag reached the epoch"
-    sig.advance_epoch(epochs[0])
-    sig.signal(flags[1][2:3], epochs[0])
+    # The peer's advance + signal, as plain writes: the interpreter is not thread-safe (it patches
+    # triton.language while a kernel runs), so only the waiter thread may interpret now.
+    epochs[0] += 1
+    flags[1][2] = epochs[0][0]
     t.join(timeout=20.0)
     assert done.is_set(), "wait did not return after the signal"
     assert flags[1].tolist() == [0, 0, 6, 0], flags[1]
