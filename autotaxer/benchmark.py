@@ -199,8 +199,14 @@ def _variant_entry(op, variant, key, ctx, inputs, cfg: BenchConfig, tuned: Mappi
     if not configs:
         space = variant.search_space(key, ctx.target)
         valid = [p for p in iter_grid(space) if variant.check(key, ctx.target, p) is None]
-        configs, result["source"] = capped(valid, cfg.max_configs), "sweep"
+        seeds = [p for p in variant.seed_configs(key, ctx.target) if p in valid][: cfg.max_configs]
+        rest = [p for p in valid if p not in seeds]
+        configs = (
+            seeds + capped(rest, cfg.max_configs - len(seeds)) if len(seeds) < cfg.max_configs else seeds
+        )
+        result["source"] = "sweep"
         result["valid_configs"] = len(valid)
+        result["seeded"] = len(seeds)
     tried, failed = [], []
     best: tuple[float, dict, Any, Any, float] | None = None
     for params in configs:

@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
     p.add_argument("--db", default=None, help="tuning database URL: tuned configs and dispatch's table")
     p.add_argument("--peer-timeout", type=float, default=180.0, help="seconds for Iris stock, per shape")
     p.add_argument("--heap-gib", type=int, default=8, help="Iris heap per rank (GiB)")
+    p.add_argument("--iters", type=int, default=None, help="calls per timed sample (20; 10 with --quick)")
+    p.add_argument("--samples", type=int, default=None, help="timed samples, median of them (9; 5 --quick)")
     p.add_argument("--out", default="bench/results/ag_gemm_bench.json")
     a = p.parse_args(argv)
 
@@ -66,8 +68,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
         variants=tuple(a.variants.split(",")) if a.variants else None,
         max_configs=a.max_configs if a.max_configs is not None else (6 if a.quick else 8),
         warmup=5,
-        iters=10 if a.quick else 20,
-        samples=5 if a.quick else 9,
+        iters=a.iters if a.iters is not None else (10 if a.quick else 20),
+        samples=a.samples if a.samples is not None else (5 if a.quick else 9),
         peers=not a.no_peers,
         dispatch=not a.no_dispatch,
         db_url=a.db,

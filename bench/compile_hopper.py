@@ -1,8 +1,8 @@
 """Compile the fused ag_gemm kernels for Hopper (sm_90) without a GPU and report what the K loop became.
 
-The launch arguments come from the real launcher (``_ag_fused.launch``) with a stand-in kernel that
-records them; they are specialised exactly as Triton's JIT does at launch (an integer equal to 1
-becomes a constant, integers and pointers divisible by 16 get ``tt.divisibility=16``), then compiled
+The launch arguments come from the real launcher's argument builder (``_ag_fused._launch_args``);
+they are specialised exactly as Triton's JIT does at launch (an integer equal to 1 becomes a
+constant, integers and pointers divisible by 16 get ``tt.divisibility=16``), then compiled
 for ``GPUTarget("cuda", 90, 32)``. Per kernel it prints the shared memory Triton allocates
 (``metadata.shared``), the number of ``cp.async`` copies (pipelined loads), of ``wgmma.mma_async``
 and of ``wgmma.wait_group`` (2 = the MMA is pipelined across iterations), next to the persistent GEMM
@@ -90,10 +90,9 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     config = _ag_fused.FusedConfig(**params)
     ms, ks = _ag_fused.shard_dims(m, k, world_size, gather_dim)
     dt = torch.bfloat16
-    rec = _Recorder(fn)
     geo = _ag_fused.geometry(config, ms, ks)
-    _ag_fused.launch(
-        rec,
+    _, args, kw = _ag_fused._launch_args(
+        fn,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
@@ -106,16 +105,17 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         gather_dim=gather_dim,
         config=config,
         num_sms=132,
+        phase="all",
     )
-    _, args, kw = rec.launches[0]
     return fn, args, kw
 
 
-CONFIGS = [  # block_m, block_n, block_k, group_m, num_warps, num_stages, comm_sms, row_chunks, k_chunks
-    (128, 256, 64, 8, 8, 3, 16, 4, 1),
-    (128, 128, 64, 8, 4, 4, 16, 8, 1),
-    (16, 64, 128, 8, 4, 4, 8, 1, 4),
-    (64, 128, 128, 8, 4, 3, 16, 1, 2),
+CONFIGS = [  # block_m, block_n, block_k, group_m, warps, stages, comm_sms, row_chunks, k_chunks, prefetch_k
+    (128, 256, 64, 8, 8, 3, 16, 4, 1, 0),
+    (128, 128, 64, 8, 4, 4, 16, 8, 1, 0),
+    (16, 64, 128, 8, 4, 4, 8, 1, 4, 0),
+    (16, 128, 128, 8, 4, 4, 8, 4, 1, 1024),
+    (64, 128, 128, 8, 4, 3, 16, 1, 2, 0),
 ]
 FIELDS = (
     "block_m",
@@ -127,6 +127,7 @@ FIELDS = (
     "comm_sms",
     "row_chunks",
     "k_chunks",
+    "prefetch_k",
 )
 
 

@@ -1,11 +1,20 @@
 """Host overhead of ``autotaxer.dispatch`` over calling the chosen variant's ``run`` directly.
 
-Per call, the variant's ``run`` is wrapped in a probe that reads the clock on entry and exit, so
-``overhead = time of dispatch() - time inside run``: the variant's own time and its jitter cancel out.
-The probe's own cost (a Python call and two clock reads) is measured the same way around a direct call
-and reported as ``probe``; ``overhead`` includes it, so it is an upper bound. Also reported: the
-paired difference of whole calls (dispatch vs direct, alternating) and what ``out=None`` costs the
-variant (the caching-allocator allocation of the output) against a preallocated ``out``.
+Two measures, both per call (µs):
+
+- ``insitu_overhead``: dispatch runs the real variant, whose ``run`` is wrapped in a probe that reads
+  the clock on entry and exit, so ``overhead = time of dispatch() - time inside run``: the variant's
+  own time and jitter cancel out, but dispatch runs right after the variant's launch (caches cold, as
+  in a model). The probe's own cost (a Python call and two clock reads) is measured the same way
+  around a direct call and reported as ``probe``; ``insitu_overhead`` includes it (an upper bound).
+- ``isolated_overhead``: the plan's ``run`` is a no-op returning ``out``; calls alternate dispatch and
+  the no-op called directly, each timed alone, and the sample is their difference: no launch, so no
+  cache pollution or launch jitter. ``isolated_loop`` is the same difference from back-to-back loops
+  of ``--loop`` calls (mean per call, no clock reads per call; p50 over the loops).
+
+Also reported: the paired difference of whole real calls (dispatch vs direct, alternating), what
+``out=None`` costs the variant (the caching-allocator allocation of the output) against a
+preallocated ``out``, and the host (CPU model, core counts: the overhead depends on them).
 
     python bench/dispatch_overhead.py --device cpu                      # 1 process, CPU
     python bench/dispatch_overhead.py --device cuda --world-size 2      # 2 GPUs (NCCL), rank 0 reports
@@ -37,6 +46,89 @@ def _summary(samples_ns: list[int]) -> dict[str, float]:
         return s[min(len(s) - 1, int(f * len(s)))] / 1e3
 
     return {"p50_us": q(0.50), "p90_us": q(0.90), "p99_us": q(0.99), "mean_us": statistics.fmean(s) / 1e3}
+
+
+def _host() -> dict[str, Any]:
+    """CPU model and core counts of this host (``/proc/cpuinfo`` where there is one)."""
+    import os
+
+    host: dict[str, Any] = {"machine": platform.machine(), "os_cpu_count": os.cpu_count()}
+    if hasattr(os, "sched_getaffinity"):
+        host["usable_cpus"] = len(os.sched_getaffinity(0))
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        host["cpu_model"] = platform.processor() or None
+        return host
+    models, cores, logical = [], set(), 0
+    phys = core = None
+    for line in text.splitlines() + [""]:
+        name, _, value = line.partition(":")
+        name, value = name.strip(), value.strip()
+        if name == "processor":
+            logical += 1
+        elif name == "model name":
+            models.append(value)
+        elif name == "physical id":
+            phys = value
+        elif name == "core id":
+            core = value
+        elif not name:  # blank line: end of one processor's block
+            if core is not None:
+                cores.add((phys, core))
+            phys = core = None
+    host["cpu_model"] = max(set(models), key=models.count) if models else platform.processor() or None
+    host["logical_cpus"] = logical
+    host["physical_cores"] = len(cores) if cores else None
+    host["sockets"] = len({p for p, _ in cores}) if cores else None
+    return host
+
+
+def _isolated(dispatch: Any, plan: Any, a: Any, b: Any, out: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Dispatch through ``plan`` with a no-op ``run`` against that no-op called directly."""
+    clock = time.perf_counter_ns
+    gd = args.gather_dim
+    real_run = plan.run
+
+    def noop(w, inputs, c, o):
+        return o
+
+    ws, rctx, inputs = plan.workspace, plan.ctx, (a, b)
+    plan.run = noop
+    try:
+        for _ in range(args.warmup):
+            dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
+            noop(ws, inputs, rctx, out)
+        gc.collect()
+        per_call, disp, direct = [], [], []
+        for _ in range(args.iters):
+            t0 = clock()
+            dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
+            t1 = clock()
+            noop(ws, inputs, rctx, out)
+            t2 = clock()
+            disp.append(t1 - t0)
+            direct.append(t2 - t1)
+            per_call.append((t1 - t0) - (t2 - t1))
+        loops = []
+        n = args.loop
+        for _ in range(max(1, args.iters // n)):
+            t0 = clock()
+            for _ in range(n):
+                dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
+            t1 = clock()
+            for _ in range(n):
+                noop(ws, inputs, rctx, out)
+            t2 = clock()
+            loops.append(((t1 - t0) - (t2 - t1)) // n)
+    finally:
+        plan.run = real_run
+    return {
+        "isolated_overhead": _summary(per_call),
+        "isolated_dispatch": _summary(disp),
+        "isolated_direct": _summary(direct),
+        "isolated_loop": _summary(loops),
+    }
 
 
 def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -72,7 +164,7 @@ def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         return r
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    results: dict[str, list[int]] = {"overhead": [], "probe": [], "paired": [], "alloc": []}
+    results: dict[str, list[int]] = {"insitu_overhead": [], "probe": [], "paired": [], "alloc": []}
     for mode_out in (out, None):
         for _ in range(args.warmup):
             dispatch("ag_gemm", a, b, gather_dim=gd, out=mode_out)
@@ -88,7 +180,7 @@ def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         t0 = clock()
         dispatch("ag_gemm", a, b, gather_dim=gd, out=out)
         t1 = clock()
-        results["overhead"].append(t1 - t0 - inner[0])
+        results["insitu_overhead"].append(t1 - t0 - inner[0])
         # the probe alone around a direct call: its own cost
         t0 = clock()
         probe(ws, inputs, rctx, out)
@@ -118,10 +210,13 @@ def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
         variant_run(ws, inputs, rctx, out)
         direct.append(clock() - t0)
     sync()
+    isolated = _isolated(dispatch, plan, a, b, out, args)
+    sync()
     return {
         "decision": {"variant": plan.decision.variant, "source": plan.decision.source},
         "variant_run": _summary(direct),
         **{name: _summary(vals) for name, vals in results.items()},
+        **isolated,
     }
 
 
@@ -136,9 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gather-dim", type=int, choices=(0, 1), default=0)
     ap.add_argument("--iters", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--loop", type=int, default=200, help="calls per loop of the isolated_loop measure")
     ap.add_argument("--shipped", action="store_true", help="load the shipped tables (default: none, BSP)")
     ap.add_argument("--json", type=Path, default=None, help="output file (default under bench/results/)")
     args = ap.parse_args(argv)
+    if args.iters < 1 or args.loop < 1 or args.warmup < 0:
+        ap.error("--iters and --loop must be at least 1, --warmup at least 0")
     if args.dtype is None:
         args.dtype = "fp32" if args.device == "cpu" else "bf16"
     if args.world_size == 1 and args.device == "cpu":
@@ -157,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "device_name": device_name,
         "world_size": args.world_size,
+        "host": _host(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "shape": {"M": args.M, "N": args.N, "K": args.K, "dtype": args.dtype, "gather_dim": args.gather_dim},
@@ -169,11 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d")
         path = RESULTS / f"dispatch_overhead_{args.device}_ws{args.world_size}_{stamp}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
+    host = report["host"]
     print(f"dispatch overhead ({args.device}, world size {args.world_size}, {device_name}); µs")
-    print(f"{'measure':<12}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}")
-    for name in ("overhead", "probe", "paired", "alloc", "variant_run"):
+    print(f"host: {host.get('cpu_model')}, {host.get('logical_cpus', host['os_cpu_count'])} logical CPUs")
+    print(f"{'measure':<20}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}")
+    names = ("insitu_overhead", "probe", "isolated_overhead", "isolated_loop", "isolated_dispatch")
+    for name in (*names, "isolated_direct", "paired", "alloc", "variant_run"):
         r = numbers[name]
-        print(f"{name:<12}{r['p50_us']:>9.2f}{r['p90_us']:>9.2f}{r['p99_us']:>9.2f}{r['mean_us']:>9.2f}")
+        print(f"{name:<20}{r['p50_us']:>9.2f}{r['p90_us']:>9.2f}{r['p99_us']:>9.2f}{r['mean_us']:>9.2f}")
     print(f"written to {path}")
     return 0
 

@@ -7,9 +7,16 @@ communication, no combine). Each is swept over a capped list of configurations; 
 checked against BSP's default output (and BSP against the fp32 reference on the smaller shapes) before
 it is timed. Timing: eager (back-to-back) and CUDA-graph replay, median of samples after warm-up, max
 across ranks (``autotaxer.measure.time_variant``). Speedups are against the faster BSP mode. With
-``--dispatch`` it also times ``autotaxer.dispatch`` with whatever tuning table is installed.
+``--dispatch`` it also times ``autotaxer.dispatch`` with whatever tuning table is installed, or only
+with ``--table FILE`` (an exported table); the table's winner and each variant's default (the tuner's
+first guess) join that variant's sweep, so BSP is always timed at the configuration dispatch falls
+back to. Shapes run longest context first and rank 0 rewrites the JSON after every shape, so a run
+cut short keeps the long-context rows. ``--device cpu`` is a gloo dry run (BSP and dispatch only).
+``--summarize FILE`` prints the table of a finished (or partial) JSON, dispatch against BSP last.
 
     python bench/flash_decode_bench.py --quick --out bench/results/flash_decode_quick.json
+    python bench/flash_decode_bench.py --quick --dispatch --table tuned.json --out fd.json
+    python bench/flash_decode_bench.py --summarize fd.json
 """
 
 from __future__ import annotations
@@ -48,16 +55,50 @@ class BenchConfig:
     heap_gib: int
     dispatch: bool
     seed: int = 1234
+    table: str | None = None  # exported tuning table: dispatch uses only it; its winners join the sweeps
 
 
-def _configs(cfg: BenchConfig, variant, key, target) -> list[dict[str, int]]:
+def _configs(cfg: BenchConfig, variant, key, target, extra: tuple[dict, ...] = ()) -> list[dict[str, int]]:
+    """The capped sweep, after ``extra`` configurations (tuned winner, default) not already in it."""
     out = []
+    for p in extra:
+        if p not in out and variant.check(key, target, p) is None:
+            out.append(dict(p))
     for bn, nw, ns in cfg.blocks:
         for s in cfg.splits:
             p = {"block_n": bn, "splits": s, "num_warps": nw, "num_stages": ns}
-            if variant.check(key, target, p) is None:
+            if p not in out and variant.check(key, target, p) is None:
                 out.append(p)
     return out
+
+
+def _extra_configs(variant, key, target, tuned) -> tuple[dict, ...]:
+    """The table's winner when it is this variant, then the variant's default (dispatch's fallback)."""
+    extra = []
+    if tuned is not None and tuned.variant == variant.name:
+        extra.append(dict(tuned.params))
+    extra.append(variant.default_params(key, target))
+    return tuple(extra)
+
+
+def _tuned_entry(rec) -> dict[str, Any] | None:
+    if rec is None:
+        return None
+    return {
+        "variant": rec.variant,
+        "params": dict(rec.params),
+        "median_us": rec.median_us,
+        "bsp_us": rec.bsp_us,
+        "speedup": rec.speedup,
+        "trials": rec.trials,
+    }
+
+
+def _sync(ctx) -> None:
+    if ctx.target.device_type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(ctx.device)
 
 
 def _time(fn, ctx, cfg: BenchConfig) -> dict[str, Any]:
@@ -95,20 +136,20 @@ def _keep_best(best: dict[str, Any] | None, params: dict, timing: dict[str, Any]
     return best
 
 
-def _sweep(op, variant, key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
+def _sweep(op, variant, key, ctx, inputs, cfg: BenchConfig, expect, extra=()) -> dict[str, Any]:
     """Best eager and best graph time over the capped configs; configs that fail the check are listed."""
-    import torch
 
     from autotaxer.measure import max_over_ranks
     from autotaxer.ops import relative_error
 
     best, failures = None, []
-    for params in _configs(cfg, variant, key, ctx.target):
+    configs = _configs(cfg, variant, key, ctx.target, extra)
+    for params in configs:
         try:
             ws = variant.prepare(key, params, ctx)
             out = op.empty_output(key, ctx.device)
             variant.run(ws, inputs, ctx, out=out)
-            torch.cuda.synchronize(ctx.device)
+            _sync(ctx)
             err = max_over_ranks(relative_error(out, expect), ctx)  # every rank takes the same branch
             if not err <= op.tolerance(key):
                 failures.append({"params": params, "error": f"relative error {err:.3g}"})
@@ -118,10 +159,10 @@ def _sweep(op, variant, key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str,
             del ws
         except Exception as exc:
             failures.append({"params": params, "error": f"{type(exc).__name__}: {exc}"[:300]})
-    return {"best": best, "failures": failures, "configs": len(_configs(cfg, variant, key, ctx.target))}
+    return {"best": best, "failures": failures, "configs": len(configs)}
 
 
-def _ceiling(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
+def _ceiling(key, ctx, inputs, cfg: BenchConfig, extra=()) -> dict[str, Any]:
     """The local split-KV decode alone, best over the same configurations."""
     import torch
     from autotaxer.kernels.flash_decode import DecodeConfig, decode_partials
@@ -131,7 +172,7 @@ def _ceiling(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
     bsp = get_op("flash_decode").variants["bsp"]
     q, k, v, lens = inputs
     best = None
-    for params in _configs(cfg, bsp, key, ctx.target):
+    for params in _configs(cfg, bsp, key, ctx.target, extra):
         c = DecodeConfig(**params)
         o = torch.empty((key["B"], key["H"], c.splits, key["D"]), dtype=torch.float32, device=ctx.device)
         lse = torch.empty((key["B"], key["H"], c.splits), dtype=torch.float32, device=ctx.device)
@@ -141,7 +182,6 @@ def _ceiling(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
 
 
 def _dispatch(key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
-    import torch
 
     from autotaxer.ops import get_op, relative_error
     from autotaxer.runtime.dispatch import dispatch, get_runtime
@@ -149,29 +189,52 @@ def _dispatch(key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
     try:
         out = get_op("flash_decode").empty_output(key, ctx.device)
         dispatch("flash_decode", *inputs, out=out)
-        torch.cuda.synchronize(ctx.device)
+        _sync(ctx)
         err = relative_error(out, expect)
         decision = get_runtime().decisions()[key]
         timing = _time(lambda: dispatch("flash_decode", *inputs, out=out), ctx, cfg)
-        return {"best": dict(timing, variant=decision.variant, params=dict(decision.params), error=err)}
+        entry = dict(timing, variant=decision.variant, params=dict(decision.params), source=decision.source)
+        return {"best": dict(entry, error=err)}
     except Exception as exc:
         return {"best": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def _bench_rank(ctx, cfg: BenchConfig) -> list[dict[str, Any]]:
+def _init_dispatch(cfg: BenchConfig) -> None:
+    """With ``--table``, dispatch reads that table only (no $AUTOTAXER_TABLE, no shipped tables)."""
+    from autotaxer.runtime.dispatch import RuntimeConfig, init
+
+    if cfg.dispatch and cfg.table is not None:
+        init(
+            RuntimeConfig(
+                heap_size=cfg.heap_gib << 30,
+                tables=(cfg.table,),
+                env_tables=False,
+                shipped_tables=False,
+                persist_misses=False,
+            )
+        )
+
+
+def _bench_rank(ctx, cfg: BenchConfig, out_path: str | None = None) -> list[dict[str, Any]]:
     import torch
 
     from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error
+    from autotaxer.table_file import read_table
 
     op = get_op("flash_decode")
     ctx.heap_size = cfg.heap_gib << 30
-    rows = []
-    for s in cfg.ss:
+    tuned = {r.key: r for r in read_table(cfg.table)} if cfg.table is not None else {}
+    _init_dispatch(cfg)
+    rows: list[dict[str, Any]] = []
+    for s in sorted(cfg.ss, reverse=True):  # longest contexts first: a run cut short keeps the target shapes
         for b in cfg.bs:
             shape = {"B": b, "H": cfg.h, "Hkv": cfg.hkv, "D": cfg.d, "S": s}
             key = ProblemKey.make("flash_decode", ctx.target.gpu_model, ctx.world_size, cfg.dtype, shape)
             row: dict[str, Any] = {"shape": shape, "dtype": cfg.dtype}
+            rec = tuned.get(key)
+            if cfg.table is not None:
+                row["tuned"] = _tuned_entry(rec)
             try:
                 inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
                 bsp = op.variants["bsp"]
@@ -183,18 +246,26 @@ def _bench_rank(ctx, cfg: BenchConfig) -> list[dict[str, Any]]:
                     row["bsp_reference_error"] = relative_error(
                         expect, op.reference(key, ctx.rank, ctx.device, cfg.seed)
                     )
-                row["ceiling"] = _ceiling(key, ctx, inputs, cfg)
+                bsp_extra = _extra_configs(bsp, key, ctx.target, rec)
+                if ctx.target.device_type == "cuda":
+                    row["ceiling"] = _ceiling(key, ctx, inputs, cfg, bsp_extra)
+                else:  # the ceiling is the Triton decode kernel alone
+                    row["ceiling"] = {"best": None, "skipped": "needs CUDA"}
                 for name, variant in sorted(op.available_variants(ctx.target).items()):
-                    row[name] = _sweep(op, variant, key, ctx, inputs, cfg, expect)
+                    extra = _extra_configs(variant, key, ctx.target, rec)
+                    row[name] = _sweep(op, variant, key, ctx, inputs, cfg, expect, extra)
                 if cfg.dispatch:
                     row["dispatch"] = _dispatch(key, ctx, inputs, cfg, expect)
                 del inputs, expect
             except Exception as exc:  # e.g. out of memory at the largest shapes: reported, not fatal
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-            torch.cuda.empty_cache()
+            if ctx.target.device_type == "cuda":
+                torch.cuda.empty_cache()
             rows.append(row)
             if ctx.rank == 0:
                 print(_row_line(row), flush=True)
+                if out_path is not None:
+                    _write_report(out_path, cfg, rows, partial=True)
     return rows
 
 
@@ -231,6 +302,69 @@ def _row_line(row: dict[str, Any]) -> str:
     return f"{head} " + " | ".join(cols)
 
 
+def _verdict(row: dict[str, Any]) -> str:
+    """Dispatch against the best BSP, per timing mode: ``ok`` unless dispatch is more than 2% slower."""
+    bsp = (row.get("bsp") or {}).get("best")
+    disp = (row.get("dispatch") or {}).get("best")
+    if not bsp or not disp:
+        return "-"
+    worse = []
+    for mode in ("eager", "graph"):
+        b, d = _best(bsp, mode), _best(disp, mode)
+        if b is not None and d is not None and d > 1.02 * b:
+            worse.append(f"{mode} {b / d:.2f}x")
+    return "WORSE " + ", ".join(worse) if worse else "ok"
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """A short table of a report: tuned winner, BSP, fused and dispatch against BSP per timing mode."""
+
+    def ratios(base: dict | None, other: dict | None) -> str:
+        return " ".join(f"{_speedup(_best(base, m), _best(other, m)):>6}" for m in ("eager", "graph"))
+
+    head = (
+        f"{'B':>3} {'S':>7} | {'tuned (x tuner)':<20} | {'bsp eager  graph':>17} | {'fused x e   g':>13} | "
+        f"{'ceil x':>6} | {'dispatch  x e   g':>19} | check"
+    )
+    lines = [
+        "µs, max over ranks; x = BSP time / other time (eager, graph); check: dispatch within 2% of BSP",
+        head,
+        "-" * len(head),
+    ]
+    for row in report.get("rows", []):
+        sh = row["shape"]
+        lead = f"{sh['B']:>3} {sh['S']:>7} |"
+        if "error" in row:
+            lines.append(f"{lead} error: {row['error']}")
+            continue
+        tuned = row.get("tuned")
+        t_name = "-"
+        if tuned:
+            t_name = f"{tuned['variant']} s={tuned['params'].get('splits', '-')} ({tuned['speedup']:.2f})"
+        bsp = (row.get("bsp") or {}).get("best")
+        fused = (row.get("fused") or {}).get("best")
+        ceil = (row.get("ceiling") or {}).get("best")
+        disp = (row.get("dispatch") or {}).get("best")
+        d_name = disp["variant"][:5] if disp else "-"
+        bsp_us = " ".join(f"{_fmt(_best(bsp, m))[-8:]:>8}" for m in ("eager", "graph"))
+        lines.append(
+            f"{lead} {t_name:<20} | {bsp_us} | "
+            f"{ratios(bsp, fused):>13} | {_speedup(_best(bsp), _best(ceil)):>6} | "
+            f"{d_name:<5} {ratios(bsp, disp):>13} | {_verdict(row)}"
+        )
+    return lines
+
+
+def _write_report(path: str, cfg: BenchConfig, rows: list[dict[str, Any]], partial: bool) -> None:
+    rows = sorted(rows, key=lambda r: (r["shape"]["S"], r["shape"]["B"]))
+    report = {"config": asdict(cfg), "environment": _environment(), "partial": partial, "rows": rows}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
 def _environment() -> dict[str, Any]:
     import torch
 
@@ -243,7 +377,7 @@ def _environment() -> dict[str, Any]:
     return env
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float]:
+def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float, str | None, str]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer configurations and samples, same shapes")
     p.add_argument("--b", default=None, help=f"comma list of B (default {BS})")
@@ -251,9 +385,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float]:
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--heap-gib", type=int, default=2, help="Iris heap per rank (GiB)")
     p.add_argument("--dispatch", action="store_true", help="also time autotaxer.dispatch")
+    p.add_argument(
+        "--table", default=None, help="exported tuning table: dispatch uses only it, winners swept"
+    )
+    p.add_argument(
+        "--summarize", default=None, metavar="JSON", help="print the table of a report (and --table) and exit"
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole run")
+    p.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: gloo dry run of BSP and dispatch only"
+    )
     p.add_argument("--out", default=None, help="JSON path (default bench/results/flash_decode[_quick].json)")
     a = p.parse_args(argv)
+    if a.table is not None and not os.path.isfile(a.table):
+        p.error(f"--table: no such file: {a.table}")
 
     def ints(text: str | None, default: tuple[int, ...], field: str) -> tuple[int, ...]:
         if text is None:
@@ -275,23 +420,59 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float]:
     cfg = BenchConfig(
         bs=ints(a.b, BS, "b"), ss=ints(a.s, SS, "s"), h=32, hkv=8, d=128, dtype=a.dtype,
         splits=splits, blocks=blocks, warmup=warmup, iters=iters, samples=samples,
-        heap_gib=a.heap_gib, dispatch=a.dispatch,
+        heap_gib=a.heap_gib, dispatch=a.dispatch, table=a.table,
     )  # fmt: skip
     out = a.out or f"bench/results/flash_decode{'_quick' if a.quick else ''}.json"
-    return cfg, out, a.timeout
+    return cfg, out, a.timeout, a.summarize, a.device
+
+
+def _table_rows(table: str, report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows for the table's flash_decode records that ``report`` lacks (tuned column only)."""
+    from autotaxer.table_file import read_table
+
+    have = {tuple(sorted(r["shape"].items())) for r in report.get("rows", [])}
+    extra = []
+    for rec in read_table(table):
+        shape = dict(rec.key.shape)
+        if rec.key.op == "flash_decode" and tuple(sorted(shape.items())) not in have:
+            extra.append({"shape": shape, "dtype": rec.key.dtype, "tuned": _tuned_entry(rec)})
+    return sorted(extra, key=lambda r: (r["shape"]["S"], r["shape"]["B"]))
+
+
+def summarize(path: str, table: str | None = None) -> int:
+    """Print the summary table of the report at ``path`` (plus the ``table``'s shapes it lacks);
+    1 when neither can be read."""
+    report: dict[str, Any] = {"rows": []}
+    status = 0
+    try:
+        with open(path) as f:
+            report = json.load(f)
+        for row in report.get("rows", []):  # reports written without --table: take the tuned column here
+            row.setdefault("tuned", None)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"error: {path}: {e}", file=sys.stderr)
+        status = 1
+    if report.get("partial"):
+        print(f"{path}: partial report (the run ended early)")
+    if table is not None:
+        try:
+            report["rows"] = report.get("rows", []) + _table_rows(table, report)
+            status = 0
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+    if report["rows"]:
+        print("\n".join(summary_lines(report)))
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg, out, timeout = parse_args(argv)
-    rows = run_ranks(_bench_rank, WORLD_SIZE, "cuda", args=(cfg,), timeout=timeout)[0]
-    report = {"config": asdict(cfg), "environment": _environment(), "rows": rows}
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1, default=str)
-    os.replace(tmp, out)
+    cfg, out, timeout, summary, device = parse_args(argv)
+    if summary is not None:
+        return summarize(summary, cfg.table)
+    rows = run_ranks(_bench_rank, WORLD_SIZE, device, args=(cfg, out), timeout=timeout)[0]
+    _write_report(out, cfg, rows, partial=False)
     print("\nmicroseconds (eager graph), max over ranks; speedup = bsp / fused")
-    for row in rows:
+    for row in sorted(rows, key=lambda r: (r["shape"]["S"], r["shape"]["B"])):
         print(_row_line(row))
     print(f"wrote {out}")
     return 0

@@ -82,11 +82,57 @@ def heap_delta(ptr, rank, peer, heap_bases):
     return (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // elem
 
 
+#: Row-chunk flags one wait polls at once (a tile spans at most ``row_chunks`` (<= 16) of them).
+WAIT_WIDTH = tl.constexpr(16)
+
+
 @triton.jit
 def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc):
-    """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``."""
-    for rc in range(first_row // rcw, last_row // rcw + 1):
-        wait_flag(flags_ptr + (src * n_rc + rc) * n_kc + kc, epoch)
+    """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``.
+
+    The chunks' flags are polled together (one acquire load per flag, side by side in the CTA's
+    threads) rather than one after another, so a tile spanning several chunks pays one round trip.
+    """
+    rc_hi = last_row // rcw
+    for rc0 in range(first_row // rcw, rc_hi + 1, WAIT_WIDTH):
+        rcs = rc0 + tl.arange(0, WAIT_WIDTH)
+        live = rcs <= rc_hi
+        ptrs = flags_ptr + (src * n_rc + rcs) * n_kc + kc
+        pending = 1
+        while pending > 0:
+            seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+            pending = tl.sum((live & (seen < epoch)).to(tl.int32), axis=0)
+
+
+@triton.jit
+def prefetch_l2(ptrs):
+    """Fetch the cache lines of ``ptrs`` into L2 without filling registers (PTX ``prefetch.global.L2``;
+    NVIDIA only: the launcher enables it only there)."""
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def prefetch_b_rows(b_ptr, pid_n, N, K, stride_bk, stride_bn, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+                    B_ROW_MAJOR: tl.constexpr):  # fmt: skip
+    """Warm L2 with the first ``ROWS`` rows of B's column block ``pid_n``: one prefetch per 128-byte line.
+
+    At small M the GEMM is bound by reading B; a tile that must wait for peers' rows of A first asks
+    for the start of its B slab, so the wait overlaps B's traffic instead of delaying it.
+    """
+    LINE: tl.constexpr = 1024 // b_ptr.dtype.element_ty.primitive_bitwidth  # elements per 128 bytes
+    if B_ROW_MAJOR:  # a line runs along N
+        COLS: tl.constexpr = BLOCK_N // LINE if BLOCK_N >= LINE else 1
+        cols = tl.minimum(pid_n * BLOCK_N + tl.arange(0, COLS) * LINE, N - 1).to(tl.int64)
+        for r0 in tl.static_range(0, ROWS, 128):
+            rows = tl.minimum(r0 + tl.arange(0, 128), K - 1).to(tl.int64)
+            prefetch_l2(b_ptr + rows[:, None] * stride_bk + cols[None, :] * stride_bn)
+    else:  # a line runs along K
+        KLINES: tl.constexpr = ROWS // LINE if ROWS >= LINE else 1
+        cols = tl.minimum(pid_n * BLOCK_N + tl.arange(0, BLOCK_N), N - 1).to(tl.int64)
+        rows = tl.minimum(tl.arange(0, KLINES) * LINE, K - 1).to(tl.int64)
+        prefetch_l2(b_ptr + rows[:, None] * stride_bk + cols[None, :] * stride_bn)
 
 
 @triton.jit
@@ -123,6 +169,8 @@ def consume_tiles(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
+    PREFETCH_K: tl.constexpr = 0,
+    B_ROW_MAJOR: tl.constexpr = True,
 ):
     """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
 
@@ -162,6 +210,11 @@ def consume_tiles(
                 row_off = tl.multiple_of(row_off, VEC)  # the op defining the value (none for an argument)
             src_lo = first_row // Ms
             src_hi = last_row // Ms
+            if PREFETCH_K > 0:
+                if src_lo != rank or src_hi != rank:  # this tile waits for peers' rows: meanwhile
+                    prefetch_b_rows(
+                        b_ptr, pid_n, N, K, stride_bk, stride_bn, PREFETCH_K, BLOCK_N, B_ROW_MAJOR
+                    )
             # One K loop per tile (a second call site would double the pipeline's shared memory):
             # K chunk by K chunk, waiting only for peers' rows; tiles of local rows never wait.
             for kc in range(0, n_kc):
@@ -273,7 +326,8 @@ class FusedConfig:
 
     ``comm_sms`` producer CTAs move the local shard (push: into the peers' inboxes; pull: into the
     local staging buffer) in ``row_chunks x k_chunks`` chunks, one flag each; the rest of the grid
-    (at most ``num_sms - comm_sms`` CTAs) runs the persistent GEMM.
+    (at most ``num_sms - comm_sms`` CTAs) runs the persistent GEMM. ``prefetch_k`` (NVIDIA, 0 = off):
+    a gather_dim=0 tile that waits for peers' rows first prefetches that many rows of its B slab into L2.
     """
 
     block_m: int = 128
@@ -285,6 +339,7 @@ class FusedConfig:
     comm_sms: int = 8
     row_chunks: int = 4
     k_chunks: int = 1
+    prefetch_k: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -297,6 +352,8 @@ class FusedConfig:
         for name in ("group_m", "num_stages", "comm_sms", "row_chunks", "k_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.prefetch_k and (self.prefetch_k < 128 or self.prefetch_k & (self.prefetch_k - 1)):
+            raise ValueError(f"prefetch_k: must be 0 or a power of two >= 128, got {self.prefetch_k}")
 
 
 def inbox_shape(ms: int, ks: int, world_size: int) -> tuple[int, int, int, int]:
@@ -339,7 +396,7 @@ def _pow2_at_most(n: int, cap: int) -> int:
     return p
 
 
-def launch(
+def _launch_args(
     kernel,
     *,
     a_shard,
@@ -354,12 +411,11 @@ def launch(
     gather_dim: int,
     config: FusedConfig,
     num_sms: int,
-    phase: str = "all",
-) -> None:
-    """Check shapes, work out the grid and launch ``kernel`` (the pull or push kernel).
+    phase: str,
+) -> tuple[int, list[Any], dict[str, int]]:
+    """Check shapes; ``(grid, every kernel argument in signature order, launch options)``.
 
     ``buf`` is the rank's inbox (:func:`inbox_shape`), ``flags`` its :func:`flags_count` int32 flags.
-
     ``phase`` launches part of the grid, for the interpreter, where programs run one after another
     and nothing may spin on work that has not run yet: ``"stage"`` (producers' first step: push
     stores into peers, pull stages its own shard), ``"fetch"`` (pull's loads of peers' chunks; no-op
@@ -403,51 +459,64 @@ def launch(
         and a_shard.data_ptr() % 16 == 0
         and buf.data_ptr() % 16 == 0
     )
-    kernel[(grid,)](
-        a_shard,
-        b,
-        out,
-        buf,
-        flags,
-        sync,
-        heap_bases,
-        rank,
-        m,
-        n,
-        k,
-        ms,
-        ks,
-        geo.row_width,
-        geo.n_row,
-        geo.col_width,
-        geo.n_col,
-        a_shard.stride(0),
-        b.stride(0),
-        b.stride(1),
-        out.stride(0),
-        out.stride(1),
-        offset,
-        producers,
-        consumers,
-        WORLD_SIZE=world_size,
-        GATHER_DIM=gather_dim,
-        BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n,
-        BLOCK_K=config.block_k,
-        GROUP_M=config.group_m,
-        P_ROWS=_pow2_at_most(geo.row_width, 16),
-        P_COLS=_pow2_at_most(max(geo.col_width, 16), 512),
-        EVEN_K=ks % config.block_k == 0,
-        EVEN_N=n % config.block_n == 0,
-        ALIGNED=aligned,
+    values = dict(
+        a_ptr=a_shard, b_ptr=b, c_ptr=out, inbox_ptr=buf, flags_ptr=flags, sync_ptr=sync,
+        heap_bases=heap_bases, rank=rank, M=m, N=n, K=k, Ms=ms, Ks=ks,
+        rcw=geo.row_width, n_rc=geo.n_row, kcw=geo.col_width, n_kc=geo.n_col,
+        stride_am=a_shard.stride(0), stride_bk=b.stride(0), stride_bn=b.stride(1),
+        stride_cm=out.stride(0), stride_cn=out.stride(1),
+        pid_offset=offset, num_producers=producers, num_consumers=consumers,
+        WORLD_SIZE=world_size, GATHER_DIM=gather_dim,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        P_ROWS=_pow2_at_most(geo.row_width, 16), P_COLS=_pow2_at_most(max(geo.col_width, 16), 512),
+        EVEN_K=ks % config.block_k == 0, EVEN_N=n % config.block_n == 0, ALIGNED=aligned,
         COPY_STEPS=_PHASES[phase],
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
+        PREFETCH_K=config.prefetch_k, B_ROW_MAJOR=b.stride(1) == 1,
+    )  # fmt: skip
+    names = kernel.arg_names
+    if set(names) != set(values):
+        raise TypeError(f"{kernel.__name__}: parameters {names} do not match the launcher's {sorted(values)}")
+    return (
+        grid,
+        [values[name] for name in names],
+        {"num_warps": config.num_warps, "num_stages": config.num_stages},
     )
+
+
+def _specialization(a_shard, b, out) -> tuple:
+    """What Triton specialises a compiled launch on, of the per-call tensors: shapes, strides, dtypes
+    and 16-byte alignment (the workspace's buffers never change under one launch cache)."""
+    return (
+        a_shard.shape, a_shard.stride(), a_shard.dtype, a_shard.data_ptr() & 15,
+        b.shape, b.stride(), b.dtype, b.data_ptr() & 15,
+        out.shape, out.stride(), out.dtype, out.data_ptr() & 15,
+    )  # fmt: skip
+
+
+class _CompiledLaunch:
+    """One compiled kernel with its grid and arguments; a call swaps in the per-call tensors and
+    launches through the compiled kernel's own launcher, skipping Triton's argument binding and
+    specialisation (tens of microseconds for ~40 arguments)."""
+
+    __slots__ = ("runner", "args")
+
+    def __init__(self, compiled: Any, grid: int, args: list[Any]) -> None:
+        self.runner = compiled[(grid, 1, 1)]
+        self.args = args
+
+    def __call__(self, a_shard: Any, b: Any, out: Any) -> None:
+        args = self.args
+        args[0], args[1], args[2] = a_shard, b, out
+        try:
+            self.runner(*args)
+        finally:
+            args[0] = args[1] = args[2] = None  # hold no user tensor between calls
 
 
 def fused_launcher(kernel, how: str) -> Callable[..., Any]:
     """The public launcher of a fused kernel (``ag_gemm_pull``, ``ag_gemm_push``) over :func:`launch`."""
+    if kernel.arg_names[:3] != ["a_ptr", "b_ptr", "c_ptr"]:
+        raise TypeError(f"{kernel.__name__}: the first parameters must be a_ptr, b_ptr, c_ptr")
 
     def ag_gemm(
         *,
@@ -464,8 +533,16 @@ def fused_launcher(kernel, how: str) -> Callable[..., Any]:
         config: FusedConfig,
         num_sms: int,
         phase: str = "all",
+        cache: dict | None = None,
     ):
-        launch(
+        fast = cache is not None and phase == "all"
+        if fast:
+            spec = _specialization(a_shard, b, out)
+            compiled = cache.get(spec)
+            if compiled is not None:
+                compiled(a_shard, b, out)
+                return out
+        grid, args, options = _launch_args(
             kernel,
             a_shard=a_shard,
             b=b,
@@ -481,6 +558,9 @@ def fused_launcher(kernel, how: str) -> Callable[..., Any]:
             num_sms=num_sms,
             phase=phase,
         )
+        handle = kernel[(grid,)](*args, **options)
+        if fast and hasattr(handle, "run") and len(cache) < 64:  # a compiled kernel (not the interpreter)
+            cache[spec] = _CompiledLaunch(handle, grid, [None, None, None, *args[3:]])
         return out
 
     ag_gemm.__name__ = ag_gemm.__qualname__ = f"ag_gemm_{how}"
@@ -489,6 +569,10 @@ def fused_launcher(kernel, how: str) -> Callable[..., Any]:
         f"``out = all_gather(a_shard, gather_dim) @ b`` by {how}; collective over ``world_size`` ranks.\n\n"
         "``inbox`` (:func:`inbox_shape`, A's dtype) and ``flags`` (int32, :func:`flags_count`, zeroed once)\n"
         "live in the symmetric heap; ``sync`` (int32, 2, zeroed once) holds the device-side epoch. Nothing\n"
-        "is reset between calls; ``phase`` as in :func:`launch`."
+        "is reset between calls; ``phase`` as in :func:`_launch_args`. ``cache``: a dict owned by one\n"
+        "workspace (every call with it passes the same inbox, flags, sync, heap_bases, rank, world_size,\n"
+        "gather_dim, config and num_sms): compiled launches by the tensors' shapes, strides, dtypes and\n"
+        "alignment, "
+        "so repeated calls skip the checks and Triton's argument binding."
     )
     return ag_gemm

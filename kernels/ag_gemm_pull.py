@@ -121,6 +121,8 @@ def _ag_gemm_pull_kernel(
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
     COPY_STEPS: tl.constexpr,
+    PREFETCH_K: tl.constexpr,
+    B_ROW_MAJOR: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
     epoch, flags, inbox = begin_call(sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, WORLD_SIZE)
@@ -182,6 +184,8 @@ def _ag_gemm_pull_kernel(
             EVEN_K,
             EVEN_N,
             ALIGNED,
+            PREFETCH_K,
+            B_ROW_MAJOR,
         )
     if COPY_STEPS != 2:  # the interpreter's extra "fetch" launch repeats programs already counted
         epoch_end(sync_ptr, epoch, num_producers + num_consumers)

@@ -17,18 +17,27 @@ N, K = 1000, 1000  # not multiples of any tile; K/2 = 500 is not 16-byte aligned
 CASES = [(gd, m) for gd in (0, 1) for m in (8, 64, 1024, 4096)] + [(1, 127)]
 
 
-def _configs(variant, key, target) -> list[dict]:
-    """The default configuration and one more valid one, different tiles and chunking."""
+def _configs(variant, key, target, seeds: bool = False) -> list[dict]:
+    """The default configuration and one more valid one, different tiles and chunking; with ``seeds``
+    also the variant's seed configurations (the tuner's and the benchmark's starting points)."""
     from autotaxer.ops import iter_grid
 
     first = variant.default_params(key, target)
+    configs = [first]
     space = variant.search_space(key, target)
     for params in iter_grid(space):
         if variant.check(key, target, params) is None and all(
             params[f] != first[f] for f in ("block_n", "comm_sms", "k_chunks") if f in first
         ):
-            return [first, params]
-    return [first]
+            configs.append(params)
+            break
+    if seeds:
+        configs += [
+            c
+            for c in variant.seed_configs(key, target)
+            if c not in configs and variant.check(key, target, c) is None
+        ]
+    return configs
 
 
 def _check_all(
@@ -47,7 +56,9 @@ def _check_all(
         for gd, m in CASES:
             key = rank_key(ctx, m, N, K, gd, dtype)
             for params in (
-                _configs(variant, key, ctx.target) if variant.search_space(key, ctx.target) else [{}]
+                _configs(variant, key, ctx.target, seeds=dtype == "bf16")
+                if variant.search_space(key, ctx.target)
+                else [{}]
             ):
                 ws = variant.prepare(key, params, ctx)
                 tol = op.tolerance(key)
@@ -109,3 +120,42 @@ def test_iris_fused_variant_matches_reference_on_two_gpus(variant: str, dtype: s
     results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3, (variant,)), timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:20])
+
+
+def _misaligned_inputs(ctx, variant_name: str) -> list[str]:
+    """A call on a 16-byte-aligned shard, then on a misaligned view of the same values, then aligned
+    again, on one workspace: the compiled-launch cache must not serve one specialisation to the other."""
+    import torch
+
+    from autotaxer.ops import get_op, relative_error
+
+    op = get_op("ag_gemm")
+    variant = op.variants[variant_name]
+    failures = []
+    for gd in (0, 1):
+        key = rank_key(ctx, 256, N, K, gd, "bf16")
+        ws = variant.prepare(key, variant.default_params(key, ctx.target), ctx)
+        for call, shift in enumerate((0, 1, 0, 1)):
+            a, b = op.make_inputs(key, ctx.rank, ctx.device, 100 + call)
+            if shift:
+                store = torch.empty(a.numel() + shift, dtype=a.dtype, device=a.device)
+                a = store[shift:].view(a.shape).copy_(a)  # data_ptr % 16 == 2
+            out = op.empty_output(key, ctx.device)
+            variant.run(ws, (a, b), ctx, out=out)
+            torch.cuda.synchronize()
+            err = relative_error(out, op.reference(key, ctx.rank, ctx.device, 100 + call))
+            if not err < op.tolerance(key):
+                failures.append(f"{variant_name} gd={gd} call {call} shift {shift}: rel err {err}")
+        if len(ws.buffers["launch_cache"]) != 2:
+            failures.append(
+                f"{variant_name} gd={gd}: {len(ws.buffers['launch_cache'])} cached launches, not 2"
+            )
+    return failures
+
+
+@pytest.mark.gpu(world_size=2)
+@pytest.mark.parametrize("variant", _IRIS_FUSED)
+def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
+    results = run_ranks(_misaligned_inputs, 2, "cuda", args=(variant,), timeout=300)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures)

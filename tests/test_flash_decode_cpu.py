@@ -13,15 +13,17 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from autotaxer._problem import ProblemKey
+from autotaxer._problem import ProblemKey, Target
 from autotaxer._target import cpu_target
 from autotaxer.ops import get_op, relative_error
 from autotaxer.ops.flash_decode import global_lengths, shard_lengths
 from autotaxer.ops.flash_decode._op import combine_torch, partials_torch
+from autotaxer.shapes import load_shapes
 from autotaxer.testing import run_ranks
 
 _INTERPRETER_SCRIPT = r"""
@@ -212,6 +214,19 @@ def _key(ws: int = 2, dtype: str = "fp32", b: int = 3, h: int = 8, hkv: int = 2,
     return ProblemKey.make("flash_decode", "cpu", ws, dtype, {"B": b, "H": h, "Hkv": hkv, "D": d, "S": s})
 
 
+_H200 = Target("nvidia-h200", "sm_90", 132, "cuda")
+_ISSUE_SHAPES = Path(__file__).resolve().parents[1] / "examples" / "shapes_flash_decode.csv"
+
+
+def _h200_key(b: int, s: int) -> ProblemKey:
+    shape = {"B": b, "H": 32, "Hkv": 8, "D": 128, "S": s}
+    return ProblemKey.make("flash_decode", _H200.gpu_model, 2, "bf16", shape)
+
+
+def _issue_keys() -> list[ProblemKey]:
+    return [row.to_key(_H200.gpu_model, 2) for row in load_shapes(_ISSUE_SHAPES, 2)]
+
+
 def _naive_attention(q, k, v):
     """Per-head softmax attention with repeat-interleaved KV heads (a path independent of the op's)."""
     group = q.shape[0] // k.shape[1]
@@ -304,9 +319,7 @@ def test_search_spaces_and_pruning() -> None:
     from autotaxer.ops import iter_grid
 
     op = get_op("flash_decode")
-    gpu = ProblemKey.make(
-        "flash_decode", "nvidia-h200", 2, "bf16", {"B": 1, "H": 32, "Hkv": 8, "D": 128, "S": 8192}
-    )
+    gpu = _h200_key(1, 8192)
     cuda = cpu_target().__class__("nvidia-h200", "sm_90", 132, "cuda")
     for name in ("bsp", "fused"):
         var = op.variants[name]
@@ -317,9 +330,7 @@ def test_search_spaces_and_pruning() -> None:
         assert 0 < len(valid) < len(list(iter_grid(space)))
     bsp = op.variants["bsp"]
     base = {"block_n": 64, "splits": 16, "num_warps": 4, "num_stages": 2}
-    tiny = ProblemKey.make(
-        "flash_decode", "nvidia-h200", 2, "bf16", {"B": 1, "H": 32, "Hkv": 8, "D": 128, "S": 256}
-    )
+    tiny = _h200_key(1, 256)
     assert "splits" in bsp.check(tiny, cuda, base)  # 16 splits of 64 > 2 blocks of a 128-position shard
     fp32 = ProblemKey.make(
         "flash_decode", "nvidia-h200", 2, "fp32", {"B": 1, "H": 32, "Hkv": 8, "D": 128, "S": 8192}
@@ -328,6 +339,77 @@ def test_search_spaces_and_pruning() -> None:
     assert "missing" in bsp.check(gpu, cuda, {"splits": 2})
     assert op.variants["fused"].unavailable_reason(cpu_target()) is not None
     assert bsp.search_space(gpu, cpu_target()) == {"splits": (1, 2, 4)}
+
+
+def test_issue_shapes_file_lists_the_twelve_shapes() -> None:
+    keys = _issue_keys()
+    got = {(k["B"], k["S"]) for k in keys}
+    assert got == {(b, s) for b in (1, 8, 32) for s in (8192, 32768, 131072, 524288)} and len(keys) == 12
+    assert {(k.op, k.dtype, k["H"], k["Hkv"], k["D"]) for k in keys} == {("flash_decode", "bf16", 32, 8, 128)}
+
+
+def test_seeds_are_valid_points_of_the_space_and_the_default_is_the_first() -> None:
+    op = get_op("flash_decode")
+    for key in _issue_keys():
+        for name in ("bsp", "fused"):
+            var = op.variants[name]
+            space = var.search_space(key, _H200)
+            seeds = var.seed_configs(key, _H200)
+            assert 3 <= len(seeds) <= 5, (key.text, seeds)
+            assert len({tuple(sorted(p.items())) for p in seeds}) == len(seeds)
+            for params in seeds:
+                assert set(params) == set(space) and all(params[f] in space[f] for f in space), params
+                assert var.check(key, _H200, params) is None, (key.text, params)
+            assert var.default_params(key, _H200) == seeds[0]
+    # a shard too short for the heuristic: seeds shrink to what fits, the default stays valid
+    tiny = _h200_key(1, 256)
+    bsp = op.variants["bsp"]
+    assert [p["splits"] for p in bsp.seed_configs(tiny, _H200)] == [1, 2, 1]  # last: one more stage
+    assert bsp.check(tiny, _H200, bsp.default_params(tiny, _H200)) is None
+    # CPU: no seeds, the first point of the CPU space (what the CPU tuner and dispatch use)
+    assert bsp.seed_configs(tiny, cpu_target()) == []
+    assert bsp.default_params(_key(), cpu_target()) == {"splits": 1}
+
+
+@pytest.mark.parametrize(
+    ("b", "s", "first", "also"),
+    [
+        (1, 8192, 8, (16, 4)),  # short shard: at least 512 positions per split
+        (1, 32768, 32, (64, 16)),
+        (1, 524288, 64, (32,)),  # 64 is the most the space offers
+        (32, 131072, 8, (16, 4)),  # 256 (row, KV head) programs already fill the SMs
+        (32, 524288, 8, (16, 4, 32)),  # very long splits: 4x more is seeded too
+    ],
+)
+def test_heuristic_split_counts(b: int, s: int, first: int, also: tuple[int, ...]) -> None:
+    key = _h200_key(b, s)
+    seeds = get_op("flash_decode").variants["fused"].seed_configs(key, _H200)
+    assert seeds[0] == {"block_n": 64, "num_warps": 4, "num_stages": 2, "splits": first}
+    assert [p["splits"] for p in seeds[1 : 1 + len(also)]] == list(also)
+
+
+def test_dispatch_lookup_uses_the_tuned_winner_and_falls_back_to_bsp_otherwise() -> None:
+    """What dispatch runs: the stored winner (the tuner's best over every trial, BSP's included, so never
+    slower than the BSP it measured); for an untuned context length, BSP at its default (the tuner's
+    baseline point); for an untuned batch within 2x of a tuned one, that shape's winner."""
+    from autotaxer.records import WinnerRecord
+    from autotaxer.runtime.lookup import EXACT, FALLBACK, NEAREST, decide
+
+    op = get_op("flash_decode")
+    tuned = _h200_key(8, 8192)
+    params = {"block_n": 64, "splits": 16, "num_warps": 4, "num_stages": 2}
+    rec = WinnerRecord(key=tuned, variant="fused", params=params, median_us=50.0, bsp_us=60.0, trials=10)
+    table = {tuned: rec}
+    exact = decide(table, tuned, op, _H200)
+    assert (exact.source, exact.variant, dict(exact.params)) == (EXACT, "fused", params)
+    other_s = _h200_key(8, 16384)
+    miss = decide(table, other_s, op, _H200)
+    assert (miss.source, miss.variant) == (FALLBACK, "bsp")
+    assert dict(miss.params) == op.variants["bsp"].default_params(other_s, _H200)
+    near = decide(table, _h200_key(16, 8192), op, _H200)
+    assert (near.source, near.variant) == (NEAREST, "fused")
+    far = decide(table, _h200_key(32, 8192), op, _H200)
+    assert (far.source, far.variant) == (FALLBACK, "bsp")
 
 
 def _check_bsp_gloo(ctx, dtype: str, seeds: tuple[int, ...], splits: int) -> list[float]:

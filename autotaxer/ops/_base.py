@@ -89,6 +89,14 @@ class Variant(ABC):
                 return params
         raise ValueError(f"{self.name}: no valid configuration for {key.text}")
 
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """Configurations known to be good for ``key``, tried first by the tuner and the benchmark.
+
+        Each must use only values listed in :meth:`search_space`; invalid ones are skipped by the
+        callers. The default is none: the sampler starts from scratch.
+        """
+        return []
+
     @abstractmethod
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         """Allocate everything ``run`` needs (buffers, flags, compiled kernels)."""

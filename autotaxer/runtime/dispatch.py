@@ -41,14 +41,23 @@ _is_compiling = torch.compiler.is_compiling
 
 
 def _signature(op: str, tensors: tuple, layout: dict) -> tuple:
-    """A call's cache key: the op, each tensor's shape and dtype, then the layout (flat: cheap to hash)."""
-    if len(tensors) == 2:  # ag_gemm, the hot case: unrolled (about half the cost of the loop)
-        x, y = tensors
-        return (op, x.shape, x.dtype, y.shape, y.dtype, *layout.items())
+    """A call's full cache key: the op, each tensor's shape and dtype, then the layout's items.
+
+    Two-tensor calls (``ag_gemm``) are first looked up by the op, shapes and dtypes alone (the hot
+    index, see :meth:`Runtime.dispatch`), then their layout is compared with the plan's.
+    """
     sig: list = [op]
     for t in tensors:
         sig += (t.shape, t.dtype)
     return (*sig, *layout.items())
+
+
+def _hot_key(op: str, tensors: tuple) -> tuple | None:
+    """The hot-index key of a call (what :func:`dispatch` builds inline); ``None`` unless 2 tensors."""
+    if len(tensors) != 2:
+        return None
+    x, y = tensors
+    return (op, x.shape, x.dtype, y.shape, y.dtype)
 
 
 @dataclass(frozen=True)
@@ -100,16 +109,29 @@ class ConsensusError(RuntimeError):
 
 
 class Plan:
-    """What the hot path needs for one call signature: ``run(workspace, inputs, ctx, out)`` and its state."""
+    """What the hot path needs for one call signature: ``run(workspace, inputs, ctx, out)`` and its state.
 
-    __slots__ = ("run", "workspace", "ctx", "key", "decision", "calls", "last_used")
+    ``layout`` is the layout the plan was made for: the hot index finds a plan by op, shapes and dtypes,
+    and the call's layout must equal it (else the full signature decides).
+    """
 
-    def __init__(self, run: Any, workspace: Any, ctx: Any, key: ProblemKey, decision: Decision) -> None:
+    __slots__ = ("run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used")
+
+    def __init__(
+        self,
+        run: Any,
+        workspace: Any,
+        ctx: Any,
+        key: ProblemKey,
+        decision: Decision,
+        layout: dict[str, Any] | None = None,
+    ) -> None:
         self.run = run
         self.workspace = workspace
         self.ctx = ctx
         self.key = key
         self.decision = decision
+        self.layout = dict(layout) if layout is not None else {}
         self.calls = 0
         self.last_used = 0  # a tick of the runtime's clock: the least recently used plan is evicted first
 
@@ -174,7 +196,8 @@ class Runtime:
         self.group = group
         self.ctx: Any = None
         self.table: Table | None = None
-        self._plans: dict[tuple, Plan] = {}
+        self._plans: dict[tuple, Plan] = {}  # full signature -> plan; bounded by workspace_cache
+        self._hot: dict[tuple, Plan] = {}  # (op, shape, dtype, shape, dtype) -> a plan in _plans
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
         self._misses: dict[ProblemKey, Miss] = {}
@@ -190,19 +213,33 @@ class Runtime:
         """Run ``op`` on this rank's ``tensors`` with the tuned variant; collective over the group."""
         if _is_compiling():
             return compiled_dispatch(op, tensors, out, layout, self.group)
-        sig = _signature(op, tensors, layout)
-        plan = self._plans.get(sig)
-        if plan is None:
-            plan = self._new_plan(sig, op, tensors, layout)
+        # The same lines as module-level dispatch(). The hot key leaves the layout out (unpacking its items
+        # into the key cost more than comparing two small dicts); the layout must equal the plan's.
+        if len(tensors) == 2:
+            x, y = tensors
+            plan = self._hot.get((op, x.shape, x.dtype, y.shape, y.dtype))
+            if plan is None or plan.layout != layout:
+                plan = self._find(op, tensors, layout)
+        else:
+            plan = self._find(op, tensors, layout)
         plan.calls += 1
         plan.last_used = next(self._clock)
         return plan.run(plan.workspace, tensors, plan.ctx, out)
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
+        return self._find(op, tensors, layout)
+
+    def _find(self, op: str, tensors: tuple, layout: dict[str, Any]) -> Plan:
+        """Off the hot path: the plan of the full signature (created if new), then indexed as hot."""
         sig = _signature(op, tensors, layout)
-        found = self._plans.get(sig)
-        return found if found is not None else self._new_plan(sig, op, tensors, layout)
+        plan = self._plans.get(sig)
+        if plan is None:
+            plan = self._new_plan(sig, op, tensors, layout)
+        hot = _hot_key(op, tensors)
+        if hot is not None:
+            self._hot[hot] = plan  # replaces a plan of another layout with the same shapes, if any
+        return plan
 
     # -- set-up (collective, first call) -----------------------------------------------------------
     @property
@@ -313,7 +350,7 @@ class Runtime:
             self._note_miss(key, decision)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
-        plan = Plan(variant.run, ws, self.ctx, key, decision)
+        plan = Plan(variant.run, ws, self.ctx, key, decision, layout)
         plan.last_used = next(self._clock)  # newest: never the one evicted to make room for itself
         self._plans[sig] = plan
         self._evict()
@@ -363,6 +400,8 @@ class Runtime:
         while len(self._plans) > self.config.workspace_cache:
             lru = min(self._plans, key=lambda sig: self._plans[sig].last_used)
             old = self._plans.pop(lru)
+            for hot in [h for h, p in self._hot.items() if p is old]:
+                del self._hot[hot]
             self._count_calls(old)
             if not any(p.workspace is old.workspace for p in self._plans.values()):
                 for wkey, ws in list(self._workspaces.items()):
@@ -422,6 +461,7 @@ class Runtime:
             self._count_calls(p)
         self._persist_misses()
         self._plans.clear()
+        self._hot.clear()
         self._workspaces.clear()
         self._closed = True
         atexit.unregister(self._persist_misses)
@@ -498,10 +538,15 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
     rt = _RUNTIMES.get(group)
     if rt is None:
         rt = init(None, group)
-    sig = _signature(op, tensors, layout)
-    plan = rt._plans.get(sig)
-    if plan is None:
-        plan = rt._new_plan(sig, op, tensors, layout)
+    # Runtime.dispatch's lines, inline (no extra Python frame). The hot key is exact for op, shapes and
+    # dtypes; the layout (names and values) must equal the plan's, else the full signature decides.
+    if len(tensors) == 2:
+        x, y = tensors
+        plan = rt._hot.get((op, x.shape, x.dtype, y.shape, y.dtype))
+        if plan is None or plan.layout != layout:
+            plan = rt._find(op, tensors, layout)
+    else:
+        plan = rt._find(op, tensors, layout)
     plan.calls += 1
     plan.last_used = next(rt._clock)
     return plan.run(plan.workspace, tensors, plan.ctx, out)

@@ -29,6 +29,7 @@ from .study import (
     duplicate_of,
     enqueue_baseline,
     enqueue_grid,
+    enqueue_seeds,
     fail_stale_trials,
     finished,
     make_sampler,
@@ -142,6 +143,8 @@ class _ShapeTuner:
         if stale:
             self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
         enqueue_baseline(study, self.op, self.space)
+        if cfg.sampler != "grid":
+            enqueue_seeds(study, self.op, self.space)
         if cfg.sampler == "grid":
             target = enqueue_grid(study, self.op, self.space)
         else:  # repeats are pruned, so a small space ends when every valid point has run

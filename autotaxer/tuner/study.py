@@ -15,6 +15,7 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 from .._problem import ProblemKey, Target
@@ -185,6 +186,31 @@ def enqueue_baseline(study: Any, op: Op, space: SearchSpace) -> None:
     study.enqueue_trial(
         flat_params(base.name, base.default_params(space.key, space.target)), skip_if_exists=True
     )
+
+
+def seed_points(op: Op, space: SearchSpace) -> list[dict[str, Any]]:
+    """Each variant's valid seed configurations inside ``space``, as flat params (the baseline's too:
+    a fused winner must beat the baseline at its best, not at its default)."""
+    per_variant = []
+    for name in space.names:
+        variant = op.variants[name]
+        choices = space.params_of(name)
+        mine = []
+        for params in variant.seed_configs(space.key, space.target):
+            inside = set(params) == set(choices) and all(params[p] in choices[p] for p in choices)
+            if inside and variant.check(space.key, space.target, params) is None:
+                mine.append(flat_params(name, params))
+        per_variant.append(mine)
+    # round robin: every variant's first seed before any variant's second
+    return [p for rank in zip_longest(*per_variant) for p in rank if p is not None]
+
+
+def enqueue_seeds(study: Any, op: Op, space: SearchSpace) -> int:
+    """Queue the variants' seed configurations (after the baseline's default) unless already queued."""
+    points = seed_points(op, space)
+    for point in points:
+        study.enqueue_trial(point, skip_if_exists=True)
+    return len(points)
 
 
 def enqueue_grid(study: Any, op: Op, space: SearchSpace) -> int:

@@ -6,7 +6,7 @@ The kernels live in ``autotaxer.kernels.ag_gemm_pull`` / ``ag_gemm_push``; both 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from ..._problem import ProblemKey, Target, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
@@ -28,8 +28,6 @@ class IrisFusedVariant(Variant):
     """Base of the fused Iris variants; subclasses name the kernel and the heap buffer's shape."""
 
     device_types = frozenset({"cuda"})
-    #: Keyword under which the launcher takes the heap data buffer (``stage`` or ``inbox``).
-    buffer_arg: ClassVar[str]
 
     # -- availability and search space ----------------------------------------------------------
     def unavailable_reason(self, target: Target) -> str | None:
@@ -48,14 +46,45 @@ class IrisFusedVariant(Variant):
         return {
             "block_m": (128, 64, 16),
             "block_n": (64, 128, 256) if small else (256, 128, 64),
-            "block_k": (64, 128),
+            "block_k": (64, 128, 256) if small else (64, 128),
             "group_m": (8, 4),
             "num_warps": (8, 4),
             "num_stages": (3, 4, 2),
             "comm_sms": (16, 8, 32, 4),
-            "row_chunks": (4, 1, 16),
+            "row_chunks": (4, 1, 8, 16),
             "k_chunks": (4, 2, 1) if small else (1, 2, 4),
+            "prefetch_k": (0, 1024) if small and key["gather_dim"] == 0 else (0,),
         }
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """Good starting points by regime (2xH200 sweeps): narrow tiles and few flags at small M, a
+        one-wave 128-row tiling with K-chunked flags around M=256, Hopper's 128x256 tiles above."""
+        m = key["M"]
+
+        def cfg(bm, bn, bk, warps, stages, comm, rc, kc, pf=0):
+            return dict(
+                block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, num_stages=stages,
+                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=pf,
+            )  # fmt: skip
+
+        if m <= 64:
+            prefetch = key["gather_dim"] == 0 and not target.is_amd  # only gather_dim=0 tiles wait first
+            return [
+                cfg(16, 128, 128, 4, 4, 8, 4, 1),
+                cfg(16, 128, 128, 4, 4, 8, 4, 1, 1024) if prefetch else cfg(16, 128, 128, 4, 4, 8, 1, 2),
+                cfg(16, 64, 256, 4, 3, 8, 4, 1),
+            ]
+        if m <= 512:
+            return [
+                cfg(128, 128, 64, 4, 4, 4, 4, 4),
+                cfg(64, 128, 64, 4, 4, 8, 4, 2),
+                cfg(128, 128, 64, 4, 4, 8, 8, 2),
+            ]
+        return [
+            cfg(128, 256, 64, 8, 3, 16, 4, 1),
+            cfg(128, 128, 64, 4, 4, 16, 8, 1),
+            cfg(128, 256, 64, 8, 3, 8, 4, 2),
+        ]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels._ag_fused import FusedConfig, geometry, smem_bytes
@@ -74,6 +103,13 @@ class IrisFusedVariant(Variant):
             return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
         if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
             return "num_warps: a 128x256 tile needs 8 warps"
+        if config.prefetch_k:
+            if target.is_amd:
+                return "prefetch_k: the L2 prefetch is NVIDIA PTX; AMD runs without it"
+            if key["gather_dim"] != 0:
+                return "prefetch_k: only gather_dim=0 tiles wait before reading B"
+            if config.prefetch_k > k:
+                return f"prefetch_k: {config.prefetch_k} rows exceed K={k}"
         vendor = "amd" if target.is_amd else "nvidia"
         smem = smem_bytes(config, _ELEM_BYTES[key.dtype])
         if smem > _SMEM_BYTES[vendor]:
@@ -132,6 +168,8 @@ class IrisFusedVariant(Variant):
             "heap_bases": heap.get_heap_bases(),
             "out": torch.empty((key["M"], key["N"]), dtype=dtype, device=ctx.device),
             "config": config,
+            "launch": self.launcher(),
+            "launch_cache": {},  # compiled launches of this workspace (see the launcher's ``cache``)
         }
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -140,7 +178,7 @@ class IrisFusedVariant(Variant):
         a_shard, b = inputs
         buf = ws.buffers
         out = buf["out"] if out is None else out
-        self.launcher()(
+        buf["launch"](
             a_shard=a_shard,
             b=b,
             out=out,
@@ -152,6 +190,7 @@ class IrisFusedVariant(Variant):
             gather_dim=ws.key["gather_dim"],
             config=buf["config"],
             num_sms=ctx.target.num_sms,
-            **{self.buffer_arg: buf["data"]},
+            cache=buf["launch_cache"],
+            inbox=buf["data"],
         )
         return out

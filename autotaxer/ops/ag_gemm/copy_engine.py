@@ -51,6 +51,14 @@ class CopyEngineVariant(Variant):
             "order": ("rotated",) if key.world_size <= 2 else ("rotated", "reverse"),
         }
 
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """The 2xH200 tuning run's usual winners: one chunk (two at large M), stream memops."""
+        gather_first = key["gather_dim"] == 0 and key["M"] <= 256
+        return [
+            {"gather_first": gather_first, "signal": s, "chunks": c, "accumulate": "out", "order": "rotated"}
+            for s, c in (("memop", 1), ("memop", 2), ("triton", 1))
+        ]
+
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from ...kernels.ag_gemm_ce import MAX_CHUNKS
 

@@ -9,7 +9,6 @@ from ._op import shard_shape
 
 class PullVariant(IrisFusedVariant):
     name = "pull"
-    buffer_arg = "inbox"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
         from autotaxer.kernels._ag_fused import inbox_shape

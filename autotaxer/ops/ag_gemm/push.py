@@ -9,7 +9,6 @@ from ._op import shard_shape
 
 class PushVariant(IrisFusedVariant):
     name = "push"
-    buffer_arg = "inbox"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
         from autotaxer.kernels._ag_fused import inbox_shape

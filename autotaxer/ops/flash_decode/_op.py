@@ -72,18 +72,27 @@ def _query(key: ProblemKey, device: Any, seed: int):
     return q.to(torch_dtype(key.dtype))
 
 
+def _kv_row(key: ProblemKey, rank: int, b: int, device: Any, seed: int):
+    """Row ``b`` of ``rank``'s ``(k, v)``, each ``(S/ws, Hkv, D)``: one generator per (seed, rank, row)."""
+    import torch
+
+    dtype = torch_dtype(key.dtype)
+    shape = (local_length(key), key["Hkv"], key["D"])
+    g = _generator(device, (seed * 1009 + 17 * (rank + 1)) * 4099 + b)
+    k = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    v = torch.randn(shape, generator=g, device=device, dtype=torch.float32).to(dtype)
+    return k, v
+
+
 def _kv_shard(key: ProblemKey, rank: int, device: Any, seed: int):
     """``(k, v)`` of ``rank``, generated row by row (bounded fp32 temporaries at long contexts)."""
     import torch
 
-    dtype = torch_dtype(key.dtype)
     shape = (key["B"], local_length(key), key["Hkv"], key["D"])
-    k = torch.empty(shape, dtype=dtype, device=device)
-    v = torch.empty(shape, dtype=dtype, device=device)
+    k = torch.empty(shape, dtype=torch_dtype(key.dtype), device=device)
+    v = torch.empty_like(k)
     for b in range(key["B"]):
-        g = _generator(device, (seed * 1009 + 17 * (rank + 1)) * 4099 + b)
-        k[b] = torch.randn(shape[1:], generator=g, device=device, dtype=torch.float32).to(dtype)
-        v[b] = torch.randn(shape[1:], generator=g, device=device, dtype=torch.float32).to(dtype)
+        k[b], v[b] = _kv_row(key, rank, b, device, seed)
     return k, v
 
 
@@ -172,14 +181,15 @@ class FlashDecode(Op):
 
         lens = global_lengths(key, seed, lengths)
         q = _query(key, device, seed).float()
-        shards = [_kv_shard(key, r, device, seed) for r in range(key.world_size)]
-        hkv, d = key["Hkv"], key["D"]
+        hkv, d, s_local = key["Hkv"], key["D"], local_length(key)
         group = key["H"] // hkv
         out = torch.empty((key["B"], key["H"], d), dtype=torch.float32, device=device)
-        for b in range(key["B"]):
+        for b in range(key["B"]):  # row by row: at long contexts the shards of every rank would not fit
             n = int(lens[b])
-            k = torch.cat([s[0][b].float() for s in shards], dim=0)[:n]  # (n, Hkv, D)
-            v = torch.cat([s[1][b].float() for s in shards], dim=0)[:n]
+            rows = [_kv_row(key, r, b, device, seed) for r in range(-(-n // s_local))]  # ranks holding row b
+            k = torch.cat([kr.float() for kr, _ in rows], dim=0)[:n]  # (n, Hkv, D)
+            v = torch.cat([vr.float() for _, vr in rows], dim=0)[:n]
+            del rows
             scores = torch.einsum("kgd,nkd->kgn", q[b].view(hkv, group, d), k) / math.sqrt(d)
             out[b] = torch.einsum("kgn,nkd->kgd", torch.softmax(scores, dim=-1), v).reshape(key["H"], d)
         return out

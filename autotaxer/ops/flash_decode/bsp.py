@@ -2,7 +2,7 @@
 
 Three launches per call (decode, NCCL all-gather, combine); the baseline of every flash_decode
 speedup. On CPU (gloo) the local part and the combine are torch math, so the CPU tuner can tune it.
-The search-space helpers here are shared with the fused variant.
+The search space and seeds are shared with the fused variant (``_space.py``).
 """
 
 from __future__ import annotations
@@ -12,50 +12,7 @@ from typing import Any
 from ..._problem import ProblemKey, Target, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
 from ._op import combine_torch, local_length, partials_torch
-
-GPU_PARAMS = ("block_n", "splits", "num_warps", "num_stages")
-#: Largest world_size * splits the combine accepts (kernels.flash_decode.MAX_PARTIALS).
-MAX_PARTIALS = 1024
-#: Shared memory per CTA on H100/H200 (227 KiB).
-SMEM_BUDGET = 227 * 1024
-
-
-def gpu_search_space() -> dict[str, tuple[Any, ...]]:
-    """KV block size, splits per rank, warps and stages; the first values are the safe default."""
-    return {
-        "block_n": (64, 32, 128),
-        "splits": (16, 8, 32, 64, 4, 2, 1),
-        "num_warps": (4, 8),
-        "num_stages": (2, 1, 3, 4),
-    }
-
-
-def check_gpu_params(key: ProblemKey, params: Params) -> str | None:
-    """Why ``params`` cannot serve ``key`` (missing, out of range, more splits than KV blocks), or None."""
-    missing = set(GPU_PARAMS) - set(params)
-    if missing:
-        return f"missing parameters: {', '.join(sorted(missing))}"
-    bn, splits = params["block_n"], params["splits"]
-    if bn not in (16, 32, 64, 128, 256):
-        return f"block_n: must be a power of two in 16..256, got {bn}"
-    if not isinstance(splits, int) or splits < 1:
-        return f"splits: must be a positive integer, got {splits!r}"
-    if params["num_warps"] not in (1, 2, 4, 8, 16):
-        return f"num_warps: must be 1, 2, 4, 8 or 16, got {params['num_warps']}"
-    if not 1 <= params["num_stages"] <= 8:
-        return f"num_stages: must be in 1..8, got {params['num_stages']}"
-    blocks = -(-local_length(key) // bn)
-    if splits > blocks:
-        return f"splits: {splits} splits of {bn}-position blocks exceed the {blocks} blocks of a shard"
-    if key.world_size * splits > MAX_PARTIALS:
-        return f"splits: world_size * splits = {key.world_size * splits} exceeds {MAX_PARTIALS}"
-    esize = 4 if key.dtype == "fp32" else 2
-    # K and V tiles of every stage but one, plus scratch (checked against sm_90 compiles of the kernel)
-    smem = max(params["num_stages"] - 1, 1) * 2 * bn * key["D"] * esize + 16 * 1024
-    if smem > SMEM_BUDGET:
-        stages = params["num_stages"]
-        return f"num_stages: {stages} stages of {bn}x{key['D']} K/V tiles need {smem} B of shared memory"
-    return None
+from ._space import check_gpu_params, gpu_search_space, seed_params
 
 
 def decode_config(params: Params):
@@ -109,6 +66,16 @@ class BspVariant(Variant):
                 return f"splits: must be a positive integer, got {splits!r}"
             return None
         return check_gpu_params(key, params)
+
+    def default_params(self, key: ProblemKey, target: Target) -> dict[str, Any]:
+        """On GPUs the best-guess seed (what dispatch runs for an untuned shape); on CPU the first point."""
+        if target.device_type == "cpu":
+            return super().default_params(key, target)
+        seeds = seed_params(key, target)
+        return seeds[0] if seeds else super().default_params(key, target)
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        return [] if target.device_type == "cpu" else seed_params(key, target)
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch

@@ -13,7 +13,8 @@ from typing import Any
 from ..._problem import ProblemKey, Target, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
 from ._op import local_length
-from .bsp import check_gpu_params, decode_config, gpu_search_space, split_inputs
+from ._space import check_gpu_params, gpu_search_space, seed_params
+from .bsp import decode_config, split_inputs
 
 
 class FusedVariant(Variant):
@@ -31,6 +32,14 @@ class FusedVariant(Variant):
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         return check_gpu_params(key, params)
+
+    def default_params(self, key: ProblemKey, target: Target) -> dict[str, Any]:
+        """The best-guess seed (the same split heuristic as BSP), else the first valid point."""
+        seeds = seed_params(key, target)
+        return seeds[0] if seeds else super().default_params(key, target)
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        return seed_params(key, target)
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         """Allocate the symmetric inbox and flags (collective, same order on every rank), zero the flags

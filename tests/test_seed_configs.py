@@ -1,0 +1,70 @@
+"""Variants' seed configurations: valid, inside the search space, enqueued by the tuner round robin."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotaxer._problem import ProblemKey, Target
+from autotaxer.ops import get_op
+from autotaxer.tuner.study import SearchSpace, enqueue_seeds, seed_points, split_params
+
+H200 = Target("nvidia-h200", "sm_90", 132)
+MI300 = Target("amd-mi300x", "gfx942", 304)
+
+
+def _key(m: int, gd: int, target: Target = H200) -> ProblemKey:
+    return ProblemKey.make(
+        "ag_gemm", target.gpu_model, 2, "bf16", {"M": m, "N": 8192, "K": 8192}, {"gather_dim": gd}
+    )
+
+
+@pytest.mark.parametrize("m,gd", [(16, 0), (16, 1), (256, 0), (512, 1), (4096, 0), (16384, 1)])
+def test_seeds_are_valid_points_of_the_space(m: int, gd: int) -> None:
+    op = get_op("ag_gemm")
+    key = _key(m, gd)
+    space = SearchSpace.build(op, key, H200, ("bsp", "push", "pull"))
+    points = seed_points(op, space)
+    assert [p["variant"] for p in points[:2]] == ["push", "pull"]  # every variant's first seed first
+    seeds = op.variants["push"].seed_configs(key, H200)
+    assert len(points) == 2 * len(seeds) and len({tuple(sorted(c.items())) for c in seeds}) == len(seeds)
+    for point in points:
+        name, params = split_params(point)
+        assert op.variants[name].check(key, H200, params) is None, params
+        choices = space.params_of(name)
+        assert set(params) == set(choices) and all(params[p] in choices[p] for p in choices)
+
+
+def test_prefetch_seed_is_nvidia_and_gather_dim_0_only() -> None:
+    push = get_op("ag_gemm").variants["push"]
+    assert any(c["prefetch_k"] for c in push.seed_configs(_key(16, 0), H200))
+    assert not any(c["prefetch_k"] for c in push.seed_configs(_key(16, 1), H200))
+    assert not any(c["prefetch_k"] for c in push.seed_configs(_key(16, 0, MI300), MI300))
+    params = dict(push.seed_configs(_key(16, 0), H200)[0], prefetch_k=1024)
+    assert "prefetch_k" in push.check(_key(16, 1), H200, params)
+    assert "prefetch_k" in push.check(_key(16, 0, MI300), MI300, params)
+
+
+def test_invalid_or_outside_seeds_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = get_op("ag_gemm")
+    key = _key(4096, 0)
+    push = op.variants["push"]
+    good = push.seed_configs(key, H200)[0]
+    outside = dict(good, block_n=96)  # not a listed choice
+    invalid = dict(good, block_m=128, block_n=256, num_warps=4)  # the check refuses it
+    monkeypatch.setattr(type(push), "seed_configs", lambda self, k, t: [outside, invalid, good])
+    space = SearchSpace.build(op, key, H200, ("bsp", "push"))
+    assert [split_params(p)[1] for p in seed_points(op, space)] == [good]
+
+
+def test_tuner_enqueues_seeds_once() -> None:
+    import optuna
+
+    op = get_op("ag_gemm")
+    key = _key(256, 0)
+    space = SearchSpace.build(op, key, H200, ("bsp", "push", "pull"))
+    study = optuna.create_study(direction="minimize")
+    n = enqueue_seeds(study, op, space)
+    assert n == len(seed_points(op, space)) > 0
+    enqueue_seeds(study, op, space)  # a resumed run queues nothing twice
+    waiting = [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
+    assert len(waiting) == n
