@@ -63,7 +63,8 @@ class BenchConfig:
 
     ``variants``: None = every available non-baseline variant. ``max_configs``: configurations swept per
     variant that has no tuned configuration. ``db_url``/``tables``: where tuned configurations and
-    dispatch's table come from (None/empty: dispatch's defaults).
+    dispatch's table come from (None/empty: dispatch's defaults). ``progress_path``: rank 0 appends each
+    finished row there as one JSON line, so a run cut short keeps what it measured.
     """
 
     cases: tuple[Case, ...]
@@ -81,6 +82,7 @@ class BenchConfig:
     heap_gib: int = 8
     peer_timeout: float = 180.0
     seed: int = 1234
+    progress_path: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field."""
@@ -341,6 +343,9 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         rows.append(row)
         if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
             print(row_line(row), file=sys.stderr, flush=True)
+            if cfg.progress_path is not None:
+                with open(cfg.progress_path, "a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
     if rt is not None:
         rt.close()
     return rows
@@ -441,6 +446,9 @@ def run_bench(
     from .testing import run_ranks
 
     cfg.validate()
+    if cfg.progress_path is not None:  # a fresh progress log; rank 0 appends to it
+        os.makedirs(os.path.dirname(os.path.abspath(cfg.progress_path)), exist_ok=True)
+        open(cfg.progress_path, "w").close()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     timeout = 120 + (90 if cfg.device == "cuda" else 30) * len(cfg.cases)
     rows = run_ranks(bench_rank, cfg.world_size, cfg.device, args=(cfg, dict(tuned or {})), timeout=timeout)[

@@ -75,6 +75,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
         db_url=a.db,
         heap_gib=a.heap_gib,
         peer_timeout=a.peer_timeout,
+        progress_path=a.out + ".rows.jsonl",
     )
     return cfg, a.out
 

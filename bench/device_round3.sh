@@ -8,7 +8,7 @@
 #   bench-NxK  the side-by-side benchmark for one (N, K), 12 M values, both layouts (uses the tune db
 #              when $DB or $OUT/tune_llm.sqlite exists)
 #   overhead   dispatch host overhead
-# LIMIT overrides the time limit (s) of tests and tune.
+# LIMIT overrides the time limit (s) of tests and tune, BENCH_LIMIT that of each bench step.
 #   export     the tune db's table -> $OUT/nvidia-h200_ws2_ag_gemm.json
 # A summary line per step is printed last.
 set -u
@@ -43,8 +43,8 @@ for s in "$@"; do
         shape=${s#bench-}
         dbarg=()
         [ -f "$DB" ] && dbarg=(--db "sqlite:///$DB")
-        step "bench_$shape" 540 python3 -P bench/ag_gemm_bench.py --shapes "$shape" --max-configs 3 \
-            --iters 10 --samples 5 --peer-timeout 40 "${dbarg[@]}" --out "$OUT/bench_$shape.json"
+        step "bench_$shape" "${BENCH_LIMIT:-540}" python3 -P bench/ag_gemm_bench.py --shapes "$shape" --max-configs 3 \
+            --iters 10 --samples 5 --peer-timeout 25 "${dbarg[@]}" --out "$OUT/bench_$shape.json"
         ;;
     overhead)
         step overhead 120 python3 -P bench/dispatch_overhead.py --device cuda --world-size 2 --iters 20000 \

@@ -75,6 +75,11 @@ def test_bench_cli_cpu_world_size_2(tmp_path):
     assert report["versions"]["torch"] and report["versions"]["autotaxer"]
     rows = report["rows"]
     assert [(r["M"], r["gather_dim"]) for r in rows] == [(64, 0), (32, 1)]
+    # each row was also appended as it finished, so a run cut short keeps its rows
+    progress = [
+        json.loads(line) for line in (tmp_path / "res" / "bench.json.rows.jsonl").read_text().splitlines()
+    ]
+    assert [(r["M"], r["gather_dim"]) for r in progress] == [(64, 0), (32, 1)]
     for row in rows:
         assert "error" not in row
         for column in ("bsp", "allgather", "gemm"):

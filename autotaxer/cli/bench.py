@@ -70,6 +70,7 @@ def bench_command(
         db_url=db,
         heap_gib=heap_gib,
         peer_timeout=peer_timeout,
+        progress_path=f"{out}.rows.jsonl",
     )
     cfg.validate()
     _check_variants(cfg.variants, target)
