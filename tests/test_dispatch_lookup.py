@@ -66,6 +66,21 @@ def test_nearest_outside_the_bound_falls_back_to_bsp() -> None:
     assert (d.variant, d.source) == ("cpu_chunked", NEAREST)
 
 
+def test_nearest_needs_a_winner_that_beat_bsp_by_the_margin() -> None:
+    close = WinnerRecord(
+        key(128), "cpu_chunked", {"chunks": 2, "order": "rotated"}, 9.5, 10.0, 4, device_type="cpu"
+    )
+    clear = rec(key(64), chunks=4)  # 2x over BSP there
+    assert close.speedup == pytest.approx(10 / 9.5)
+    d = decide(table(close, clear), key(96), OP, TARGET)  # M=128 is closer but won by 5% only
+    assert (d.source, d.tuned_key) == (NEAREST, key(64))
+    d = decide(table(close), key(96), OP, TARGET)
+    assert (d.variant, d.source) == ("bsp", FALLBACK)
+    d = decide(table(close), key(96), OP, TARGET, min_nearest_speedup=1.0)
+    assert (d.source, d.tuned_key) == (NEAREST, key(128))
+    assert decide(table(close), key(128), OP, TARGET).source == EXACT  # the margin is for neighbours only
+
+
 def test_config_invalid_for_the_shape_moves_to_the_next_candidate_then_bsp() -> None:
     # M=72, world size 2: shard of 36 rows. chunks=8 (from M=76) does not divide 36; chunks=4 (M=64) does.
     near_invalid, farther_valid = rec(key(76), chunks=8), rec(key(64), chunks=4)

@@ -68,6 +68,7 @@ class RuntimeConfig:
     ``env_tables``, then ``db_url``, then the shipped ``tuning_db/`` when ``shipped_tables``).
     ``strict``: refuse records tuned with other kernel sources or torch/triton/iris versions.
     ``max_m_ratio``: nearest-M lookup accepts a tuned M within this factor of the requested M.
+    ``min_nearest_speedup``: ... and only a winner that beat BSP there at least by this factor.
     ``workspace_cache``: most (shape, variant, params) workspaces kept (least recently used dropped).
     ``misses_path``: where rank 0 appends misses at shutdown (None: ``$AUTOTAXER_MISSES`` or the default
     file); ``persist_misses=False`` keeps them in memory only.
@@ -80,6 +81,7 @@ class RuntimeConfig:
     shipped_tables: bool = True
     strict: bool = False
     max_m_ratio: float = 2.0
+    min_nearest_speedup: float = 1.1
     workspace_cache: int = 64
     misses_path: str | None = None
     persist_misses: bool = True
@@ -90,6 +92,10 @@ class RuntimeConfig:
             raise ValueError(f"heap_size: must be positive, got {self.heap_size}")
         if not (self.max_m_ratio >= 1.0 and math.isfinite(self.max_m_ratio)):
             raise ValueError(f"max_m_ratio: must be a finite number >= 1, got {self.max_m_ratio}")
+        if not (self.min_nearest_speedup > 0 and math.isfinite(self.min_nearest_speedup)):
+            raise ValueError(
+                f"min_nearest_speedup: must be a finite number > 0, got {self.min_nearest_speedup}"
+            )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
         self.table_sources().validate()
@@ -338,7 +344,12 @@ class Runtime:
             opobj = get_op(op)
             key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
             decision = decide(
-                self.table.records, key, opobj, self.ctx.target, math.log(self.config.max_m_ratio)
+                self.table.records,
+                key,
+                opobj,
+                self.ctx.target,
+                math.log(self.config.max_m_ratio),
+                self.config.min_nearest_speedup,
             )
         except (KeyError, ValueError) as e:
             error, exc = f"{type(e).__name__}: {e}", e

@@ -6,7 +6,10 @@ Policy (the same on every rank, because it depends only on the table, the key an
    pass the variant's ``check`` for the key;
 2. **nearest**: otherwise the record whose key differs only in the op's first shape field (``M`` for
    ``ag_gemm``) with the smallest log distance ``|ln(M / M_tuned)|`` within ``max_log_distance``, whose
-   configuration is valid for the requested shape (ties: the larger tuned M, then the text of its key);
+   configuration is valid for the requested shape (ties: the larger tuned M, then the text of its key)
+   and whose winner beat the baseline there by at least ``min_nearest_speedup`` (a configuration that
+   only just won at its own M is as likely to lose at another: measured on 2xH200, a push tiling tuned
+   at M=256 (1.02x) ran 0.88x at M=128);
 3. **fallback**: otherwise the op's baseline (BSP) with its default parameters. A miss is never an error.
 """
 
@@ -25,6 +28,8 @@ EXACT, NEAREST, FALLBACK = "exact", "nearest", "fallback"
 
 #: Default bound on the nearest-M search: tuned M within a factor of 2 of the requested M.
 DEFAULT_MAX_LOG_DISTANCE = math.log(2.0)
+#: Default margin a neighbour's winner must have had over the baseline to be reused at another M.
+DEFAULT_MIN_NEAREST_SPEEDUP = 1.1
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ def decide(
     op: Any,
     target: Target,
     max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+    min_nearest_speedup: float = DEFAULT_MIN_NEAREST_SPEEDUP,
 ) -> Decision:
     """Choose the variant and parameters for ``key`` (see the module docstring for the policy).
 
@@ -110,7 +116,7 @@ def decide(
     name = nearest_field(op)
     if name is not None:
         for dist, cand in nearest_candidates(table.values(), key, name, max_log_distance):
-            if _usable(op, target, key, cand.variant, cand.params):
+            if cand.speedup >= min_nearest_speedup and _usable(op, target, key, cand.variant, cand.params):
                 return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
     base = op.baseline()
     return Decision(base.name, base.default_params(key, target), FALLBACK, math.inf, None)

@@ -44,7 +44,7 @@ class IrisFusedVariant(Variant):
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
         small = key["M"] <= 256  # bound by reading B: many narrow tiles, K chunks to start early
         return {
-            "block_m": (128, 64, 16),
+            "block_m": (128, 64, 32, 16),
             "block_n": (64, 128, 256) if small else (256, 128, 64),
             "block_k": (64, 128, 256) if small else (64, 128),
             "group_m": (8, 4),
@@ -57,8 +57,8 @@ class IrisFusedVariant(Variant):
         }
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Good starting points by regime (2xH200 sweeps): narrow tiles and few flags at small M, a
-        one-wave 128-row tiling with K-chunked flags around M=256, Hopper's 128x256 tiles above."""
+        """Good starting points by regime (2xH200 sweeps): one row tile over all of M with few flags at
+        small M, a one-wave 128-row tiling with K-chunked flags around M=256, 128x256 tiles above."""
         m = key["M"]
 
         def cfg(bm, bn, bk, warps, stages, comm, rc, kc, pf=0):
@@ -67,18 +67,19 @@ class IrisFusedVariant(Variant):
                 comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=pf,
             )  # fmt: skip
 
-        if m <= 64:
+        if m <= 64:  # one row tile covering every row: B is read once
+            bm = 16 if m <= 16 else 32 if m <= 32 else 64
             prefetch = key["gather_dim"] == 0 and not target.is_amd  # only gather_dim=0 tiles wait first
             return [
-                cfg(16, 128, 128, 4, 4, 8, 4, 1),
-                cfg(16, 128, 128, 4, 4, 8, 4, 1, 1024) if prefetch else cfg(16, 128, 128, 4, 4, 8, 1, 2),
-                cfg(16, 64, 256, 4, 3, 8, 4, 1),
+                cfg(bm, 128, 128, 4, 4, 8, 4, 1),
+                cfg(bm, 128, 128, 4, 4, 8, 4, 1, 1024) if prefetch else cfg(bm, 128, 128, 4, 4, 8, 1, 2),
+                cfg(bm, 64, 256, 4, 3, 8, 4, 1),
             ]
         if m <= 512:
             return [
                 cfg(128, 128, 64, 4, 4, 4, 4, 4),
-                cfg(64, 128, 64, 4, 4, 8, 4, 2),
-                cfg(128, 128, 64, 4, 4, 8, 8, 2),
+                cfg(128, 128, 64, 4, 4, 4, 4, 2),
+                cfg(128, 128, 64, 4, 4, 8, 8, 4),
             ]
         return [
             cfg(128, 256, 64, 8, 3, 16, 4, 1),
