@@ -112,6 +112,7 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert all(t.user_attrs["overhead_ms"] > 0 for t in finished)
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
+        assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured
 
 
 @pytest.mark.slow

@@ -321,7 +321,7 @@ class _ShapeTuner:
             trials=finished(counts(study)),
             arch=self.target.arch,
             num_sms=self.target.num_sms,
-            env=software_versions(),
+            env={**software_versions(), "timing": self.config.timing.mode},  # how median_us was measured
             kernel_hash=kernel_source_hash(self.key.op, variant),
             device_type=self.target.device_type,
         )
