@@ -78,6 +78,22 @@ def test_keep_faster_unless_replace(db):
     assert db.get_winner(key).median_us == 20.0 and db.get_winner(key).variant == "bsp"
 
 
+def test_a_record_timed_in_another_mode_is_replaced_not_compared(db):
+    from dataclasses import replace
+
+    key = make_key()
+    eager = make_record(median_us=10.0, variant="push")  # no "timing" stamp: an eager record
+    graph = replace(make_record(median_us=20.0, variant="bsp"), env={**eager.env, "timing": "graph"})
+    assert db.upsert_winner(eager)
+    assert db.upsert_winner(graph)  # slower, but graph-timed: it replaces the eager record
+    assert db.get_winner(key).env["timing"] == "graph"
+    slower_graph = replace(graph, median_us=25.0, variant="pull")
+    assert not db.upsert_winner(slower_graph)  # same mode: the faster one stays
+    back = replace(eager, env={**eager.env, "timing": "eager"}, median_us=30.0)
+    assert db.upsert_winners([back]) == (1, 0)  # eager again: replaces whatever it is compared to
+    assert db.get_winner(key).variant == "push" and db.get_winner(key).median_us == 30.0
+
+
 def test_timestamps_and_environment_columns(db):
     db.upsert_winner(make_record(median_us=10.0))
     with db.engine.connect() as conn:

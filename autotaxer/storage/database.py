@@ -133,7 +133,10 @@ class Database:
 
     # -- winners --------------------------------------------------------------------------------
     def upsert_winner(self, rec: WinnerRecord, replace: bool = False) -> bool:
-        """Store ``rec`` unless a faster record of its key exists (``replace``: always). True if written."""
+        """Store ``rec`` unless a faster record of its key, timed the same way, exists (``replace``: always).
+
+        True if written. A stored record timed in another mode (``env["timing"]``: eager or graph) is
+        replaced: medians of different modes do not compare."""
         written, _ = self.upsert_winners([rec], replace=replace)
         return written == 1
 
@@ -149,6 +152,11 @@ class Database:
     def _write_one(self, session: Session, rec: WinnerRecord, replace: bool) -> bool:
         values = _row_values(rec)
         match = _key_clause(rec.key)
+        if not replace:
+            # Times measured in different modes (eager back-to-back vs CUDA-graph replay) do not compare:
+            # a record of another mode is replaced, never kept for being "faster".
+            stored = session.execute(select(_WINNERS.c.env).where(match)).scalar_one_or_none()
+            replace = stored is not None and _timing(json.loads(stored)) != _timing(rec.env)
         for _ in range(_RACE_RETRIES):
             now = datetime.now(timezone.utc)
             # A conditional UPDATE is atomic, so two writers of one key always keep the faster record.
@@ -308,6 +316,11 @@ def _key_clause(key: ProblemKey):
         c.shape == key.shape_text,
         c.layout == key.layout_text,
     )
+
+
+def _timing(env: Any) -> str:
+    """How a record's times were measured; records from before the field was stamped were eager."""
+    return str(env.get("timing") or "eager") if isinstance(env, dict) else "eager"
 
 
 def _row_values(rec: WinnerRecord) -> dict[str, Any]:
