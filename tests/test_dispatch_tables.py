@@ -87,6 +87,27 @@ def test_records_of_another_device_type_are_dropped(tmp_path, shipped) -> None:
     assert chunks_by_m(t) == {16: 2}
 
 
+def test_timing_keeps_only_records_measured_that_way(tmp_path, shipped) -> None:
+    graph = {**ENV, "timing": "graph"}
+    write_table(
+        [rec(8, 1), rec(16, 2, env={**ENV, "timing": "eager"}), rec(32, 4, env=graph)], shipped / "t.json"
+    )
+    # a higher source with a graph record of M=8 hides nothing for eager users
+    write_table([rec(8, 8, env=graph)], tmp_path / "mine.json")
+    sources = {"paths": (str(tmp_path / "mine.json"),)}
+    assert chunks_by_m(load_table(TableSources(**sources), TARGET, env=ENV, environ={})) == {
+        8: 8,
+        16: 2,
+        32: 4,
+    }
+    eager = load_table(TableSources(**sources, timing="eager"), TARGET, env=ENV, environ={})
+    assert chunks_by_m(eager) == {8: 1, 16: 2}  # unstamped records count as eager
+    graph_only = load_table(TableSources(**sources, timing="graph"), TARGET, env=ENV, environ={})
+    assert chunks_by_m(graph_only) == {8: 8, 32: 4}
+    with pytest.raises(ValueError, match="timing"):
+        TableSources(timing="replay").validate()
+
+
 def test_stale_records_warned_once_and_reported(tmp_path, shipped) -> None:
     fresh_hash = kernel_source_hash("ag_gemm", "cpu_chunked")
     records = [
@@ -146,7 +167,13 @@ def test_digest_depends_on_decisions_only() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("heap_size", 0), ("max_m_ratio", 0.5), ("workspace_cache", 0), ("tables", "one.json")],
+    [
+        ("heap_size", 0),
+        ("max_m_ratio", 0.5),
+        ("workspace_cache", 0),
+        ("tables", "one.json"),
+        ("timing", "both"),
+    ],
 )
 def test_runtime_config_names_the_bad_field(field: str, value) -> None:
     with pytest.raises(ValueError, match=field if field != "tables" else "paths"):

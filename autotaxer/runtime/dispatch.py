@@ -67,6 +67,9 @@ class RuntimeConfig:
     ``tables``: extra table files or folders, highest precedence (then ``$AUTOTAXER_TABLE`` when
     ``env_tables``, then ``db_url``, then the shipped ``tuning_db/`` when ``shipped_tables``).
     ``strict``: refuse records tuned with other kernel sources or torch/triton/iris versions.
+    ``timing``: ``"graph"`` serves only winners tuned with ``autotaxer tune --timing graph`` (BSP for the
+    rest), for code that runs dispatch inside CUDA graphs, where BSP's launch costs vanish and an eager
+    winner can lose; ``"eager"`` only eager-tuned ones; None (default) any record.
     ``max_m_ratio``: nearest-M lookup accepts a tuned M within this factor of the requested M.
     ``min_nearest_speedup``: ... and only a winner that beat BSP there at least by this factor.
     ``workspace_cache``: most (shape, variant, params) workspaces kept (least recently used dropped).
@@ -80,6 +83,7 @@ class RuntimeConfig:
     env_tables: bool = True
     shipped_tables: bool = True
     strict: bool = False
+    timing: str | None = None
     max_m_ratio: float = 2.0
     min_nearest_speedup: float = 1.1
     workspace_cache: int = 64
@@ -107,6 +111,7 @@ class RuntimeConfig:
             use_env=self.env_tables,
             use_shipped=self.shipped_tables,
             strict=self.strict,
+            timing=self.timing,
         )
 
 

@@ -10,9 +10,11 @@ Sources, highest precedence first (a key found in a higher source hides every lo
 
 A folder given as a path means every ``*.json`` and ``*.csv`` table in it. Within one source, duplicate
 keys keep the faster record.
-Records measured on another device type (``cpu`` vs ``cuda``) are dropped. A record whose kernel hash or
-torch/triton/iris version differs from this process is *stale*: reported (warning once per load, listed
-by :func:`stale_report`) and kept, or refused in strict mode (a lower source may then serve its key).
+Records measured on another device type (``cpu`` vs ``cuda``) are dropped, and so are records timed in
+another mode than ``TableSources.timing`` asks for (eager back-to-back or CUDA-graph replay; None: any).
+A record whose kernel hash or torch/triton/iris version differs from this process is *stale*: reported
+(warning once per load, listed by :func:`stale_report`) and kept, or refused in strict mode (a lower
+source may then serve its key).
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ from .._problem import ProblemKey, Target
 TABLE_ENV = "AUTOTAXER_TABLE"
 #: Software versions compared between a record and this process.
 VERSION_FIELDS = ("torch", "triton", "iris")
+#: How a record's times were measured (``env["timing"]``; unstamped records are eager), None = any.
+TIMINGS = (None, "eager", "graph")
+
+
+def record_timing(rec: Any) -> str:
+    """``eager`` or ``graph``: how ``rec``'s medians were measured (records before the stamp: eager)."""
+    env = rec.env or {}
+    return str(env.get("timing") or "eager")
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,12 @@ class TableSources:
     use_env: bool = True
     use_shipped: bool = True
     strict: bool = False
+    timing: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing: expected one of eager, graph or None (any), got {self.timing!r}")
         if isinstance(self.paths, str):
             raise ValueError("paths: expected a tuple of paths, got a single string")
         for p in self.paths:
@@ -209,8 +222,12 @@ def merge(
     target: Target,
     env: Mapping[str, str | None],
     strict: bool = False,
+    timing: str | None = None,
 ) -> Table:
-    """Merge ``(label, records)`` sources given highest precedence first into one :class:`Table`."""
+    """Merge ``(label, records)`` sources given highest precedence first into one :class:`Table`.
+
+    ``timing`` (``eager``/``graph``): only records measured that way count; the others are skipped as if
+    absent (a CUDA-graph deployment then never runs a winner that only won eager)."""
     table = Table()
     stale: list[Staleness] = []
     refused: list[Staleness] = []
@@ -220,6 +237,8 @@ def merge(
         best: dict[ProblemKey, Any] = {}
         for rec in records:
             if rec.device_type != target.device_type:
+                continue
+            if timing is not None and record_timing(rec) != timing:
                 continue
             reasons = stale_reasons(rec, env)
             if reasons:
@@ -253,7 +272,7 @@ def load_table(
     """
     cfg.validate()
     env = current_environment() if env is None else env
-    table = merge(_sources(cfg, environ), target, env, cfg.strict)
+    table = merge(_sources(cfg, environ), target, env, cfg.strict, cfg.timing)
     if table.stale:
         warnings.warn(
             f"autotaxer: {len(table.stale)} table record(s) were tuned with other kernel sources or "
