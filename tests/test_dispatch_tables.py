@@ -106,6 +106,17 @@ def test_timing_keeps_only_records_measured_that_way(tmp_path, shipped) -> None:
     assert chunks_by_m(graph_only) == {8: 8, 32: 4}
     with pytest.raises(ValueError, match="timing"):
         TableSources(timing="replay").validate()
+    # one source (a folder) with both modes of a key: any-mode users get the eager record, not the
+    # smaller median
+    both = tmp_path / "both"
+    both.mkdir()
+    write_table([rec(64, 1, median_us=9.0)], both / "eager.json")
+    write_table([rec(64, 2, median_us=3.0, env=graph)], both / "graph.json")
+    one = {"paths": (str(both),), "use_shipped": False}
+    assert chunks_by_m(load_table(TableSources(**one), TARGET, env=ENV, environ={})) == {64: 1}
+    assert chunks_by_m(load_table(TableSources(**one, timing="graph"), TARGET, env=ENV, environ={})) == {
+        64: 2
+    }
 
 
 def test_stale_records_warned_once_and_reported(tmp_path, shipped) -> None:

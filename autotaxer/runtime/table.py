@@ -9,7 +9,7 @@ Sources, highest precedence first (a key found in a higher source hides every lo
    repository's ``tuning_db/`` folder in an editable install).
 
 A folder given as a path means every ``*.json`` and ``*.csv`` table in it. Within one source, duplicate
-keys keep the faster record.
+keys keep the faster record timed the same way (of an eager and a graph-timed record, the eager one).
 Records measured on another device type (``cpu`` vs ``cuda``) are dropped, and so are records timed in
 another mode than ``TableSources.timing`` asks for (eager back-to-back or CUDA-graph replay; None: any).
 A record whose kernel hash or torch/triton/iris version differs from this process is *stale*: reported
@@ -248,7 +248,12 @@ def merge(
                     continue
                 stale.append(item)
             old = best.get(rec.key)
-            if old is None or rec.median_us < old.median_us:
+            if old is None:
+                best[rec.key] = rec
+            elif record_timing(rec) != record_timing(old):  # medians of two modes do not compare:
+                if record_timing(rec) == "eager":  # with no mode asked for, serve the eager one
+                    best[rec.key] = rec
+            elif rec.median_us < old.median_us:
                 best[rec.key] = rec
         for key, rec in best.items():
             if key not in table.records:
