@@ -131,6 +131,8 @@ def test_fail_stale_trials_only_marks_dead_tuners(db) -> None:
             trial.set_user_attr("owner", owner)
             trial.set_user_attr("heartbeat", beat)
             numbers[trial.number] = name
+        fresh = study.ask()  # just asked by another tuner: no owner, no heartbeat yet
+        numbers[fresh.number] = "just-asked"
         marked = {numbers[n] for n in fail_stale_trials(study)}
     finally:
         live.kill()
@@ -141,3 +143,7 @@ def test_fail_stale_trials_only_marks_dead_tuners(db) -> None:
     assert states["dead-pid"].user_attrs["failure"].startswith("interrupted")
     assert states["live-pid"].state.name == "RUNNING"
     assert states["other-host-beating"].state.name == "RUNNING"
+    assert states["just-asked"].state.name == "RUNNING"
+    # silent past the limit, counted from its start: then it is marked too
+    later = {numbers[n] for n in fail_stale_trials(study, now=time.time() + STALE_AFTER_S + 5)}
+    assert later == {"just-asked", "other-host-beating", "live-pid"}  # (live-pid's process is killed by now)

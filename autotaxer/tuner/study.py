@@ -245,7 +245,8 @@ def _pid_alive(pid: int) -> bool:
 def fail_stale_trials(study: Any, now: float | None = None) -> list[int]:
     """Mark ``FAIL`` the RUNNING trials whose tuner is gone; the numbers of the trials marked.
 
-    Gone = same host and the owner's pid no longer exists, or no heartbeat for :data:`STALE_AFTER_S`.
+    Gone = same host and the owner's pid no longer exists, or no heartbeat (else no start) for
+    :data:`STALE_AFTER_S`.
     """
     from optuna.trial import TrialState
 
@@ -254,7 +255,10 @@ def fail_stale_trials(study: Any, now: float | None = None) -> list[int]:
     marked = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = str(t.user_attrs.get("owner", ""))
-        beat = float(t.user_attrs.get("heartbeat", 0.0))
+        # A trial another tuner has only just asked has no owner or heartbeat yet: its start counts as
+        # its first beat (marking it failed would pull it from under that tuner).
+        started = t.datetime_start.timestamp() if t.datetime_start is not None else 0.0
+        beat = float(t.user_attrs.get("heartbeat", started))
         o_host, _, o_pid = owner.rpartition(":")
         if o_host == host and o_pid.isdigit():
             gone = int(o_pid) != os.getpid() and not _pid_alive(int(o_pid))
