@@ -61,10 +61,10 @@ class Case:
 class BenchConfig:
     """What to run; frozen so every rank gets the same plan.
 
-    ``variants``: None = every available non-baseline variant. ``max_configs``: configurations swept per
-    variant that has no tuned configuration. ``db_url``/``tables``: where tuned configurations and
-    dispatch's table come from (None/empty: dispatch's defaults). ``progress_path``: rank 0 appends each
-    finished row there as one JSON line, so a run cut short keeps what it measured.
+    ``variants``: None = every available non-baseline, non-experimental variant. ``max_configs``:
+    configurations swept per variant that has no tuned configuration. ``db_url``/``tables``: where tuned
+    configurations and dispatch's table come from (None/empty: dispatch's defaults). ``progress_path``:
+    rank 0 appends each finished row there as one JSON line, so a run cut short keeps what it measured.
     """
 
     cases: tuple[Case, ...]
@@ -310,6 +310,8 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
     names = [n for n, v in available.items() if not v.is_baseline]
     if cfg.variants is not None:
         names = [n for n in names if n in cfg.variants]
+    else:  # experimental variants only when named
+        names = [n for n in names if not available[n].experimental]
     rt, rt_error = _runtime(cfg, ctx) if cfg.dispatch else (None, None)
     rows = []
     for i, case in enumerate(cfg.cases):

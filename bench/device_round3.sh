@@ -3,6 +3,7 @@
 #   source bench/device_env.sh && bash bench/device_round3.sh STEP [STEP ...]
 # Steps:
 #   tests      push/pull GPU tests (bf16, seed configurations, launch cache)
+#   tests-ce   every non-Iris variant on GPU (bsp, copy_engine, the experimental ce_gemm), bf16
 #   tests-dispatch  dispatch GPU tests
 #   tune       autotaxer tune over examples/shapes_llm.csv with every ag_gemm variant -> $OUT/tune_llm.sqlite
 #   bench-NxK  the side-by-side benchmark for one (N, K), 12 M values, both layouts (uses the tune db
@@ -30,6 +31,10 @@ for s in "$@"; do
     tests)
         step tests_fused "${LIMIT:-330}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
             -k "launch_cache or (iris_fused and bf16)"
+        ;;
+    tests-ce)
+        step tests_ce "${LIMIT:-300}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
+            -k "every_variant and bf16"
         ;;
     tests-dispatch)
         step tests_dispatch 150 python3 -P -m pytest -q -x -p no:cacheprovider tests/test_dispatch_gpu.py

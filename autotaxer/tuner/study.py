@@ -46,11 +46,11 @@ class SearchSpace:
 
     @classmethod
     def build(cls, op: Op, key: ProblemKey, target: Target, selected: tuple[str, ...] | None) -> SearchSpace:
-        """Baseline first, then ``selected`` (in the given order) or every available variant."""
+        """Baseline first, then ``selected`` (in the given order) or every available non-experimental one."""
         available = op.available_variants(target)
         base = op.baseline().name
         if selected is None:
-            names = [base] + sorted(n for n in available if n != base)
+            names = [base] + sorted(n for n, v in available.items() if n != base and not v.experimental)
         else:
             unknown = [n for n in selected if n not in op.variants]
             if unknown:

@@ -1,0 +1,130 @@
+"""``ce_gemm``: copy-engine peer copies (0 SMs) feeding one persistent Triton GEMM with in-kernel flag waits.
+
+Experimental: built on the measured pieces (the copy-engine channel of ``copy_engine``, the consumer GEMM
+of ``push``/``pull``) but not yet run on a GPU as a whole, so the tuner and the benchmark take it only
+when named (``--variants ...,ce_gemm``). NVIDIA only (``cuMemcpyAsync``); see
+``autotaxer.kernels.ag_gemm_ce_gemm``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._problem import ProblemKey, Target, torch_dtype
+from .._base import Params, RunContext, Variant, Workspace
+from ._op import shard_shape
+from .copy_engine import CopyEngineVariant
+from .push import PushVariant
+
+_TILE_FIELDS = ("block_m", "block_n", "block_k", "group_m", "num_warps", "num_stages", "prefetch_k")
+
+
+class CeGemmVariant(Variant):
+    name = "ce_gemm"
+    experimental = True
+    _tiles = PushVariant()  # the GEMM is the fused kernels' consumer: their tile space, checks and seeds
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        if target.is_amd:
+            return "ce_gemm: copy-engine copies through cuMemcpyAsync are NVIDIA-only (AMD: push/pull)"
+        for part in (CopyEngineVariant(), self._tiles):  # its transport and its GEMM must both run here
+            reason = part.unavailable_reason(target)
+            if reason is not None:
+                return f"ce_gemm: {reason}"
+        return None
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        tiles = self._tiles.search_space(key, target)
+        return {
+            **{f: tiles[f] for f in _TILE_FIELDS},
+            "chunks": (4, 2, 1, 8),
+            "signal": ("memop", "triton"),
+        }
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """The push/pull seeds' tiles (one row tile up to M=64, 128x128 to 512, 128x256 above)."""
+        seeds = []
+        for tile in self._tiles.seed_configs(key, target):
+            params = {f: tile[f] for f in _TILE_FIELDS} | {
+                "chunks": 4 if key["M"] > 64 else 1,
+                "signal": "memop",
+            }
+            if params not in seeds:
+                seeds.append(params)
+        return seeds
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from ...kernels.ag_gemm_ce import MAX_CHUNKS
+
+        missing = {*_TILE_FIELDS, "chunks", "signal"} - set(params)
+        if missing:
+            return f"missing parameters: {', '.join(sorted(missing))}"
+        tile = {f: params[f] for f in _TILE_FIELDS} | {"comm_sms": 1, "row_chunks": 1, "k_chunks": 1}
+        reason = self._tiles.check(key, target, tile)
+        if reason is not None:
+            return reason
+        if key.world_size < 2:
+            return "ce_gemm needs at least 2 ranks"
+        if params["signal"] not in ("memop", "triton"):
+            return f"signal: unknown back end {params['signal']!r}"
+        if params["signal"] == "memop":
+            from ...kernels.signal import memop_available
+
+            reason = memop_available()
+            if reason is not None:
+                return f"signal=memop: {reason}"
+        rows = shard_shape(key)[0]
+        if not 1 <= params["chunks"] <= min(rows, MAX_CHUNKS):
+            return f"chunks: {params['chunks']} outside 1..{min(rows, MAX_CHUNKS)} for {rows} shard rows"
+        return None
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        from ...kernels._ag_fused import FusedConfig
+        from ...kernels.ag_gemm_ce import get_channel, make_plan
+        from ...kernels.ag_gemm_ce_gemm import uniform_plan
+
+        reason = self.check(key, ctx.target, params)
+        if reason is not None:
+            raise ValueError(f"ce_gemm params {dict(params)}: {reason}")
+        dtype = torch_dtype(key.dtype)
+        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
+        plan = make_plan(
+            channel,
+            m=key["M"],
+            k=key["K"],
+            gather_dim=key["gather_dim"],
+            elem=torch.empty((), dtype=dtype).element_size(),
+            chunks=params["chunks"],
+            order="rotated",
+            gather_first=False,
+            fp32_accumulate=False,
+        )
+        buffers = {
+            "channel": channel,
+            "plan": uniform_plan(plan, params["chunks"]),
+            "inbox": channel.arena(0).view(dtype),
+            "token": torch.ones(1, dtype=torch.int32, device=ctx.device),
+            "config": FusedConfig(
+                **{f: params[f] for f in _TILE_FIELDS}, comm_sms=1, row_chunks=1, k_chunks=1
+            ),
+        }
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
+        from ...kernels.ag_gemm_ce_gemm import ag_gemm_ce_gemm
+
+        a_shard, b = inputs
+        if out is None:
+            out = torch.empty((ws.key["M"], ws.key["N"]), dtype=a_shard.dtype, device=a_shard.device)
+        buf = ws.buffers
+        return ag_gemm_ce_gemm(
+            buf["channel"], buf["plan"], buf["inbox"], buf["token"], a_shard, b, out, buf["config"],
+            ctx.target.num_sms,
+        )  # fmt: skip
+
+
+VARIANTS = [CeGemmVariant()]
