@@ -54,6 +54,12 @@ class RecordError(ValueError):
         super().__init__(f"{where}: field {field!r}: {problem}")
 
 
+def timing_of(env: Any) -> str:
+    """``eager`` or ``graph``: how a record with environment ``env`` was timed (``env["timing"]``, stamped
+    by the tuner; records from before the stamp were eager, the tuner's default)."""
+    return str(env.get("timing") or "eager") if isinstance(env, Mapping) else "eager"
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .._problem import ProblemKey, Target
+from ..records import timing_of
 
 #: Environment variable with extra table files (``os.pathsep``-separated).
 TABLE_ENV = "AUTOTAXER_TABLE"
@@ -36,12 +37,6 @@ TABLE_ENV = "AUTOTAXER_TABLE"
 VERSION_FIELDS = ("torch", "triton", "iris")
 #: How a record's times were measured (``env["timing"]``; unstamped records are eager), None = any.
 TIMINGS = (None, "eager", "graph")
-
-
-def record_timing(rec: Any) -> str:
-    """``eager`` or ``graph``: how ``rec``'s medians were measured (records before the stamp: eager)."""
-    env = rec.env or {}
-    return str(env.get("timing") or "eager")
 
 
 @dataclass(frozen=True)
@@ -238,7 +233,7 @@ def merge(
         for rec in records:
             if rec.device_type != target.device_type:
                 continue
-            if timing is not None and record_timing(rec) != timing:
+            if timing is not None and timing_of(rec.env) != timing:
                 continue
             reasons = stale_reasons(rec, env)
             if reasons:
@@ -250,8 +245,8 @@ def merge(
             old = best.get(rec.key)
             if old is None:
                 best[rec.key] = rec
-            elif record_timing(rec) != record_timing(old):  # medians of two modes do not compare:
-                if record_timing(rec) == "eager":  # with no mode asked for, serve the eager one
+            elif timing_of(rec.env) != timing_of(old.env):  # medians of two modes do not compare:
+                if timing_of(rec.env) == "eager":  # with no mode asked for, serve the eager one
                     best[rec.key] = rec
             elif rec.median_us < old.median_us:
                 best[rec.key] = rec

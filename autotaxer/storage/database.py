@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from .._problem import ProblemKey
-from ..records import WinnerRecord, to_utc
+from ..records import WinnerRecord, timing_of, to_utc
 from . import _migrate
 from ._url import DatabaseError, default_url
 from .models import VERSION_TABLE, WinnerRow
@@ -156,7 +156,7 @@ class Database:
             # Times measured in different modes (eager back-to-back vs CUDA-graph replay) do not compare:
             # a record of another mode is replaced, never kept for being "faster".
             stored = session.execute(select(_WINNERS.c.env).where(match)).scalar_one_or_none()
-            replace = stored is not None and _timing(json.loads(stored)) != _timing(rec.env)
+            replace = stored is not None and timing_of(json.loads(stored)) != timing_of(rec.env)
         for _ in range(_RACE_RETRIES):
             now = datetime.now(timezone.utc)
             # A conditional UPDATE is atomic, so two writers of one key always keep the faster record.
@@ -316,11 +316,6 @@ def _key_clause(key: ProblemKey):
         c.shape == key.shape_text,
         c.layout == key.layout_text,
     )
-
-
-def _timing(env: Any) -> str:
-    """How a record's times were measured; records from before the field was stamped were eager."""
-    return str(env.get("timing") or "eager") if isinstance(env, dict) else "eager"
 
 
 def _row_values(rec: WinnerRecord) -> dict[str, Any]:
