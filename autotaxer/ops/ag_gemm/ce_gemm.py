@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._problem import ProblemKey, Target, torch_dtype
+from ..._problem import ProblemKey, Target
 from .._base import Params, RunContext, Variant, Workspace
 from ._op import shard_shape
 from .copy_engine import CopyEngineVariant
@@ -82,29 +82,22 @@ class CeGemmVariant(Variant):
         import torch
 
         from ...kernels._ag_fused import FusedConfig
-        from ...kernels.ag_gemm_ce import get_channel, make_plan
         from ...kernels.ag_gemm_ce_gemm import uniform_plan
 
         reason = self.check(key, ctx.target, params)
         if reason is not None:
             raise ValueError(f"ce_gemm params {dict(params)}: {reason}")
-        dtype = torch_dtype(key.dtype)
-        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
-        plan = make_plan(
-            channel,
-            m=key["M"],
-            k=key["K"],
-            gather_dim=key["gather_dim"],
-            elem=torch.empty((), dtype=dtype).element_size(),
-            chunks=params["chunks"],
-            order="rotated",
-            gather_first=False,
-            fp32_accumulate=False,
-        )
+        # The transport is copy_engine's: its channel, plan and inbox, peers' chunks read in place.
+        transport = CopyEngineVariant().prepare(
+            key,
+            {"gather_first": False, "signal": params["signal"], "chunks": params["chunks"],
+             "accumulate": "out", "order": "rotated"},
+            ctx,
+        ).buffers  # fmt: skip
         buffers = {
-            "channel": channel,
-            "plan": uniform_plan(plan, params["chunks"]),
-            "inbox": channel.arena(0).view(dtype),
+            "channel": transport["channel"],
+            "plan": uniform_plan(transport["plan"], params["chunks"]),
+            "inbox": transport["inbox"],
             "token": torch.ones(1, dtype=torch.int32, device=ctx.device),
             "config": FusedConfig(
                 **{f: params[f] for f in _TILE_FIELDS}, comm_sms=1, row_chunks=1, k_chunks=1
