@@ -9,7 +9,8 @@
 #   bench-NxK  the side-by-side benchmark for one (N, K), 12 M values, both layouts (uses the tune db
 #              when $DB or $OUT/tune_llm.sqlite exists)
 #   overhead   dispatch host overhead
-# LIMIT overrides the time limit (s) of tests and tune, BENCH_LIMIT that of each bench step.
+# LIMIT overrides the time limit (s) of tests and tune, BENCH_LIMIT that of each bench step; VARIANTS
+# (comma list), MS (comma list of M) and NO_PEERS=1 narrow a bench step.
 #   export     the tune db's table -> $OUT/nvidia-h200_ws2_ag_gemm.json
 # A summary line per step is printed last.
 set -u
@@ -37,7 +38,7 @@ for s in "$@"; do
             -k "every_variant and bf16"
         ;;
     tests-dispatch)
-        step tests_dispatch 150 python3 -P -m pytest -q -x -p no:cacheprovider tests/test_dispatch_gpu.py
+        step tests_dispatch "${LIMIT:-150}" python3 -P -m pytest -q -s -x -p no:cacheprovider tests/test_dispatch_gpu.py
         ;;
     tune)
         step tune "${LIMIT:-420}" python3 -P -m autotaxer tune --world-size 2 --shapes examples/shapes_llm.csv --trials 10 \
@@ -48,6 +49,9 @@ for s in "$@"; do
         shape=${s#bench-}
         dbarg=()
         [ -f "$DB" ] && dbarg=(--db "sqlite:///$DB")
+        [ -n "${VARIANTS:-}" ] && dbarg+=(--variants "$VARIANTS")
+        [ -n "${MS:-}" ] && dbarg+=(--m "$MS")
+        [ -n "${NO_PEERS:-}" ] && dbarg+=(--no-peers)
         step "bench_$shape" "${BENCH_LIMIT:-540}" python3 -P bench/ag_gemm_bench.py --shapes "$shape" --max-configs 3 \
             --iters 10 --samples 5 --peer-timeout 25 "${dbarg[@]}" --out "$OUT/bench_$shape.json"
         ;;
