@@ -63,7 +63,8 @@ class BenchConfig:
 
     ``variants``: None = every available non-baseline, non-experimental variant. ``max_configs``:
     configurations swept per variant that has no tuned configuration. ``db_url``/``tables``: where tuned
-    configurations and dispatch's table come from (None/empty: dispatch's defaults). ``progress_path``:
+    configurations and dispatch's table come from (None/empty: dispatch's defaults); ``dispatch_timing``
+    is dispatch's ``RuntimeConfig.timing`` (only winners tuned that way). ``progress_path``:
     rank 0 appends each finished row there as one JSON line, so a run cut short keeps what it measured.
     """
 
@@ -83,6 +84,7 @@ class BenchConfig:
     peer_timeout: float = 180.0
     seed: int = 1234
     progress_path: str | None = None
+    dispatch_timing: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field."""
@@ -97,6 +99,8 @@ class BenchConfig:
                 raise ValueError(f"{name}: must be >= {low}, got {getattr(self, name)}")
         if not self.peer_timeout > 0:
             raise ValueError(f"peer_timeout: must be > 0 seconds, got {self.peer_timeout}")
+        if self.dispatch_timing not in (None, "eager", "graph"):
+            raise ValueError(f"dispatch_timing: expected eager, graph or None, got {self.dispatch_timing!r}")
         for c in self.cases:
             if c.dtype not in DTYPES:
                 raise ValueError(f"dtype: unknown dtype {c.dtype!r} (expected one of {', '.join(DTYPES)})")
@@ -288,7 +292,13 @@ def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
 
     try:
         rt = Runtime(
-            RuntimeConfig(heap_size=ctx.heap_size, tables=cfg.tables, db_url=cfg.db_url, persist_misses=False)
+            RuntimeConfig(
+                heap_size=ctx.heap_size,
+                tables=cfg.tables,
+                db_url=cfg.db_url,
+                persist_misses=False,
+                timing=cfg.dispatch_timing,
+            )
         )
         rt.load(ctx.device)
         return rt, None

@@ -33,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
     p.add_argument("--no-peers", action="store_true", help="skip torch symm_mem and Iris stock")
     p.add_argument("--no-dispatch", action="store_true", help="skip autotaxer.dispatch")
     p.add_argument("--db", default=None, help="tuning database URL: tuned configs and dispatch's table")
+    p.add_argument(
+        "--dispatch-timing", default=None, choices=("eager", "graph"),
+        help="dispatch serves only winners tuned with this --timing (BSP elsewhere)",
+    )  # fmt: skip
     p.add_argument("--peer-timeout", type=float, default=180.0, help="seconds for Iris stock, per shape")
     p.add_argument("--heap-gib", type=int, default=8, help="Iris heap per rank (GiB)")
     p.add_argument("--iters", type=int, default=None, help="calls per timed sample (20; 10 with --quick)")
@@ -73,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
         peers=not a.no_peers,
         dispatch=not a.no_dispatch,
         db_url=a.db,
+        dispatch_timing=a.dispatch_timing,
         heap_gib=a.heap_gib,
         peer_timeout=a.peer_timeout,
         progress_path=a.out + ".rows.jsonl",

@@ -56,6 +56,7 @@ class BenchConfig:
     dispatch: bool
     seed: int = 1234
     table: str | None = None  # exported tuning table: dispatch uses only it; its winners join the sweeps
+    dispatch_timing: str | None = None  # RuntimeConfig.timing: serve only records timed this way
 
 
 def _configs(cfg: BenchConfig, variant, key, target, extra: tuple[dict, ...] = ()) -> list[dict[str, int]]:
@@ -211,6 +212,7 @@ def _init_dispatch(cfg: BenchConfig) -> None:
                 env_tables=False,
                 shipped_tables=False,
                 persist_misses=False,
+                timing=cfg.dispatch_timing,
             )
         )
 
@@ -391,6 +393,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float, 
     p.add_argument(
         "--summarize", default=None, metavar="JSON", help="print the table of a report (and --table) and exit"
     )
+    p.add_argument(
+        "--dispatch-timing", default=None, choices=("eager", "graph"),
+        help="with --table: dispatch serves only winners tuned with this --timing (BSP elsewhere)",
+    )  # fmt: skip
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds for the whole run")
     p.add_argument(
         "--device", default="cuda", choices=("cuda", "cpu"), help="cpu: gloo dry run of BSP and dispatch only"
@@ -399,6 +405,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float, 
     a = p.parse_args(argv)
     if a.table is not None and not os.path.isfile(a.table):
         p.error(f"--table: no such file: {a.table}")
+    if a.dispatch_timing is not None and a.table is None:
+        p.error("--dispatch-timing: needs --table (the table whose records it filters)")
 
     def ints(text: str | None, default: tuple[int, ...], field: str) -> tuple[int, ...]:
         if text is None:
@@ -420,7 +428,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, float, 
     cfg = BenchConfig(
         bs=ints(a.b, BS, "b"), ss=ints(a.s, SS, "s"), h=32, hkv=8, d=128, dtype=a.dtype,
         splits=splits, blocks=blocks, warmup=warmup, iters=iters, samples=samples,
-        heap_gib=a.heap_gib, dispatch=a.dispatch, table=a.table,
+        heap_gib=a.heap_gib, dispatch=a.dispatch, table=a.table, dispatch_timing=a.dispatch_timing,
     )  # fmt: skip
     out = a.out or f"bench/results/flash_decode{'_quick' if a.quick else ''}.json"
     return cfg, out, a.timeout, a.summarize, a.device

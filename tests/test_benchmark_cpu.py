@@ -55,6 +55,8 @@ def test_config_validation_names_the_field():
         BenchConfig(cases=(Case(8, 8, 8),), device="tpu").validate()
     with pytest.raises(ValueError, match="max_configs"):
         BenchConfig(cases=(Case(8, 8, 8),), max_configs=0).validate()
+    with pytest.raises(ValueError, match="dispatch_timing"):
+        BenchConfig(cases=(Case(8, 8, 8),), dispatch_timing="replay").validate()
 
 
 @pytest.mark.slow
