@@ -57,7 +57,7 @@ def _check_all(
             key = rank_key(ctx, m, N, K, gd, dtype)
             space = variant.search_space(key, ctx.target)
             if space and not any(variant.check(key, ctx.target, p) is None for p in iter_grid(space)):
-                continue  # the variant refuses this layout or shape (e.g. copy_engine_split at gd=1)
+                continue  # the variant refuses this layout or shape outright
             for params in (
                 _configs(variant, key, ctx.target, seeds=dtype == "bf16")
                 if variant.search_space(key, ctx.target)

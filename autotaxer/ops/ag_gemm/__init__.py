@@ -17,7 +17,6 @@ _VARIANT_MODULES = (
     "pull",
     "push",
     "copy_engine",
-    "copy_engine_split",
     "ce_gemm",
     "planted",
 )
