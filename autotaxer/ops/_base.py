@@ -66,8 +66,8 @@ class Variant(ABC):
     device_types: ClassVar[frozenset[str]] = frozenset({"cuda"})
     #: True for the baseline every speedup is measured against.
     is_baseline: ClassVar[bool] = False
-    #: Not yet measured on the hardware it targets: tuned and benchmarked only when named explicitly
-    #: (``--variants``); dispatch still runs it where a table record names it.
+    #: Opt-in (not measured on, or not a winner on, the hardware it targets): tuned and benchmarked only
+    #: when named explicitly (``--variants``); dispatch still runs it where a table record names it.
     experimental: ClassVar[bool] = False
 
     def unavailable_reason(self, target: Target) -> str | None:

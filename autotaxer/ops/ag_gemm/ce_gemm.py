@@ -1,8 +1,10 @@
 """``ce_gemm``: copy-engine peer copies (0 SMs) feeding one persistent Triton GEMM with in-kernel flag waits.
 
-Experimental: built on the measured pieces (the copy-engine channel of ``copy_engine``, the consumer GEMM
-of ``push``/``pull``) but not yet run on a GPU as a whole, so the tuner and the benchmark take it only
-when named (``--variants ...,ce_gemm``). NVIDIA only (``cuMemcpyAsync``); see
+Experimental: built on the copy-engine channel of ``copy_engine`` and the consumer GEMM of
+``push``/``pull``. Correct on 2xH200 (GPU tests), but slower there than the better of ``copy_engine``
+and ``push`` at every M measured (N=K=8192, both layouts, M 16-4096:
+``bench/results/2026-11-22_graph_tables_h200x2/``), so the tuner and the benchmark take it only when
+named (``--variants ...,ce_gemm``). NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm_ce_gemm``.
 """
 
