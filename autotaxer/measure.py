@@ -169,18 +169,12 @@ def _time_cuda_eager(
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize(ctx.device)
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(samples):
-        _barrier(ctx)
-        start.record()
+
+    def calls() -> None:
         for _ in range(iters):
             fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / iters)
-    return out
+
+    return _event_samples(calls, ctx, samples, iters)
 
 
 def _time_cuda_graph(
@@ -205,15 +199,24 @@ def _time_cuda_graph(
             fn()
     graph.replay()  # first replay uploads the graph; not timed
     torch.cuda.synchronize(ctx.device)
+    out = _event_samples(graph.replay, ctx, samples, iters)
+    del graph
+    return out
+
+
+def _event_samples(body: Callable[[], Any], ctx: RunContext, samples: int, calls: int) -> list[float]:
+    """µs per call over ``samples`` runs of ``body`` (``calls`` calls each), CUDA events around each run
+    on the current stream, a barrier before each."""
+    import torch
+
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     out = []
     for _ in range(samples):
         _barrier(ctx)
         start.record()
-        graph.replay()
+        body()
         end.record()
         end.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / iters)
-    del graph
+        out.append(start.elapsed_time(end) * 1e3 / calls)
     return out

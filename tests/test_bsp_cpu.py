@@ -20,7 +20,7 @@ def _check_bsp(ctx, m: int, n: int, k: int, gather_dim: int, seed: int) -> float
     return relative_error(out, op.reference(key, ctx.rank, ctx.device, seed))
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 @pytest.mark.parametrize("gather_dim", [0, 1])
 def test_bsp_matches_reference_on_every_rank(world_size: int, gather_dim: int) -> None:
     errs = run_ranks(_check_bsp, world_size, "cpu", args=(6 * world_size, 20, 9 * world_size, gather_dim, 7))

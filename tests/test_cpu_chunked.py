@@ -30,7 +30,7 @@ def _both_layouts(ctx) -> dict[int, list[tuple[dict, float]]]:
     return {gd: _errors(ctx, m, 10, 3 * ctx.world_size, gd) for gd in (0, 1)}
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_every_valid_configuration_matches_reference(world_size: int) -> None:
     per_rank = run_ranks(_both_layouts, world_size, "cpu")
     for by_layout in per_rank:

@@ -80,7 +80,7 @@ def _compiled_error(ctx, key) -> tuple[float, str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_fallback_and_tuned_variant_match_the_reference(tmp_path, world_size: int) -> None:
     from autotaxer import ProblemKey
     from autotaxer.records import WinnerRecord

@@ -434,7 +434,7 @@ def _check_bsp_gloo(ctx, dtype: str, seeds: tuple[int, ...], splits: int) -> lis
     return errs
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_bsp_on_gloo_matches_reference_on_every_rank(world_size: int) -> None:
     errs = run_ranks(_check_bsp_gloo, world_size, "cpu", args=("fp32", (1, 2, 3), 2))
     assert len(errs) == world_size
@@ -452,8 +452,9 @@ def test_bsp_on_gloo_bf16() -> None:
     [
         ("3", "8", "2", "64", "256", "fp32", "3", "16", "2"),  # B H Hkv D S dtype splits block_n world_size
         ("2", "4", "4", "128", "192", "fp16", "2", "32", "3"),
+        ("2", "4", "2", "64", "512", "fp32", "4", "16", "8"),  # issue 6's largest world size
     ],
-    ids=["fp32-gqa4-ws2", "fp16-mha-ws3"],
+    ids=["fp32-gqa4-ws2", "fp16-mha-ws3", "fp32-gqa4-ws8"],
 )
 def test_kernels_in_the_interpreter(args: tuple[str, ...]) -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")

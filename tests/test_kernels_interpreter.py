@@ -121,6 +121,24 @@ def test_three_ranks_both_layouts(kind: str) -> None:
     assert out.count("OK") == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pull", "push"])
+@pytest.mark.parametrize("world_size", [4, 8])
+def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
+    """The flag layout (one slot per source rank and chunk), the inbox (one slot per rank) and the
+    producer loop over peers at the world sizes of issue 6; gather_dim=0 shards of 5 rows straddle the
+    16-row tiles, gather_dim=1 K shards of 8 columns are half a K block."""
+    ws = world_size
+    out = _run(
+        f"""
+        check({kind!r}, {ws}, 0, {5 * ws}, 40, 24, {SMALL.format(rc=2, kc=2)}, calls=2)
+        check({kind!r}, {ws}, 1, 20, 40, {8 * ws}, {SMALL.format(rc=1, kc=2)}, calls=2)
+        """,
+        timeout=600.0,
+    )
+    assert out.count("OK") == 2
+
+
 def test_persistent_gemm_in_interpreter() -> None:
     out = _run(
         """

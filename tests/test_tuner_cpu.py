@@ -134,6 +134,30 @@ def test_world_size_3_and_a_finished_run_resumes_as_a_no_op(tmp_path: Path) -> N
     assert len(_trials(url, key)) == before and _winners(url) == [first]
 
 
+@pytest.mark.slow
+def test_world_size_8_headline_command_survives_a_hang(tmp_path: Path) -> None:
+    """`autotaxer tune --world-size 8` (issue 6's command) on 8 gloo ranks: both layouts, a planted hang
+    that the watchdog kills (the group is relaunched with 8 ranks) and every other point validated."""
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n8,8,16,fp32,1\n")
+    args = ["--world-size", "8", "--shapes", str(shapes), "--db", url, "--sampler", "grid", "--quiet"]
+    args += ["--variants", "planted_hang,cpu_chunked", "--trial-timeout", "15"]
+    proc = _tune(args, env=PLANTED, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    winners = {w.key: w for w in _winners(url)}
+    # bsp + cpu_chunked's valid points: 2 rows per rank allow chunks 1-2 (gather_dim=0), 8 rows 1-8
+    # (gather_dim=1), each in 2 orders
+    for key, points in ((_key(8, 16, 8, 8, 0), 1 + 4), (_key(8, 8, 8, 16, 1), 1 + 8)):
+        by_state: dict[str, list] = {}
+        for t in _trials(url, key):
+            by_state.setdefault(t.state.name, []).append(t)
+        (hang,) = by_state["FAIL"]
+        assert hang.params["variant"] == "planted_hang" and hang.user_attrs["failure"].startswith("timeout")
+        done = by_state["COMPLETE"]
+        assert len(done) == points and all(t.user_attrs["rel_err"] < 1e-5 for t in done)
+        assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].key.world_size == 8
+
+
 def _children(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
