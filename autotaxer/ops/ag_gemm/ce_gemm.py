@@ -14,7 +14,6 @@ from typing import Any
 
 from ..._problem import ProblemKey, Target
 from .._base import Params, RunContext, Variant, Workspace
-from ._op import shard_shape
 from .copy_engine import CopyEngineVariant
 from .push import PushVariant
 
@@ -55,9 +54,18 @@ class CeGemmVariant(Variant):
                 seeds.append(params)
         return seeds
 
-    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from ...kernels.ag_gemm_ce import MAX_CHUNKS
+    @staticmethod
+    def _transport_params(params: Params) -> dict[str, Any]:
+        """``copy_engine``'s parameters for this variant's transport (peers' chunks read in place)."""
+        return {
+            "gather_first": False,
+            "signal": params["signal"],
+            "chunks": params["chunks"],
+            "accumulate": "out",
+            "order": "rotated",
+        }
 
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         missing = {*_TILE_FIELDS, "chunks", "signal"} - set(params)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
@@ -65,20 +73,9 @@ class CeGemmVariant(Variant):
         reason = self._tiles.check(key, target, tile)
         if reason is not None:
             return reason
-        if key.world_size < 2:
-            return "ce_gemm needs at least 2 ranks"
-        if params["signal"] not in ("memop", "triton"):
-            return f"signal: unknown back end {params['signal']!r}"
-        if params["signal"] == "memop":
-            from ...kernels.signal import memop_available
-
-            reason = memop_available()
-            if reason is not None:
-                return f"signal=memop: {reason}"
-        rows = shard_shape(key)[0]
-        if not 1 <= params["chunks"] <= min(rows, MAX_CHUNKS):
-            return f"chunks: {params['chunks']} outside 1..{min(rows, MAX_CHUNKS)} for {rows} shard rows"
-        return None
+        # ranks, signal back end (memop availability), chunks per shard: the transport's own checks
+        reason = CopyEngineVariant().check(key, target, self._transport_params(params))
+        return None if reason is None else f"copy-engine transport: {reason}"
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
@@ -90,12 +87,7 @@ class CeGemmVariant(Variant):
         if reason is not None:
             raise ValueError(f"ce_gemm params {dict(params)}: {reason}")
         # The transport is copy_engine's: its channel, plan and inbox, peers' chunks read in place.
-        transport = CopyEngineVariant().prepare(
-            key,
-            {"gather_first": False, "signal": params["signal"], "chunks": params["chunks"],
-             "accumulate": "out", "order": "rotated"},
-            ctx,
-        ).buffers  # fmt: skip
+        transport = CopyEngineVariant().prepare(key, self._transport_params(params), ctx).buffers
         buffers = {
             "channel": transport["channel"],
             "plan": uniform_plan(transport["plan"], params["chunks"]),
