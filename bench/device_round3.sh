@@ -16,16 +16,8 @@
 set -u
 : "${OUT:?source bench/device_env.sh first}"
 DB="${DB:-$OUT/tune_llm.sqlite}"
-summary=()
-
-step() {  # step NAME LIMIT_S COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    summary+=("$name rc=$rc $((SECONDS - t0))s | $(tail -n 1 "$OUT/$name.log")")
-}
+# shellcheck source=bench/_step.sh
+source "$(dirname "$0")/_step.sh"
 
 for s in "$@"; do
     case "$s" in

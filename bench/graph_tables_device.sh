@@ -20,16 +20,9 @@ mkdir -p "$STATE"
 GRAPH_DB="sqlite:///$STATE/graph.db"
 EAGER_DB="sqlite:///$STATE/eager.db"
 GRAPH_TABLE="${GRAPH_TABLE:-$OUT/nvidia-h200_ws2_graph.json}"
-summary=()
-
-step() {  # step NAME LIMIT_S COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout -s INT -k 20 "$limit" "$@" > "$OUT/$name.log" 2>&1
-    local rc=$?
-    summary+=("$name rc=$rc $((SECONDS - t0))s | $(tail -n 1 "$OUT/$name.log")")
-}
+# shellcheck source=bench/_step.sh
+source "$(dirname "$0")/_step.sh"
+STEP_TIMEOUT_OPTS=(-s INT -k 20)  # SIGINT: the tuner records its running trial as failed and exits
 
 ag_shapes() {  # the shipped ag_gemm shapes, one header
     { grep -v '^#' examples/shapes_default_table.csv; grep -v '^#' examples/shapes_extra.csv | tail -n +2; } \
