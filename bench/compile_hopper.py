@@ -116,6 +116,8 @@ CONFIGS = [  # block_m, block_n, block_k, group_m, warps, stages, comm_sms, row_
     (16, 64, 128, 8, 4, 4, 8, 1, 4, 0),
     (16, 128, 128, 8, 4, 4, 8, 4, 1, 1024),
     (64, 128, 128, 8, 4, 3, 16, 1, 2, 0),
+    (16, 128, 128, 8, 4, 4, 0, 4, 8, 0),  # comm_sms=0: every program produces, one K loop per tile
+    (128, 128, 64, 8, 4, 4, 0, 16, 8, 0),
 ]
 FIELDS = (
     "block_m",

@@ -21,6 +21,9 @@ Synchronisation contract (both kernels):
   ``e % 2`` was last read two calls ago, which has finished on every rank. Flags are never reset.
 * **No starvation.** Consumers wait only on producers; producers wait at most on the peers' producers
   in a phase that itself never waits (pull's staging), so every wait ends whatever the grid size.
+  With ``comm_sms=0`` each program does its producer share before it waits on anything; the grid is
+  then at most one program per SM, so all of it is resident together and no waiting program can hold
+  the SM another program's share needs.
 
 Consumers read A through per-row element offsets relative to the local shard's pointer (local rows
 from the user's tensor, peers' rows from the local inbox), chosen by selects so the K loop stays one
@@ -104,6 +107,28 @@ def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc):
             pending = tl.sum((live & (seen < epoch)).to(tl.int32), axis=0)
 
 
+#: Flags :func:`wait_all_k` polls at once.
+WAIT_ALL_WIDTH = tl.constexpr(64)
+
+
+@triton.jit
+def wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc):
+    """Wait for every K chunk of the row chunks of ``src`` covering shard rows ``first_row..last_row``.
+
+    Their flags (``[src, rc, kc]``, K chunk fastest) are one contiguous run, polled ``WAIT_ALL_WIDTH``
+    at a time with acquire loads at system scope.
+    """
+    lo = (src * n_rc + first_row // rcw) * n_kc
+    hi = (src * n_rc + last_row // rcw) * n_kc + n_kc - 1
+    for f0 in range(lo, hi + 1, WAIT_ALL_WIDTH):
+        fs = f0 + tl.arange(0, WAIT_ALL_WIDTH)
+        live = fs <= hi
+        pending = 1
+        while pending > 0:
+            seen = tl.atomic_add(flags_ptr + fs, 0, mask=live, sem="acquire", scope="sys")
+            pending = tl.sum((live & (seen < epoch)).to(tl.int32), axis=0)
+
+
 @triton.jit
 def prefetch_l2(ptrs):
     """Fetch the cache lines of ``ptrs`` into L2 without filling registers (PTX ``prefetch.global.L2``;
@@ -171,8 +196,13 @@ def consume_tiles(
     ALIGNED: tl.constexpr,
     PREFETCH_K: tl.constexpr = 0,
     B_ROW_MAJOR: tl.constexpr = True,
+    WHOLE_K: tl.constexpr = False,
 ):
     """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
+
+    ``WHOLE_K``: a tile waits for all K chunks of the peers' rows it needs, then runs one pipelined K
+    loop (used when every program produces first: the chunks are all in flight within microseconds,
+    and a loop per K chunk would drain and refill the software pipeline at every chunk boundary).
 
     Local rows / K-slice come straight from the user's tensor; peers' from this rank's inbox slot
     ``inbox_ptr`` (``(WORLD_SIZE, Ms, Ks)``, slot ``src`` holds ``src``'s shard), guarded by the
@@ -190,6 +220,12 @@ def consume_tiles(
     inbox = (tl.cast(inbox_ptr, tl.int64) - tl.cast(a_ptr, tl.int64)) // ELEM
     # gather_dim=0: start at the first row tile holding local rows, then the next ranks' rows.
     first_local_m = (rank * Ms) // BLOCK_M
+    # K loops per tile (segment), the columns each covers, and the K chunks waited for before each
+    loops = n_kc
+    span = kcw
+    if WHOLE_K:
+        loops = 1
+        span = Ks
     for tile_id in range(cid, num_pid_m * num_pid_n, num_consumers):
         pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         if GATHER_DIM == 0:
@@ -216,23 +252,19 @@ def consume_tiles(
                         b_ptr, pid_n, N, K, stride_bk, stride_bn, PREFETCH_K, BLOCK_N, B_ROW_MAJOR
                     )
             # One K loop per tile (a second call site would double the pipeline's shared memory):
-            # K chunk by K chunk, waiting only for peers' rows; tiles of local rows never wait.
-            for kc in range(0, n_kc):
+            # K chunk by K chunk, waiting only for peers' rows (WHOLE_K: every chunk first, then one
+            # loop over K); tiles of local rows never wait.
+            for kc in range(0, loops):
                 k_lo = kc * kcw
-                k_hi = tl.minimum(k_lo + kcw, K)
+                k_hi = tl.minimum(k_lo + span, K)
                 for src in range(src_lo, src_hi + 1):
                     if src != rank:
-                        wait_rows(
-                            flags_ptr,
-                            epoch,
-                            src,
-                            tl.maximum(first_row - src * Ms, 0),
-                            tl.minimum(last_row - src * Ms, Ms - 1),
-                            kc,
-                            rcw,
-                            n_rc,
-                            n_kc,
-                        )
+                        lo = tl.maximum(first_row - src * Ms, 0)
+                        hi = tl.minimum(last_row - src * Ms, Ms - 1)
+                        if WHOLE_K:
+                            wait_all_k(flags_ptr, epoch, src, lo, hi, rcw, n_rc, n_kc)
+                        else:
+                            wait_rows(flags_ptr, epoch, src, lo, hi, kc, rcw, n_rc, n_kc)
                 a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
                 b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
                 acc = mma_k_range(
@@ -248,11 +280,14 @@ def consume_tiles(
                 row_off = base + rows * row_stride
                 if ALIGNED:
                     row_off = tl.multiple_of(row_off, VEC)
-                for kc in range(0, n_kc):
+                for kc in range(0, loops):
                     k_lo = kc * kcw
-                    k_hi = tl.minimum(k_lo + kcw, Ks)
+                    k_hi = tl.minimum(k_lo + span, Ks)
                     if not local:
-                        wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc)
+                        if WHOLE_K:
+                            wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc)
+                        else:
+                            wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc)
                     a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
                     b_ptrs = b_cols + (src * Ks + k_lo + offs_k)[:, None] * stride_bk
                     acc = mma_k_range(
@@ -326,7 +361,12 @@ class FusedConfig:
 
     ``comm_sms`` producer CTAs move the local shard (push: into the peers' inboxes; pull: into the
     local staging buffer) in ``row_chunks x k_chunks`` chunks, one flag each; the rest of the grid
-    (at most ``num_sms - comm_sms`` CTAs) runs the persistent GEMM. ``prefetch_k`` (NVIDIA, 0 = off):
+    (at most ``num_sms - comm_sms`` CTAs) runs the persistent GEMM. ``comm_sms=0``: no dedicated
+    producers; every program of the GEMM's grid first moves its share of the chunks (chunk ``i`` by
+    program ``i % grid``), then runs its tiles, each waiting for all the K chunks of the peers' rows it
+    needs before one K loop (``WHOLE_K``). Small shards are then in flight on every SM at once within
+    microseconds, instead of trickling through a few producers, and no SM is withheld from the GEMM.
+    ``prefetch_k`` (NVIDIA, 0 = off):
     a gather_dim=0 tile that waits for peers' rows first prefetches that many rows of its B slab into L2.
     """
 
@@ -349,9 +389,11 @@ class FusedConfig:
                 raise ValueError(f"{name}: must be a power of two >= 16, got {v}")
         if self.num_warps not in (1, 2, 4, 8, 16):
             raise ValueError(f"num_warps: must be a power of two <= 16, got {self.num_warps}")
-        for name in ("group_m", "num_stages", "comm_sms", "row_chunks", "k_chunks"):
+        for name in ("group_m", "num_stages", "row_chunks", "k_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.comm_sms < 0:
+            raise ValueError(f"comm_sms: must be >= 0, got {self.comm_sms}")
         if self.prefetch_k and (self.prefetch_k < 128 or self.prefetch_k & (self.prefetch_k - 1)):
             raise ValueError(f"prefetch_k: must be 0 or a power of two >= 128, got {self.prefetch_k}")
 
@@ -385,8 +427,11 @@ def geometry(config: FusedConfig, ms: int, ks: int) -> ChunkGeometry:
     return chunk_geometry(ms, ks, config.row_chunks, config.k_chunks, config.block_k)
 
 
-#: Launch phase -> producer steps run (bit 1: stage / store the own shard, bit 2: fetch peers').
-_PHASES = {"all": 3, "producers": 3, "stage": 1, "fetch": 2, "consumers": 0}
+#: Launch phase -> steps run (bit 1: stage / store the own shard, bit 2: fetch peers', bit 4: the GEMM).
+_PHASES = {"all": 7, "producers": 3, "stage": 1, "fetch": 2, "consumers": 4}
+
+#: Elements one producer step moves at most (16 KiB of bf16): its loads are in flight together.
+_COPY_ELEMS = 8192
 
 
 def _pow2_at_most(n: int, cap: int) -> int:
@@ -449,9 +494,13 @@ def _launch_args(
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     consumers = min(num_sms - config.comm_sms, tiles)
     producers = config.comm_sms
-    grid, offset = (consumers, producers) if phase == "consumers" else (producers, 0)
     if phase == "all":
-        grid = producers + consumers
+        grid, offset = producers + consumers, 0
+    elif phase == "consumers":
+        grid, offset = consumers, producers
+    else:  # the producers' steps alone: the dedicated producers, else every program's share
+        grid, offset = producers or consumers, 0
+    p_rows = _pow2_at_most(geo.row_width, 16)
     elem = a_shard.element_size()
     aligned = (
         (ks * elem) % 16 == 0
@@ -468,10 +517,10 @@ def _launch_args(
         pid_offset=offset, num_producers=producers, num_consumers=consumers,
         WORLD_SIZE=world_size, GATHER_DIM=gather_dim,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        P_ROWS=_pow2_at_most(geo.row_width, 16), P_COLS=_pow2_at_most(max(geo.col_width, 16), 512),
+        P_ROWS=p_rows, P_COLS=_pow2_at_most(max(geo.col_width, 16), _COPY_ELEMS // p_rows),
         EVEN_K=ks % config.block_k == 0, EVEN_N=n % config.block_n == 0, ALIGNED=aligned,
-        COPY_STEPS=_PHASES[phase],
-        PREFETCH_K=config.prefetch_k, B_ROW_MAJOR=b.stride(1) == 1,
+        STEPS=_PHASES[phase],
+        PREFETCH_K=config.prefetch_k, B_ROW_MAJOR=b.stride(1) == 1, WHOLE_K=producers == 0,
     )  # fmt: skip
     names = kernel.arg_names
     if set(names) != set(values):

@@ -9,8 +9,9 @@ local inbox (16-byte remote loads: the heap translation of ``iris.load`` is hois
 loop), and release the local flag the consumers wait on. So every remote byte crosses the link once
 (the first design re-read peers' A once per N tile: ~64x the traffic at N=8192), and the consumers
 (``_ag_fused.consume_tiles``, shared with push) only read local memory. Producers wait only on the
-peers' staging step, which never waits, so no grid size can starve anyone. Synchronisation details
-(device epoch, parity slots) are in ``_ag_fused``.
+peers' staging step, which never waits, so no grid size can starve anyone. With ``comm_sms=0`` every
+program stages and fetches its share of the chunks, then runs its tiles (see ``FusedConfig``).
+Synchronisation details (device epoch, parity slots) are in ``_ag_fused``.
 """
 
 from __future__ import annotations
@@ -52,10 +53,10 @@ def _pull_chunks(
     ALIGNED: tl.constexpr,
     P_ROWS: tl.constexpr,
     P_COLS: tl.constexpr,
-    COPY_STEPS: tl.constexpr,
+    STEPS: tl.constexpr,
 ):
     slot_elems = tl.cast(Ms, tl.int64) * Ks
-    if COPY_STEPS & 1:
+    if STEPS & 1:
         # Step 1, never waits: stage the own shard where peers can read it.
         own = tl.cast(rank, tl.int64) * slot_elems
         for chunk in range(pid, n_rc * n_kc, num_producers):
@@ -63,7 +64,7 @@ def _pull_chunks(
             copy_chunk(a_ptr, 0, stride_am, inbox_ptr, own, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
             tl.debug_barrier()  # all of this CTA's stores precede the single release below
             tl.atomic_xchg(flags_ptr + (rank * n_rc + rc) * n_kc + kc, epoch, sem="release", scope="sys")
-    if COPY_STEPS & 2:
+    if STEPS & 2:
         # Step 2: fetch each peer's staged chunks once, into the local inbox.
         for chunk in range(pid, n_rc * n_kc, num_producers):
             rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
@@ -120,17 +121,21 @@ def _ag_gemm_pull_kernel(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
-    COPY_STEPS: tl.constexpr,
+    STEPS: tl.constexpr,
     PREFETCH_K: tl.constexpr,
     B_ROW_MAJOR: tl.constexpr,
+    WHOLE_K: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
     epoch, flags, inbox = begin_call(sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, WORLD_SIZE)
-    if pid < num_producers:
-        if COPY_STEPS != 0:
+    dedicated = pid < num_producers
+    # programs sharing the producer steps: the dedicated producers, else (comm_sms=0) every program
+    movers = tl.where(num_producers > 0, num_producers, num_consumers)
+    if STEPS & 3:
+        if dedicated | (num_producers == 0):
             _pull_chunks(
                 pid,
-                num_producers,
+                movers,
                 a_ptr,
                 inbox,
                 flags,
@@ -148,47 +153,51 @@ def _ag_gemm_pull_kernel(
                 ALIGNED,
                 P_ROWS,
                 P_COLS,
-                COPY_STEPS,
+                STEPS,
             )
+    if dedicated:
+        if STEPS != 2:  # the interpreter's extra "fetch" launch repeats programs already counted
+            epoch_end(sync_ptr, epoch, num_producers + num_consumers)
     else:
-        consume_tiles(
-            pid - num_producers,
-            num_consumers,
-            a_ptr,
-            inbox,
-            b_ptr,
-            c_ptr,
-            flags,
-            rank,
-            epoch,
-            M,
-            N,
-            K,
-            Ms,
-            Ks,
-            rcw,
-            n_rc,
-            kcw,
-            n_kc,
-            stride_am,
-            stride_bk,
-            stride_bn,
-            stride_cm,
-            stride_cn,
-            GATHER_DIM,
-            WORLD_SIZE,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            GROUP_M,
-            EVEN_K,
-            EVEN_N,
-            ALIGNED,
-            PREFETCH_K,
-            B_ROW_MAJOR,
-        )
-    if COPY_STEPS != 2:  # the interpreter's extra "fetch" launch repeats programs already counted
-        epoch_end(sync_ptr, epoch, num_producers + num_consumers)
+        if STEPS & 4:
+            consume_tiles(
+                pid - num_producers,
+                num_consumers,
+                a_ptr,
+                inbox,
+                b_ptr,
+                c_ptr,
+                flags,
+                rank,
+                epoch,
+                M,
+                N,
+                K,
+                Ms,
+                Ks,
+                rcw,
+                n_rc,
+                kcw,
+                n_kc,
+                stride_am,
+                stride_bk,
+                stride_bn,
+                stride_cm,
+                stride_cn,
+                GATHER_DIM,
+                WORLD_SIZE,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                GROUP_M,
+                EVEN_K,
+                EVEN_N,
+                ALIGNED,
+                PREFETCH_K,
+                B_ROW_MAJOR,
+                WHOLE_K,
+            )
+            epoch_end(sync_ptr, epoch, num_producers + num_consumers)
 
 
 KERNEL = _ag_gemm_pull_kernel

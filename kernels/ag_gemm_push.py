@@ -7,7 +7,9 @@ hoisted out of the copy loop), then a CTA barrier and one ``iris.atomic_xchg`` (
 per peer raise the chunk's flag to this call's epoch. The other programs run the persistent GEMM of
 ``_ag_fused.consume_tiles``: local rows / K-slice first, then peers' data, read from the local inbox
 after an acquire wait on its chunk flag. Producers never wait, so no grid size can starve them.
-Synchronisation details (device epoch, parity slots) are in ``_ag_fused``.
+With ``comm_sms=0`` there are no dedicated producers: every program pushes its share of the chunks,
+then runs its tiles (see ``FusedConfig``). Synchronisation details (device epoch, parity slots) are in
+``_ag_fused``.
 """
 
 from __future__ import annotations
@@ -108,17 +110,21 @@ def _ag_gemm_push_kernel(
     EVEN_K: tl.constexpr,
     EVEN_N: tl.constexpr,
     ALIGNED: tl.constexpr,
-    COPY_STEPS: tl.constexpr,
+    STEPS: tl.constexpr,
     PREFETCH_K: tl.constexpr,
     B_ROW_MAJOR: tl.constexpr,
+    WHOLE_K: tl.constexpr,
 ):
     pid = tl.program_id(0) + pid_offset
     epoch, flags, inbox = begin_call(sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, WORLD_SIZE)
-    if pid < num_producers:
-        if COPY_STEPS & 1:
+    dedicated = pid < num_producers
+    # programs sharing the producer steps: the dedicated producers, else (comm_sms=0) every program
+    movers = tl.where(num_producers > 0, num_producers, num_consumers)
+    if STEPS & 1:
+        if dedicated | (num_producers == 0):
             _push_chunks(
                 pid,
-                num_producers,
+                movers,
                 a_ptr,
                 inbox,
                 flags,
@@ -137,45 +143,49 @@ def _ag_gemm_push_kernel(
                 P_ROWS,
                 P_COLS,
             )
+    if dedicated:
+        if STEPS != 2:  # the interpreter's extra "fetch" launch repeats programs already counted
+            epoch_end(sync_ptr, epoch, num_producers + num_consumers)
     else:
-        consume_tiles(
-            pid - num_producers,
-            num_consumers,
-            a_ptr,
-            inbox,
-            b_ptr,
-            c_ptr,
-            flags,
-            rank,
-            epoch,
-            M,
-            N,
-            K,
-            Ms,
-            Ks,
-            rcw,
-            n_rc,
-            kcw,
-            n_kc,
-            stride_am,
-            stride_bk,
-            stride_bn,
-            stride_cm,
-            stride_cn,
-            GATHER_DIM,
-            WORLD_SIZE,
-            BLOCK_M,
-            BLOCK_N,
-            BLOCK_K,
-            GROUP_M,
-            EVEN_K,
-            EVEN_N,
-            ALIGNED,
-            PREFETCH_K,
-            B_ROW_MAJOR,
-        )
-    if COPY_STEPS != 2:  # the interpreter's extra "fetch" launch repeats programs already counted
-        epoch_end(sync_ptr, epoch, num_producers + num_consumers)
+        if STEPS & 4:
+            consume_tiles(
+                pid - num_producers,
+                num_consumers,
+                a_ptr,
+                inbox,
+                b_ptr,
+                c_ptr,
+                flags,
+                rank,
+                epoch,
+                M,
+                N,
+                K,
+                Ms,
+                Ks,
+                rcw,
+                n_rc,
+                kcw,
+                n_kc,
+                stride_am,
+                stride_bk,
+                stride_bn,
+                stride_cm,
+                stride_cn,
+                GATHER_DIM,
+                WORLD_SIZE,
+                BLOCK_M,
+                BLOCK_N,
+                BLOCK_K,
+                GROUP_M,
+                EVEN_K,
+                EVEN_N,
+                ALIGNED,
+                PREFETCH_K,
+                B_ROW_MAJOR,
+                WHOLE_K,
+            )
+            epoch_end(sync_ptr, epoch, num_producers + num_consumers)
 
 
 KERNEL = _ag_gemm_push_kernel

@@ -139,6 +139,24 @@ def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
     assert out.count("OK") == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pull", "push"])
+def test_every_program_produces_its_share(kind: str) -> None:
+    """comm_sms=0: no dedicated producers; each program of the GEMM's grid (here 4) moves chunks
+    ``i % grid`` (6 chunks: some programs move two), then runs its tiles, each waiting for every K
+    chunk of the peers' rows before one K loop (K=40 is not a multiple of BLOCK_K)."""
+    cfg = SMALL.format(rc=2, kc=3).replace("comm_sms=2", "comm_sms=0")
+    out = _run(
+        f"""
+        cfg = {cfg}
+        check({kind!r}, 2, 0, 24, 40, 40, cfg)
+        check({kind!r}, 2, 1, 20, 40, 96, cfg, calls=2, dtype=torch.float16)
+        check({kind!r}, 3, 0, 36, 40, 40, cfg, calls=2)
+        """
+    )
+    assert out.count("OK") == 3
+
+
 def test_persistent_gemm_in_interpreter() -> None:
     out = _run(
         """
@@ -162,6 +180,7 @@ def test_configs_reject_bad_fields() -> None:
     with pytest.raises(ValueError, match="block_n"):
         FusedConfig(block_n=96).validate()
     with pytest.raises(ValueError, match="comm_sms"):
-        FusedConfig(comm_sms=0).validate()
+        FusedConfig(comm_sms=-1).validate()
+    FusedConfig(comm_sms=0).validate()  # every program produces its share
     geo = chunk_geometry(10, 100, 4, 3, 16)
     assert (geo.row_width, geo.n_row, geo.col_width, geo.n_col) == (3, 4, 48, 3)
