@@ -10,6 +10,9 @@
 #   export-graph $STATE/graph.db -> $OUT/nvidia-h200_ws2_graph.json
 #   bench-fd     flash_decode bench, dispatch with the graph table only, timing=graph
 #   bench-ag     ag_gemm bench (N=K=8192, $MS), dispatch from $STATE/graph.db, timing=graph
+#   retune-ag    after an ag_gemm kernel change: the shipped ag_gemm shapes tuned afresh in both timings
+#                (11 trials) -> $STATE/retune_{eager,graph}.db, exported as $OUT/ag_{eager,graph}.json;
+#                then, on any machine, `bash bench/merge_table.sh tuning_db/<table>.json ag_<timing>.json`
 # STATE (default $OUT) holds the databases; carry it between calls to resume (the tuner resumes).
 # GRAPH_TABLE (default $OUT/nvidia-h200_ws2_graph.json) is the table export-graph writes and bench-fd reads.
 # A summary line per step is printed last.
@@ -64,6 +67,17 @@ for s in "$@"; do
         step bench_ag "${BENCH_LIMIT:-200}" python3 -P bench/ag_gemm_bench.py --shapes 8192x8192 \
             --m "${MS:-8,16,32,64,128,256}" --no-peers --max-configs 3 --iters 10 --samples 5 --db "$GRAPH_DB" \
             --dispatch-timing graph --out "$OUT/bench_ag_graph.json"
+        ;;
+    retune-ag)
+        ag_shapes
+        for timing in eager graph; do
+            rm -f "$STATE/retune_$timing.db"
+            step "retune_$timing" "${LIMIT:-280}" python3 -P -m autotaxer tune --world-size 2 \
+                --shapes "$STATE/ag_shapes.csv" --trials 11 --variants bsp,copy_engine,push,pull \
+                --db "sqlite:///$STATE/retune_$timing.db" --jsonl --trial-timeout 60 --seed 0 --timing "$timing"
+            step "retune_export_$timing" 60 python3 -P -m autotaxer export --db "sqlite:///$STATE/retune_$timing.db" \
+                --gpu nvidia-h200 --world-size 2 --out "$OUT/ag_$timing.json"
+        done
         ;;
     *) summary+=("$s: unknown step") ;;
     esac
