@@ -32,29 +32,35 @@ ag_shapes() {  # the shipped ag_gemm shapes, one header
         > "$STATE/ag_shapes.csv"
 }
 
+tune_ag() {  # tune_ag NAME LIMIT_S SHAPES TRIALS DB [OPTION...]: the ag_gemm variants of the shipped tables
+    local name=$1 limit=$2 shapes=$3 trials=$4 db=$5
+    shift 5
+    step "$name" "$limit" python3 -P -m autotaxer tune --world-size 2 --shapes "$shapes" --trials "$trials" \
+        --variants bsp,copy_engine,push,pull --db "$db" --jsonl --trial-timeout 60 --seed 0 "$@"
+}
+
+export_table() {  # export_table NAME DB OUT: the 2xH200 records of DB as a table file
+    step "$1" 60 python3 -P -m autotaxer export --db "$2" --gpu nvidia-h200 --world-size 2 --out "$3"
+}
+
 for s in "$@"; do
     case "$s" in
     eager-extra)
         rm -f "$STATE"/eager.db*
         step eager_import 60 python3 -P -m autotaxer import tuning_db/nvidia-h200_ws2.json --db "$EAGER_DB"
-        step eager_extra "${LIMIT:-120}" python3 -P -m autotaxer tune --world-size 2 --shapes examples/shapes_extra.csv \
-            --trials 10 --variants bsp,copy_engine,push,pull --db "$EAGER_DB" --jsonl --trial-timeout 60 --seed 0
-        step eager_export 60 python3 -P -m autotaxer export --db "$EAGER_DB" --gpu nvidia-h200 --world-size 2 \
-            --out "$OUT/nvidia-h200_ws2.json"
+        tune_ag eager_extra "${LIMIT:-120}" examples/shapes_extra.csv 10 "$EAGER_DB"
+        export_table eager_export "$EAGER_DB" "$OUT/nvidia-h200_ws2.json"
         ;;
     graph-ag)
         ag_shapes
-        step graph_ag "${LIMIT:-420}" python3 -P -m autotaxer tune --world-size 2 --shapes "$STATE/ag_shapes.csv" \
-            --trials 10 --variants bsp,copy_engine,push,pull --db "$GRAPH_DB" --jsonl --trial-timeout 60 --seed 0 \
-            --timing graph
+        tune_ag graph_ag "${LIMIT:-420}" "$STATE/ag_shapes.csv" 10 "$GRAPH_DB" --timing graph
         ;;
     graph-fd)
         step graph_fd "${LIMIT:-240}" python3 -P -m autotaxer tune --world-size 2 --shapes examples/shapes_flash_decode.csv \
             --variants bsp,fused --trials 12 --timeout 20 --trial-timeout 90 --db "$GRAPH_DB" --jsonl --timing graph
         ;;
     export-graph)
-        step export_graph 60 python3 -P -m autotaxer export --db "$GRAPH_DB" --gpu nvidia-h200 --world-size 2 \
-            --out "$GRAPH_TABLE"
+        export_table export_graph "$GRAPH_DB" "$GRAPH_TABLE"
         ;;
     bench-fd)
         step bench_fd "${BENCH_LIMIT:-200}" python3 -P bench/flash_decode_bench.py --quick --dispatch \
@@ -72,11 +78,9 @@ for s in "$@"; do
         ag_shapes
         for timing in eager graph; do
             rm -f "$STATE/retune_$timing.db"
-            step "retune_$timing" "${LIMIT:-280}" python3 -P -m autotaxer tune --world-size 2 \
-                --shapes "$STATE/ag_shapes.csv" --trials 11 --variants bsp,copy_engine,push,pull \
-                --db "sqlite:///$STATE/retune_$timing.db" --jsonl --trial-timeout 60 --seed 0 --timing "$timing"
-            step "retune_export_$timing" 60 python3 -P -m autotaxer export --db "sqlite:///$STATE/retune_$timing.db" \
-                --gpu nvidia-h200 --world-size 2 --out "$OUT/ag_$timing.json"
+            tune_ag "retune_$timing" "${LIMIT:-280}" "$STATE/ag_shapes.csv" 11 "sqlite:///$STATE/retune_$timing.db" \
+                --timing "$timing"
+            export_table "retune_export_$timing" "sqlite:///$STATE/retune_$timing.db" "$OUT/ag_$timing.json"
         done
         ;;
     *) summary+=("$s: unknown step") ;;
