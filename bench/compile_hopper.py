@@ -84,21 +84,21 @@ def summary(kernel) -> dict:
 def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dict, world_size: int = 2):
     """Record the launch of the ``kind`` kernel for one problem and config; returns ``(fn, args, kw)``."""
     import torch
-    from autotaxer.kernels import _ag_fused, ag_gemm_pull, ag_gemm_push
+    from autotaxer.kernels import _ag_fused
 
-    fn = {"push": ag_gemm_push, "pull": ag_gemm_pull}[kind].KERNEL
+    fn = _ag_fused.KERNEL
     config = _ag_fused.FusedConfig(**params)
     ms, ks = _ag_fused.shard_dims(m, k, world_size, gather_dim)
     dt = torch.bfloat16
     geo = _ag_fused.geometry(config, ms, ks)
     _, args, kw = _ag_fused._launch_args(
-        fn,
+        kind,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
         buf=torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt),
         flags=torch.zeros(_ag_fused.flags_count(geo, world_size), dtype=torch.int32),
-        sync=torch.zeros(2, dtype=torch.int32),
+        sync=torch.zeros(_ag_fused.SYNC_INTS, dtype=torch.int32),
         heap_bases=torch.zeros(world_size, dtype=torch.int64),
         rank=0,
         world_size=world_size,

@@ -15,12 +15,12 @@ import triton.language as tl
 
 
 @triton.jit
-def grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """``(pid_m, pid_n)`` of ``tile_id`` in grouped order: ``GROUP_M`` row tiles sweep N together."""
-    width = GROUP_M * num_pid_n
+def grouped_tile(tile_id, num_pid_m, num_pid_n, group_m):
+    """``(pid_m, pid_n)`` of ``tile_id`` in grouped order: ``group_m`` row tiles sweep N together."""
+    width = group_m * num_pid_n
     group_id = tile_id // width
-    first_m = group_id * GROUP_M
-    group_size = tl.minimum(num_pid_m - first_m, GROUP_M)
+    first_m = group_id * group_m
+    group_size = tl.minimum(num_pid_m - first_m, group_m)
     pid_m = first_m + (tile_id % width) % group_size
     pid_n = (tile_id % width) // group_size
     return pid_m, pid_n

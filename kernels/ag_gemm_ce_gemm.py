@@ -5,7 +5,7 @@ Schedule of one call on rank ``r`` (the transport is :mod:`ag_gemm_ce`'s channel
 * side stream (forked from the caller's stream): for every peer, wait until it has consumed this
   rank's previous data, then copy ``A_r`` chunk by chunk into its inbox with the copy engine and raise
   its flag ``(r, chunk)``;
-* caller's stream: one persistent Triton GEMM over every SM (``_ag_fused.consume_tiles``, the consumer
+* caller's stream: one persistent Triton GEMM over every SM (``_ag_fused_kernel.consume_tiles``, the consumer
   of the push/pull kernels) reading local rows / the local K-slice from ``A_r`` and peers' from the
   inbox, each tile waiting in-kernel (acquire, system scope) only for the chunks it reads; then every
   peer is told its data was consumed.
@@ -28,7 +28,8 @@ import triton
 import triton.language as tl
 
 from . import signal as sig
-from ._ag_fused import FusedConfig, consume_tiles
+from ._ag_fused import FusedConfig
+from ._ag_fused_kernel import consume_tiles
 from .ag_gemm_ce import MAX_CHUNKS, Channel, Plan
 from .ag_gemm_ce import _raise as raise_flag  # the channel's transport, shared as is
 from .ag_gemm_ce import _send as send_shard
@@ -75,6 +76,7 @@ def _ce_gemm_kernel(
     consume_tiles(
         tl.program_id(0),
         num_consumers,
+        epoch_ptr,  # the tile queue: unused, the schedule is static
         a_ptr,
         inbox_ptr,
         b_ptr,

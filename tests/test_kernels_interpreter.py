@@ -21,7 +21,9 @@ _PRELUDE = textwrap.dedent(
     """
     import torch
 
-    from autotaxer.kernels._ag_fused import FusedConfig, flags_count, geometry, inbox_shape, shard_dims
+    from autotaxer.kernels._ag_fused import (
+        SYNC_INTS, FusedConfig, flags_count, geometry, inbox_shape, shard_dims,
+    )
     from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull
     from autotaxer.kernels.ag_gemm_push import ag_gemm_push
 
@@ -45,7 +47,7 @@ _PRELUDE = textwrap.dedent(
         geo = geometry(cfg, ms, ks)
         buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
         flags = heap.alloc((flags_count(geo, ws),), torch.int32)
-        syncs = [torch.zeros(2, dtype=torch.int32) for _ in range(ws)]
+        syncs = [torch.zeros(SYNC_INTS, dtype=torch.int32) for _ in range(ws)]
         for call in range(1, calls + 1):
             shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
             b = torch.randn(k, n).to(dtype)
@@ -62,8 +64,8 @@ _PRELUDE = textwrap.dedent(
                 err = ((outs[r].float() - ref).norm() / ref.norm()).item()
                 tol = 1e-5 if dtype == torch.float32 else 2e-3
                 assert err < tol, (kind, ws, gd, m, n, k, call, r, err)
-                # the device epoch advanced once, the completion count is back at zero
-                assert syncs[r].tolist() == [call, 0], (call, syncs[r].tolist())
+                # the device epoch advanced once, the completion count and the tile queue are back at 0
+                assert syncs[r].tolist() == [call, 0, 0], (call, syncs[r].tolist())
                 # this call's flags hold its epoch (pull: its own staging flags too); never reset
                 slot = flags[r].view(2, ws, geo.count)[call % 2]
                 assert slot.flatten().tolist().count(call) == (ws - 1 if kind == "push" else ws) * geo.count
