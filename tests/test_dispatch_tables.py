@@ -199,6 +199,41 @@ def test_kernel_source_hash_is_stable_and_names_op_and_variant() -> None:
     assert h != kernel_source_hash("flash_decode", "bsp")
 
 
+def test_kernel_hash_ignores_layout_comments_and_docstrings_but_not_code() -> None:
+    from autotaxer.runtime.kernel_hash import normalized_source
+
+    base = '''"""Module doc."""
+import triton
+
+
+@triton.jit
+def f(x, BLOCK: tl.constexpr):
+    """Doc."""
+    return x + 1  # one
+'''
+    relaid = '''"""Another module doc, longer."""
+
+import triton
+
+@triton.jit
+def f(
+    x,
+    BLOCK: tl.constexpr,
+):
+    # a comment
+    return (x
+            + 1)
+'''
+    assert normalized_source(base) == normalized_source(relaid)
+    for changed in (
+        base.replace("x + 1", "x + 2"),
+        base.replace("x + 1", "x - 1"),
+        base.replace("BLOCK: tl.constexpr", "BLOCK"),  # a constexpr is part of the kernel
+        base.replace("return x + 1", "y = 0\n    return x + 1"),
+    ):
+        assert normalized_source(changed) != normalized_source(base), changed
+
+
 def test_kernel_hash_covers_only_the_sources_a_variant_imports() -> None:
     from autotaxer.runtime.kernel_hash import kernel_sources
 

@@ -5,7 +5,9 @@ reports (or, in strict mode, refuses) records tuned with different sources. The 
 variant's own module and every module of ``autotaxer.kernels`` and of the op's package that it imports,
 directly or through others (found by reading the import statements, lazy ones inside functions
 included), plus the op's problem module: a change to the push kernel marks push records for re-tuning
-and leaves copy-engine records alone.
+and leaves copy-engine records alone. It hashes each module's code as Python parses it, docstrings
+left out: reformatting, comments and prose leave the records current; any change to what runs does
+not.
 """
 
 from __future__ import annotations
@@ -80,15 +82,45 @@ def kernel_sources(op: str, variant: str) -> list[str]:
     return [name for name, _ in _variant_modules(op, variant)]
 
 
+def _canonical(node: object) -> str:
+    """A node as text: its type and non-empty fields, recursively (no line numbers). Empty fields are
+    left out so the text does not change with Python versions that add fields (3.12's ``type_params``)."""
+    if isinstance(node, ast.AST):
+        fields = (
+            f"{name}={_canonical(value)}"
+            for name in node._fields
+            if (value := getattr(node, name, None)) is not None and value != []
+        )
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return f"[{','.join(_canonical(v) for v in node)}]"
+    return repr(node)
+
+
+def normalized_source(source: str, filename: str = "<source>") -> str:
+    """``source``'s code as Python parses it, docstrings (module, class, function) left out: the same for
+    two sources that differ only in layout, comments or docstrings."""
+    tree = ast.parse(source, filename=filename)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                if isinstance(first.value.value, str):
+                    node.body = node.body[1:] or [ast.Pass()]
+    return _canonical(tree)
+
+
 @lru_cache(maxsize=256)
 def kernel_source_hash(op: str, variant: str) -> str:
-    """sha256 (hex) over the kernel sources ``variant`` of ``op`` uses (names and bytes) and its name.
+    """sha256 (hex) over the kernel sources ``variant`` of ``op`` uses (module names and
+    :func:`normalized_source` of each) and the variant's name.
 
     Computed once per process (the sources do not change under a running process). ``KeyError`` for a
     variant this installation does not have.
     """
     h = hashlib.sha256()
     for name, path in _variant_modules(op, variant):
-        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        code = normalized_source(path.read_text(encoding="utf-8"), str(path))
+        h.update(name.encode() + b"\0" + code.encode() + b"\0")
     h.update(variant.encode())
     return h.hexdigest()
