@@ -22,7 +22,6 @@ KERNEL = fused_ag_gemm_kernel
 SYNC_INTS = 3
 
 
-
 @dataclass(frozen=True)
 class FusedConfig:
     """Tiles and schedule of a fused ag_gemm kernel.
@@ -297,8 +296,9 @@ def fused_launcher(how: str) -> Callable[..., Any]:
     ag_gemm.__doc__ = (
         f"``out = all_gather(a_shard, gather_dim) @ b`` by {how}; collective over ``world_size`` ranks.\n\n"
         "``inbox`` (:func:`inbox_shape`, A's dtype) and ``flags`` (int32, :func:`flags_count`, zeroed once)\n"
-        f"live in the symmetric heap; ``sync`` (int32, {SYNC_INTS}, zeroed once) holds the device-side epoch\n"
-        "and tile queue. Nothing is reset between calls; ``phase`` as in :func:`_launch_args`. ``cache``: a\n"
+        f"live in the symmetric heap; ``sync`` (int32, {SYNC_INTS}, zeroed once) holds the device-side "
+        "epoch\nand tile queue. Nothing is reset between calls; ``phase`` as in :func:`_launch_args`. "
+        "``cache``: a\n"
         "dict owned by one workspace (every call with it passes the same inbox, flags, sync, heap_bases,\n"
         "rank, world_size, gather_dim, config and num_sms): compiled launches by the tensors' shapes,\n"
         "strides, dtypes and alignment, so repeated calls skip the checks and Triton's argument binding."

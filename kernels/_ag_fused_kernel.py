@@ -405,7 +405,9 @@ def produce_chunks(
             else:
                 for i in tl.static_range(1, WORLD_SIZE):
                     dst = own + heap_delta(inbox_ptr, rank, (rank + i) % WORLD_SIZE, heap_bases)
-                    copy_chunk(a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
+                    copy_chunk(
+                        a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
+                    )
                 tl.debug_barrier()  # all of this CTA's stores precede the single release below
                 for i in tl.static_range(1, WORLD_SIZE):
                     iris.atomic_xchg(

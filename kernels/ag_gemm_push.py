@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from ._ag_fused import fused_launcher
 
-
 #: ``ag_gemm_push(*, a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim,
 #: config, num_sms, phase="all", cache=None) -> out``: see :func:`_ag_fused.fused_launcher`.
 ag_gemm_push = fused_launcher("push")
