@@ -14,6 +14,7 @@ of ``kernels/gemm.py``, and checks the shared-memory estimate of the variants' `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 
@@ -110,7 +111,8 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     return fn, args, kw
 
 
-CONFIGS = [  # block_m, block_n, block_k, group_m, warps, stages, comm_sms, row_chunks, k_chunks, prefetch_k
+CONFIGS = [  # FusedConfig fields in order: block_m, block_n, block_k, group_m, warps, stages, comm_sms,
+    # row_chunks, k_chunks, prefetch_k
     (128, 256, 64, 8, 8, 3, 16, 4, 1, 0),
     (128, 128, 64, 8, 4, 4, 16, 8, 1, 0),
     (16, 64, 128, 8, 4, 4, 8, 1, 4, 0),
@@ -119,18 +121,6 @@ CONFIGS = [  # block_m, block_n, block_k, group_m, warps, stages, comm_sms, row_
     (16, 128, 128, 8, 4, 4, 0, 4, 8, 0),  # comm_sms=0: every program produces, one K loop per tile
     (128, 128, 64, 8, 4, 4, 0, 16, 8, 0),
 ]
-FIELDS = (
-    "block_m",
-    "block_n",
-    "block_k",
-    "group_m",
-    "num_warps",
-    "num_stages",
-    "comm_sms",
-    "row_chunks",
-    "k_chunks",
-    "prefetch_k",
-)
 
 
 def _gemm_row(m: int, n: int, k: int) -> dict:
@@ -162,7 +152,7 @@ def main() -> None:
     print(json.dumps(rows[0]), flush=True)
     for m in (int(x) for x in args.m.split(",")):
         for c in CONFIGS:
-            params = dict(zip(FIELDS, c, strict=True))
+            params = dataclasses.asdict(FusedConfig(*c))
             if params["block_m"] > max(16, m):
                 continue
             for kind in args.kinds.split(","):

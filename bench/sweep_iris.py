@@ -10,10 +10,12 @@ calls replayed. BSP is timed the same two ways. JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 
-SMALL = [  # block_m, block_n, block_k, group_m, num_warps, num_stages, comm_sms, row_chunks, k_chunks
+SMALL = [  # FusedConfig fields in order (prefetch_k left at 0): block_m, block_n, block_k, group_m,
+    # num_warps, num_stages, comm_sms, row_chunks, k_chunks
     (16, 64, 128, 8, 4, 4, 8, 1, 4),
     (16, 64, 64, 8, 4, 4, 4, 1, 8),
     (16, 128, 128, 8, 4, 4, 8, 1, 4),
@@ -24,17 +26,6 @@ LARGE = [
     (128, 128, 64, 8, 8, 4, 8, 4, 2),
     (64, 128, 128, 8, 4, 3, 16, 1, 2),
 ]
-FIELDS = (
-    "block_m",
-    "block_n",
-    "block_k",
-    "group_m",
-    "num_warps",
-    "num_stages",
-    "comm_sms",
-    "row_chunks",
-    "k_chunks",
-)
 
 
 def _time(fn, graph: bool, reps: int = 20) -> float:
@@ -72,6 +63,7 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
 
 def _sweep(ctx, ms: list[int], n: int, k: int, variants: list[str]) -> list[dict]:
     import torch
+    from autotaxer.kernels._ag_fused import FusedConfig
 
     from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error
@@ -96,7 +88,7 @@ def _sweep(ctx, ms: list[int], n: int, k: int, variants: list[str]) -> list[dict
                 configs = (
                     [{}]
                     if name == "bsp"
-                    else [dict(zip(FIELDS, c, strict=True)) for c in (SMALL if m <= 256 else LARGE)]
+                    else [dataclasses.asdict(FusedConfig(*c)) for c in (SMALL if m <= 256 else LARGE)]
                 )
                 for params in configs:
                     row = {"variant": name, "M": m, "N": n, "K": k, "gather_dim": gd, "params": params}
