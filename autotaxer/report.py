@@ -73,6 +73,12 @@ class _Page:
     figures: list[Figure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def add_figure(self, name: str, caption: str, fig: Any) -> Figure:
+        """Render the matplotlib figure ``fig`` as the page's PNG ``name``; returns it."""
+        rendered = Figure(name, caption, _png(fig))
+        self.figures.append(rendered)
+        return rendered
+
 
 # -- inputs ---------------------------------------------------------------------------------------------
 
@@ -296,15 +302,11 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
     base = _slug("bench", index, Path(run.path).stem)
     for label, g in groups.items():
         title = f"{run.device} x{ws}, {label}"
-        fig = Figure(f"{base}_{_slug(label)}.png", f"speedup over BSP: {title}", b"")
-        page.figures.append(_render(fig, _speedup_figure(title, g["series"], g["ceiling"])))
-        parts.append(_img(page.figures[-1]))
+        fig = _speedup_figure(title, g["series"], g["ceiling"])
+        parts.append(_img(page.add_figure(f"{base}_{_slug(label)}.png", f"speedup over BSP: {title}", fig)))
     if wins:
         title = f"{run.device} x{ws}: fastest entry per M (including BSP)"
-        page.figures.append(
-            _render(Figure(f"{base}_winners.png", title, b""), _winner_map_figure(title, wins))
-        )
-        parts.append(_img(page.figures[-1]))
+        parts.append(_img(page.add_figure(f"{base}_winners.png", title, _winner_map_figure(title, wins))))
     page.sections.append("\n".join(parts))
 
 
@@ -354,14 +356,10 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
         for label, series in groups.items():
             title = f"tuned winners {gpu} x{ws}, {label}"
             fig = _speedup_figure(title, {f"winner: {v}": pts for v, pts in series.items()}, [])
-            page.figures.append(_render(Figure(f"{base}_{_slug(label)}.png", title, b""), fig))
-            parts.append(_img(page.figures[-1]))
+            parts.append(_img(page.add_figure(f"{base}_{_slug(label)}.png", title, fig)))
         if wins:
             title = f"{gpu} x{ws}: tuned winner per M"
-            page.figures.append(
-                _render(Figure(f"{base}_winners.png", title, b""), _winner_map_figure(title, wins))
-            )
-            parts.append(_img(page.figures[-1]))
+            parts.append(_img(page.add_figure(f"{base}_winners.png", title, _winner_map_figure(title, wins))))
         page.sections.append("\n".join(parts))
 
 
@@ -391,8 +389,7 @@ def _studies_section(storage: Any, page: _Page) -> None:
         base = _slug("study", i)
         pts = [(t.number, float(t.value), str(t.params.get("variant", "?"))) for t in done]
         title = f"optimization history: {name}"
-        page.figures.append(_render(Figure(f"{base}_history.png", title, b""), _history_figure(title, pts)))
-        parts.append(_img(page.figures[-1]))
+        parts.append(_img(page.add_figure(f"{base}_history.png", title, _history_figure(title, pts))))
         note = _importances(study, done, name, base, page)
         if note is not None:
             parts.append(f"<p>Parameter importances: {_esc(note)}</p>")
@@ -416,14 +413,8 @@ def _importances(study: Any, done: list[Any], name: str, base: str, page: _Page)
     if not importances:
         return "skipped: no parameter varies across the COMPLETE trials"
     title = f"parameter importances: {name}"
-    page.figures.append(
-        _render(Figure(f"{base}_importance.png", title, b""), _importance_figure(title, importances))
-    )
+    page.add_figure(f"{base}_importance.png", title, _importance_figure(title, importances))
     return None
-
-
-def _render(fig_meta: Figure, fig: Any) -> Figure:
-    return Figure(fig_meta.name, fig_meta.caption, _png(fig))
 
 
 def _img(f: Figure) -> str:
