@@ -40,19 +40,30 @@ _PRELUDE = textwrap.dedent(
             return [b[o : o + n].view(dtype).view(shape) for b in self.bufs]
 
 
-    def check(kind, ws, gd, m, n, k, cfg, calls=3, dtype=torch.float32, seed=0):
-        torch.manual_seed(seed)
+    def fused_buffers(ws, gd, m, k, cfg, dtype):
+        # (heap, ms, ks, geo, inboxes, flags, syncs) of ws emulated ranks, in one emulated heap
         heap = Heap(ws)
         ms, ks = shard_dims(m, k, ws, gd)
         geo = geometry(cfg, ms, ks)
         buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
         flags = heap.alloc((flags_count(geo, ws),), torch.int32)
         syncs = [torch.zeros(SYNC_INTS, dtype=torch.int32) for _ in range(ws)]
+        return heap, ms, ks, geo, buf, flags, syncs
+
+
+    def fresh_call(ws, gd, ms, ks, m, n, k, dtype):
+        # fresh random shards and B, NaN-poisoned outputs, and the fp32 reference
+        shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
+        b = torch.randn(k, n).to(dtype)
+        outs = [torch.full((m, n), float("nan"), dtype=dtype) for _ in range(ws)]
+        return shards, b, outs, torch.cat([s.float() for s in shards], dim=gd) @ b.float()
+
+
+    def check(kind, ws, gd, m, n, k, cfg, calls=3, dtype=torch.float32, seed=0):
+        torch.manual_seed(seed)
+        heap, ms, ks, geo, buf, flags, syncs = fused_buffers(ws, gd, m, k, cfg, dtype)
         for call in range(1, calls + 1):
-            shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
-            b = torch.randn(k, n).to(dtype)
-            outs = [torch.full((m, n), float("nan"), dtype=dtype) for _ in range(ws)]
-            ref = torch.cat([s.float() for s in shards], dim=gd) @ b.float()
+            shards, b, outs, ref = fresh_call(ws, gd, ms, ks, m, n, k, dtype)
             # pull's fetch step waits on every peer's staging step: stage everywhere first
             for phase in ("stage", "fetch", "consumers"):
                 for r in range(ws):

@@ -16,20 +16,12 @@ from autotaxer.kernels.ag_gemm_split import ag_gemm_split, counters_count, parti
 
 def check_split(ws, gd, m, n, k, cfg, split, calls=3, dtype=torch.float32, seed=0):
     torch.manual_seed(seed)
-    heap = Heap(ws)
-    ms, ks = shard_dims(m, k, ws, gd)
-    geo = geometry(cfg, ms, ks)
-    buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
-    flags = heap.alloc((flags_count(geo, ws),), torch.int32)
-    syncs = [torch.zeros(SYNC_INTS, dtype=torch.int32) for _ in range(ws)]
+    heap, ms, ks, geo, buf, flags, syncs = fused_buffers(ws, gd, m, k, cfg, dtype)
     # NaN-poisoned partials: a tile summed from a slot no piece wrote fails
     parts = [torch.full((partials_count(m, n, cfg, split),), float("nan")) for _ in range(ws)]
     counters = [torch.zeros(counters_count(m, n, cfg), dtype=torch.int32) for _ in range(ws)]
     for call in range(1, calls + 1):
-        shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
-        b = torch.randn(k, n).to(dtype)
-        outs = [torch.full((m, n), float("nan"), dtype=dtype) for _ in range(ws)]
-        ref = torch.cat([s.float() for s in shards], dim=gd) @ b.float()
+        shards, b, outs, ref = fresh_call(ws, gd, ms, ks, m, n, k, dtype)
         for phase in ("stage", "consumers"):  # every rank's pushes before any rank's pieces
             for r in range(ws):
                 ag_gemm_split(a_shard=shards[r], b=b, out=outs[r], inbox=buf[r], flags=flags[r],
