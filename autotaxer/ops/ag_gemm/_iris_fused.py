@@ -64,7 +64,7 @@ class IrisFusedVariant(Variant):
         M=1024-4096 on 2xH200). Up to M=256 first the one with no dedicated producers (``comm_sms=0``,
         its shard cut fine enough that many programs move a piece each); from M=512, where the grid
         runs more than one wave, first 8-16 dedicated producers that join the GEMM when done, the shard
-        cut in many row chunks so the rows of the first wave land first (2xH200, N=K=8192: 1.06-1.14x
+        cut in many row chunks so the rows of the first wave land first (2xH200, N=K=8192: 1.05-1.14x
         faster than ``comm_sms=0`` at M=1024-4096)."""
         m, gd = key["M"], key["gather_dim"]
 
