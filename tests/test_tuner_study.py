@@ -147,3 +147,27 @@ def test_fail_stale_trials_only_marks_dead_tuners(db) -> None:
     # silent past the limit, counted from its start: then it is marked too
     later = {numbers[n] for n in fail_stale_trials(study, now=time.time() + STALE_AFTER_S + 5)}
     assert later == {"just-asked", "other-host-beating", "live-pid"}  # (live-pid's process is killed by now)
+
+
+def test_other_timing_mode_is_refused_before_any_trial(db) -> None:
+    """One database keeps one winner per key: tuning it with the other --timing would compare graph-replayed
+    medians with eager ones (and count the eager trials as done)."""
+    _run(db, trials=2)
+    graph = TimingConfig(mode="graph", warmup=0, iters=1, samples=1)
+    executor = InlineExecutor()
+    with pytest.raises(StudyError, match="--timing eager in this database"):
+        tune([KEY], cpu_target(), db, TuneConfig(trials=4, timing=graph), executor)
+    assert executor.requests == [] and len(_trials(db)) == 2
+    # a study from before the attribute: its stored winner's timing decides
+    import optuna
+
+    study = optuna.load_study(study_name=KEY.text, storage=db.optuna_storage())
+    study.set_user_attr("timing", "graph")  # as a graph-timed study would carry it
+    with pytest.raises(StudyError, match="--timing graph in this database"):
+        _run(db, trials=4)
+    optuna.delete_study(study_name=KEY.text, storage=db.optuna_storage())
+    with pytest.raises(StudyError, match="--timing eager in this database"):  # the winner remains
+        tune([KEY], cpu_target(), db, TuneConfig(trials=4, timing=graph), InlineExecutor())
+    result, executor = _run(db, trials=2)  # the same mode goes on
+    assert result.trials == 2 and len(executor.requests) == 2  # a fresh study, stamped eager
+    assert optuna.load_study(study_name=KEY.text, storage=db.optuna_storage()).user_attrs["timing"] == "eager"

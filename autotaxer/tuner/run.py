@@ -24,6 +24,7 @@ from .study import (
     SearchSpace,
     best_trial,
     check_space,
+    check_timing,
     counts,
     delete_study,
     duplicate_of,
@@ -139,6 +140,8 @@ class _ShapeTuner:
             self.db.delete_winner(self.key)
         study = open_study(self.storage, self.key, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
         check_space(study, self.space)
+        if "timing" not in study.user_attrs:  # check_timing (before the run) refused any other mode
+            study.set_user_attr("timing", cfg.timing.mode)
         stale = fail_stale_trials(study)
         if stale:
             self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
@@ -352,6 +355,9 @@ def tune(
     storage = db.optuna_storage()
     t0 = time.monotonic()
     launch_s0 = executor.launch_s  # the group starts before the first trial (nothing to do: never)
+    if not config.retune:  # refuse mixed timing modes before any trial runs
+        for key in keys:
+            check_timing(storage, db, key, config.timing.mode)
     results = []
     for i, key in enumerate(keys, start=1):
         tuner = _ShapeTuner(key, i, len(keys), target, db, storage, config, executor, reporter)

@@ -169,6 +169,28 @@ def check_space(study: Any, space: SearchSpace) -> None:
         )
 
 
+def check_timing(storage: Any, db: Any, key: ProblemKey, mode: str) -> None:
+    """Refuse to tune ``key`` with timing ``mode`` where this database's study or winner of it was timed
+    the other way: a graph-replayed median is not comparable with an eager one, and the database keeps one
+    winner per key. The study's ``timing`` attribute decides; a study from before it, by its stored winner."""
+    import optuna
+
+    from ..records import timing_of
+
+    try:
+        theirs = optuna.load_study(study_name=key.text, storage=storage).user_attrs.get("timing")
+    except KeyError:  # no study of this key
+        theirs = None
+    if theirs is None:
+        stored = db.get_winner(key)
+        theirs = timing_of(stored.env) if stored is not None else None
+    if theirs is not None and theirs != mode:
+        raise StudyError(
+            f"{key.text}: tuned with --timing {theirs} in this database; --timing {mode} needs another "
+            "--db (one timing mode per key and database), or --retune to start the key over"
+        )
+
+
 def delete_study(storage: Any, key: ProblemKey) -> bool:
     """Delete the study of ``key``; False when there was none."""
     import optuna
