@@ -1,4 +1,4 @@
-"""Side-by-side ag_gemm benchmark on 2 GPUs: a thin command line over :mod:`autotaxer.benchmark`.
+"""Side-by-side ag_gemm benchmark on 2 GPUs (or --world-size): a command line over :mod:`autotaxer.benchmark`.
 
 For each shape (N, K), layout and M: BSP, all-gather alone, GEMM alone, each variant's best configuration
 (tuned in ``--db``, else a capped sweep), ``dispatch()``, PyTorch's ``fused_all_gather_matmul``
@@ -18,7 +18,6 @@ from autotaxer.benchmark import TABLE_LEGEND, BenchConfig, Case, row_line, run_b
 SHAPES = ((8192, 8192), (28672, 8192), (8192, 28672))  # (N, K)
 MS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 QUICK_MS = (16, 256, 1024, 4096)
-WORLD_SIZE = 2
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
@@ -28,6 +27,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
     p.add_argument("--m", default=None, help="comma list of M values")
     p.add_argument("--layouts", default="0,1", help="gather_dim values, comma list")
     p.add_argument("--variants", default=None, help="comma list of variant names (default: all available)")
+    p.add_argument("--world-size", type=int, default=2, help="GPUs (ranks) per problem")
     p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     p.add_argument("--max-configs", type=int, default=None, help="configs per variant (8; 6 with --quick)")
     p.add_argument("--no-peers", action="store_true", help="skip torch symm_mem and Iris stock")
@@ -59,6 +59,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
             p.error(f"--shapes: expected NxK items, got {a.shapes!r}")
         if any(len(s) != 2 for s in shapes):
             p.error(f"--shapes: expected NxK items, got {a.shapes!r}")
+    if a.world_size < 1:
+        p.error(f"--world-size: must be >= 1, got {a.world_size}")
     if a.max_configs is not None and a.max_configs < 1:
         p.error(f"--max-configs: must be >= 1, got {a.max_configs}")
     layouts = ints(a.layouts, "layouts")
@@ -67,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
     ms = ints(a.m, "m") if a.m else (QUICK_MS if a.quick else MS)
     cfg = BenchConfig(
         cases=tuple(Case(m, n, k, gd, a.dtype) for n, k in shapes for gd in layouts for m in ms),
-        world_size=WORLD_SIZE,
+        world_size=a.world_size,
         device="cuda",
         variants=tuple(a.variants.split(",")) if a.variants else None,
         max_configs=a.max_configs if a.max_configs is not None else (6 if a.quick else 8),

@@ -6,11 +6,13 @@
 #   tune         autotaxer tune --world-size $WS over $SHAPES (default examples/shapes_llm.csv), every ag_gemm
 #                variant, $TRIALS (default 10) trials, eager timing -> $STATE/ws$WS.db; resumable: carry
 #                $STATE and run the step again (SIGINT at the limit records the running trial as failed)
-#   tune-graph   the same with --timing graph, into the same database
-#   export       the database's records at world size $WS -> $OUT/nvidia-h200_ws$WS.json (eager and graph
-#                records side by side, as tuning_db/ ships them)
-#   bench        autotaxer bench --world-size $WS over $SHAPES, tuned configs and dispatch from the database
-#                -> $OUT/bench_ws$WS.json (BSP, all-gather and GEMM alone, variants, dispatch, torch, Iris stock)
+#   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db (a study per shape key: the eager
+#                database's finished studies would be taken as done)
+#   export       both databases' records at world size $WS -> $OUT/nvidia-h200_ws$WS.json and
+#                $OUT/nvidia-h200_ws${WS}_graph.json, the files tuning_db/ ships
+#   bench        autotaxer bench --world-size $WS over $SHAPES, graph-tuned configs and dispatch from the graph
+#                database -> $OUT/bench_ws$WS.json (BSP, all-gather and GEMM alone, variants, dispatch, torch,
+#                Iris stock; eager and graph timings of each)
 # LIMIT overrides the time limit (s) of the tune steps (default 500), BENCH_LIMIT that of bench (default 540).
 # A summary line per step is printed last.
 set -u
@@ -19,28 +21,34 @@ set -u
 STATE="${STATE:-$OUT}"
 SHAPES="${SHAPES:-examples/shapes_llm.csv}"
 DB="sqlite:///$STATE/ws$WS.db"
+DB_GRAPH="sqlite:///$STATE/ws${WS}_graph.db"
 mkdir -p "$STATE"
 # shellcheck source=bench/_step.sh
 source "$(dirname "$0")/_step.sh"
 STEP_TIMEOUT_OPTS=(-s INT -k 20)  # SIGINT: the tuner records its running trial as failed and exits
 
-tune_ws() {  # tune_ws NAME TIMING
+tune_ws() {  # tune_ws NAME TIMING DB
     step "$1" "${LIMIT:-500}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$SHAPES" \
-        --trials "${TRIALS:-10}" --variants bsp,copy_engine,push,pull --db "$DB" --jsonl --trial-timeout 60 \
+        --trials "${TRIALS:-10}" --variants bsp,copy_engine,push,pull --db "$3" --jsonl --trial-timeout 60 \
         --seed 0 --timing "$2"
+}
+
+export_ws() {  # export_ws NAME DB FILE
+    step "$1" 60 python3 -P -m autotaxer export --db "$2" --gpu nvidia-h200 --world-size "$WS" --out "$OUT/$3"
 }
 
 for s in "$@"; do
     case "$s" in
-    tune) tune_ws "tune_ws$WS" eager ;;
-    tune-graph) tune_ws "tune_graph_ws$WS" graph ;;
+    tune) tune_ws "tune_ws$WS" eager "$DB" ;;
+    tune-graph) tune_ws "tune_graph_ws$WS" graph "$DB_GRAPH" ;;
     export)
-        step "export_ws$WS" 60 python3 -P -m autotaxer export --db "$DB" --gpu nvidia-h200 --world-size "$WS" \
-            --out "$OUT/nvidia-h200_ws$WS.json"
+        export_ws "export_ws$WS" "$DB" "nvidia-h200_ws$WS.json"
+        export_ws "export_graph_ws$WS" "$DB_GRAPH" "nvidia-h200_ws${WS}_graph.json"
         ;;
     bench)
         step "bench_ws$WS" "${BENCH_LIMIT:-540}" python3 -P -m autotaxer bench --world-size "$WS" --shapes "$SHAPES" \
-            --device cuda --db "$DB" --max-configs 3 --peer-timeout 20 --out "$OUT/bench_ws$WS.json"
+            --device cuda --db "$DB_GRAPH" --dispatch-timing graph --max-configs 3 --iters 10 --samples 5 \
+            --peer-timeout 20 --out "$OUT/bench_ws$WS.json"
         ;;
     *) summary+=("$s: unknown step") ;;
     esac

@@ -67,13 +67,16 @@ def test_bench_cli_cpu_world_size_2(tmp_path):
     _tune_case(url, Case(64, 64, 64, 0, "fp32"))
     out = tmp_path / "res" / "bench.json"
     args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--db", url]
-    res = runner.invoke(app, [*args, "--out", str(out), "--max-configs", "2"])
+    timing = ["--iters", "2", "--samples", "3", "--dispatch-timing", "eager"]
+    res = runner.invoke(app, [*args, "--out", str(out), "--max-configs", "2", *timing])
     assert res.exit_code == 0, res.output
     assert "cpu_chunked" in res.output and "dispatch" in res.output and f"wrote {out}" in res.output
     report = json.loads(out.read_text())
     for field in ("device", "versions", "date", "command", "config", "units", "world_size"):
         assert report[field], field
     assert report["device"] == "cpu" and report["world_size"] == 2
+    config = report["config"]
+    assert (config["iters"], config["samples"], config["dispatch_timing"]) == (2, 3, "eager")
     assert report["versions"]["torch"] and report["versions"]["autotaxer"]
     rows = report["rows"]
     assert [(r["M"], r["gather_dim"]) for r in rows] == [(64, 0), (32, 1)]
@@ -116,4 +119,6 @@ def test_bench_cli_bad_input_writes_nothing(tmp_path):
     assert res.exit_code == 2 and "nope" in res.output
     res = runner.invoke(app, [*base, "--shapes", str(shapes), "--device", "tpu"])
     assert res.exit_code == 2 and "--device" in res.output
+    res = runner.invoke(app, [*base, "--shapes", str(shapes), "--dispatch-timing", "replay"])
+    assert res.exit_code == 2 and "dispatch_timing" in res.output
     assert not out.exists()

@@ -37,6 +37,16 @@ def bench_command(
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
     heap_gib: Annotated[int, typer.Option("--heap-gib", min=1, help="Iris heap per rank (GiB).")] = 8,
+    iters: Annotated[
+        int | None, typer.Option("--iters", min=1, help="Calls per timed sample (default: the device's).")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option("--samples", min=1, help="Timed samples, median of them (GPU default 9).")
+    ] = None,
+    dispatch_timing: Annotated[
+        str | None,
+        typer.Option("--dispatch-timing", help="Serve winners tuned with this timing: eager, graph."),
+    ] = None,
     fmt: FormatOption = OutputFormat.human,
 ) -> None:
     """Benchmark every shape in SHAPES side by side; write JSON to --out and print a table."""
@@ -63,11 +73,12 @@ def bench_command(
         variants=tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None,
         max_configs=max_configs,
         warmup=timing.warmup,
-        iters=timing.iters,
-        samples=timing.samples if target.device_type == "cpu" else 9,
+        iters=iters if iters is not None else timing.iters,
+        samples=samples if samples is not None else (timing.samples if target.device_type == "cpu" else 9),
         peers=peers,
         dispatch=dispatch,
         db_url=db,
+        dispatch_timing=dispatch_timing,
         heap_gib=heap_gib,
         peer_timeout=peer_timeout,
         progress_path=f"{out}.rows.jsonl",
