@@ -8,7 +8,7 @@ for ``GPUTarget("cuda", 90, 32)``. Per kernel it prints the shared memory Triton
 and of ``wgmma.wait_group`` (2 = the MMA is pipelined across iterations), next to the persistent GEMM
 of ``kernels/gemm.py``, and checks the shared-memory estimate of the variants' ``check()``.
 
-    python bench/compile_hopper.py [--m 4096] [--n 8192] [--k 8192] [--kinds push,pull,split] [--json F]
+    python bench/compile_hopper.py [--m 4096] [--n 8192] [--k 8192] [--kinds push,pull] [--json F]
 """
 
 from __future__ import annotations
@@ -83,9 +83,8 @@ def summary(kernel) -> dict:
 
 
 def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dict, world_size: int = 2):
-    """Record the launch of the ``kind`` kernel for one problem and config; returns ``(fn, args, kw)``.
-
-    ``kind``: ``push``, ``pull`` or ``split`` (the experimental push in split-K pieces, 2 per tile)."""
+    """Record the launch of the ``kind`` kernel (``push`` or ``pull``) for one problem and config; returns
+    ``(fn, args, kw)``."""
     import torch
     from autotaxer.kernels import _ag_fused
 
@@ -93,7 +92,8 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     ms, ks = _ag_fused.shard_dims(m, k, world_size, gather_dim)
     dt = torch.bfloat16
     geo = _ag_fused.geometry(config, ms, ks)
-    common = dict(
+    _, args, kw = _ag_fused._launch_args(
+        kind,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
@@ -106,27 +106,9 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         config=config,
         num_sms=132,
         phase="all",
+        buf=torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt),
     )
-    inbox = torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt)
-    if kind != "split":
-        _, args, kw = _ag_fused._launch_args(kind, buf=inbox, **common)
-        return _ag_fused.KERNEL, args, kw
-    from autotaxer.kernels import ag_gemm_split as split_mod
-
-    real, recorder = split_mod.KERNEL, _Recorder(None)
-    split_mod.KERNEL = recorder
-    try:
-        split_mod.ag_gemm_split(
-            inbox=inbox,
-            partials=torch.empty(split_mod.partials_count(m, n, config, 2), dtype=torch.float32),
-            counters=torch.zeros(split_mod.counters_count(m, n, config), dtype=torch.int32),
-            split=2,
-            **common,
-        )
-    finally:
-        split_mod.KERNEL = real
-    _, args, kw = recorder.launches[0]
-    return real, list(args), kw
+    return _ag_fused.KERNEL, args, kw
 
 
 CONFIGS = [  # FusedConfig fields in order: block_m, block_n, block_k, group_m, warps, stages, comm_sms,
@@ -174,8 +156,6 @@ def main() -> None:
             if params["block_m"] > max(16, m):
                 continue
             for kind in args.kinds.split(","):
-                if kind == "split" and params["comm_sms"] == 0:  # it needs dedicated producers
-                    continue
                 for gd in (0, 1):
                     fn, a, kw = fused_launch(kind, m, args.n, args.k, gd, params)
                     row = {

@@ -2,8 +2,7 @@
 # Round 3 on 2xH200, step by step, each step under its own time limit; logs and results under $OUT.
 #   source bench/device_env.sh && bash bench/device_round3.sh STEP [STEP ...]
 # Steps:
-#   tests      push/pull/push_split GPU tests (bf16, seed configurations, launch cache)
-#   probe-split  push_split vs push vs BSP, graph-timed, N=K=8192, M 128-1024, both layouts (8 trials)
+#   tests      push/pull GPU tests (bf16, seed configurations, launch cache)
 #   tests-ce   every non-Iris variant on GPU (bsp, copy_engine, the experimental ce_gemm), bf16
 #   tests-dispatch  dispatch GPU tests
 #   tune       autotaxer tune over examples/shapes_llm.csv with every ag_gemm variant -> $OUT/tune_llm.sqlite
@@ -25,14 +24,6 @@ for s in "$@"; do
     tests)
         step tests_fused "${LIMIT:-330}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
             -k "launch_cache or (iris_fused and bf16)"
-        ;;
-    probe-split)  # the experimental push_split against push and BSP, graph-timed, N=K=8192
-        { echo "op,M,N,K,dtype,gather_dim"
-          for m in 128 256 512 1024; do for gd in 0 1; do echo "ag_gemm,$m,8192,8192,bf16,$gd"; done; done
-        } > "$OUT/probe_split.csv"
-        step probe_split "${LIMIT:-300}" python3 -P -m autotaxer tune --world-size 2 --shapes "$OUT/probe_split.csv" \
-            --trials 8 --variants bsp,push,push_split --db "sqlite:///$OUT/probe_split.db" --jsonl --trial-timeout 60 \
-            --seed 0 --timing graph
         ;;
     tests-ce)
         step tests_ce "${LIMIT:-300}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \

@@ -11,7 +11,7 @@ import importlib.util
 
 from ._op import AgGemm
 
-_VARIANT_MODULES = ("bsp", "cpu_chunked", "pull", "push", "push_split", "copy_engine", "ce_gemm", "planted")
+_VARIANT_MODULES = ("bsp", "cpu_chunked", "pull", "push", "copy_engine", "ce_gemm", "planted")
 
 AG_GEMM = AgGemm()
 for _name in _VARIANT_MODULES:
