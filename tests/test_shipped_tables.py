@@ -14,11 +14,19 @@ from autotaxer.shapes import load_shapes
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
-SHAPE_FILES = ("shapes_default_table.csv", "shapes_extra.csv", "shapes_flash_decode.csv")
+SHAPE_FILES = {  # world size -> the shape files its tables were tuned from
+    2: ("shapes_default_table.csv", "shapes_extra.csv", "shapes_flash_decode.csv"),
+    4: ("shapes_llm.csv",),
+}
 
 
 def _keys() -> set:
-    return {row.to_key(H200.gpu_model, 2) for f in SHAPE_FILES for row in load_shapes(ROOT / "examples" / f)}
+    return {
+        row.to_key(H200.gpu_model, ws)
+        for ws, files in SHAPE_FILES.items()
+        for f in files
+        for row in load_shapes(ROOT / "examples" / f)
+    }
 
 
 def _table(timing: str | None):
