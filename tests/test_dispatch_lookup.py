@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autotaxer import ProblemKey
-from autotaxer._target import cpu_target
+from autotaxer._target import Target, cpu_target
 from autotaxer.ops import get_op
 from autotaxer.records import WinnerRecord
 from autotaxer.runtime.lookup import EXACT, FALLBACK, NEAREST, decide
@@ -206,3 +206,22 @@ def test_bad_misses_file_names_file_line_and_field(tmp_path) -> None:
     assert res.exit_code == 2
     assert "m.jsonl:2" in res.stderr
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_nearest_never_reuses_a_variant_tied_to_its_tuned_size() -> None:
+    """ag_gemm's Triton GEMM variants (push, pull, ce_gemm) are tuned for their M's tile waves: on 4xH200
+    M=256's push record (1.19x there) ran 0.75x of BSP at M=128, so a neighbour's push is passed over."""
+    assert {"push", "pull", "ce_gemm"} <= OP.tied_to_size and "copy_engine" not in OP.tied_to_size
+    h200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
+
+    def h200_key(m: int) -> ProblemKey:
+        return key(m, n=8192, k=8192, ws=4, dtype="bf16", gpu="nvidia-h200")
+
+    params = {"block_m": 128, "block_n": 128, "block_k": 64, "group_m": 8, "num_warps": 4, "num_stages": 4,
+              "comm_sms": 0, "row_chunks": 16, "k_chunks": 8, "prefetch_k": 0}  # fmt: skip
+    assert OP.variants["push"].check(h200_key(128), h200, params) is None  # valid there: only the rule
+    push = WinnerRecord(h200_key(256), "push", params, median_us=78.0, bsp_us=93.1, trials=30)
+    d = decide(table(push), h200_key(128), OP, h200)
+    assert (d.variant, d.source) == ("bsp", FALLBACK)
+    d = decide(table(push), h200_key(256), OP, h200)  # its own M: served exactly
+    assert (d.variant, d.source) == ("push", EXACT)

@@ -120,6 +120,9 @@ class Op(ABC):
 
     def __init__(self) -> None:
         self._variants: dict[str, Variant] = {}
+        #: Variants whose tuned configuration holds only at the size it was tuned at (the first shape
+        #: field: M for ag_gemm): dispatch's nearest-size lookup never reuses them at another size.
+        self.tied_to_size: frozenset[str] = frozenset()
 
     # -- registry -------------------------------------------------------------------------------
     def register(self, variant: Variant) -> Variant:

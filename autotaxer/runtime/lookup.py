@@ -9,7 +9,9 @@ Policy (the same on every rank, because it depends only on the table, the key an
    configuration is valid for the requested shape (ties: the larger tuned M, then the text of its key)
    and whose winner beat the baseline there by at least ``min_nearest_speedup`` (a configuration that
    only just won at its own M is as likely to lose at another: measured on 2xH200, a push tiling tuned
-   at M=256 (1.02x) ran 0.88x at M=128);
+   at M=256 (1.02x) ran 0.88x at M=128), and whose variant is not in the op's ``tied_to_size`` (ag_gemm:
+   the Triton GEMM variants, whose tilings are chosen for the tuned M's tile waves: M=256's push at
+   M=128 ran 0.75x on 4xH200 even after winning 1.19x at M=256);
 3. **fallback**: otherwise the op's baseline (BSP) with its default parameters. A miss is never an error.
 """
 
@@ -115,8 +117,11 @@ def decide(
         return Decision(rec.variant, dict(rec.params), EXACT, 0.0, rec.key)
     name = nearest_field(op)
     if name is not None:
+        tied = getattr(op, "tied_to_size", frozenset())
         for dist, cand in nearest_candidates(table.values(), key, name, max_log_distance):
-            if cand.speedup >= min_nearest_speedup and _usable(op, target, key, cand.variant, cand.params):
+            if cand.variant in tied or cand.speedup < min_nearest_speedup:
+                continue
+            if _usable(op, target, key, cand.variant, cand.params):
                 return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
     base = op.baseline()
     return Decision(base.name, base.default_params(key, target), FALLBACK, math.inf, None)
