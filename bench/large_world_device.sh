@@ -6,8 +6,8 @@
 #   tune         autotaxer tune --world-size $WS over $SHAPES (default examples/shapes_llm.csv), every ag_gemm
 #                variant, $TRIALS (default 10) trials, eager timing -> $STATE/ws$WS.db; resumable: carry
 #                $STATE and run the step again (SIGINT at the limit records the running trial as failed)
-#   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db (a study per shape key: the eager
-#                database's finished studies would be taken as done)
+#   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db (one timing mode per database:
+#                the tuner refuses to tune a key of the eager database with --timing graph)
 #   export       both databases' records at world size $WS -> $OUT/nvidia-h200_ws$WS.json and
 #                $OUT/nvidia-h200_ws${WS}_graph.json, the files tuning_db/ ships
 #   bench        autotaxer bench --world-size $WS over $SHAPES, graph-tuned configs and dispatch from the graph
