@@ -58,6 +58,8 @@ def bench_command(
 
     if device not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
+    if dispatch_timing not in (None, "eager", "graph"):
+        raise ValueError(f"--dispatch-timing: expected eager or graph, got {dispatch_timing!r}")
     try:
         target = detect_target(device, world_size)
     except RuntimeError as e:  # --device cuda without enough GPUs: bad input, not a crash
