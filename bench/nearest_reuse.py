@@ -11,6 +11,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from autotaxer import ProblemKey
+
 
 def reuse_rows(path: Path) -> list[dict]:
     """The nearest-served rows of one benchmark JSON (graph/eager speedups over the same mode's BSP)."""
@@ -25,10 +27,10 @@ def reuse_rows(path: Path) -> list[dict]:
             for mode in ("graph", "eager")
             if d.get(mode) and row.get("bsp", {}).get(mode)
         }
-        tuned_m = d["tuned_key"].split("M=")[1].split(",")[0]
         out.append({
             "run": path.parent.name, "ranks": report["world_size"], "N": row["N"], "K": row["K"],
-            "gd": row["gather_dim"], "M": row["M"], "variant": d["variant"], "from_M": int(tuned_m), **x,
+            "gd": row["gather_dim"], "M": row["M"], "variant": d["variant"],
+            "from_M": ProblemKey.from_text(d["tuned_key"])["M"], **x,
         })  # fmt: skip
     return out
 

@@ -117,9 +117,8 @@ def decide(
         return Decision(rec.variant, dict(rec.params), EXACT, 0.0, rec.key)
     name = nearest_field(op)
     if name is not None:
-        tied = getattr(op, "tied_to_size", frozenset())
         for dist, cand in nearest_candidates(table.values(), key, name, max_log_distance):
-            if cand.variant in tied or cand.speedup < min_nearest_speedup:
+            if cand.variant in op.tied_to_size or cand.speedup < min_nearest_speedup:
                 continue
             if _usable(op, target, key, cand.variant, cand.params):
                 return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
