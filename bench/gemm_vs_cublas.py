@@ -1,9 +1,13 @@
 """The fused kernels' persistent GEMM alone against cuBLAS (``torch.matmul``) on one GPU.
 
 For each shape and a few tile configs, median time of back-to-back calls (CUDA events around 50
-calls, after warm-up); the best config per shape is compared with cuBLAS. Writes JSON to ``--out``.
+calls, after warm-up); the best config per shape is compared with cuBLAS. ``--fused`` also times the
+``push``/``pull`` kernel itself with the communication taken away: the same kernel launched for one
+rank (every row local, so no flag is ever waited on), with no dedicated producers (``comm_sms=0``) and
+with 16 (they find nothing to move and join the GEMM through the tile queue), at the same tiles.
+Writes JSON to ``--out``.
 
-    python bench/gemm_vs_cublas.py --out bench/results/gemm_vs_cublas.json
+    python bench/gemm_vs_cublas.py --out bench/results/gemm_vs_cublas.json [--fused]
 """
 
 from __future__ import annotations
@@ -45,16 +49,42 @@ def _time(fn, reps: int = 50) -> float:
     return statistics.median(times)
 
 
+def fused_one_rank(a, b, out, cfg, comm_sms: int):
+    """A call of the fused ``push`` kernel for one rank (gather_dim=0, every row local) at ``cfg``'s tiles."""
+    import torch
+    from autotaxer.kernels._ag_fused import SYNC_INTS, FusedConfig, flags_count, geometry, inbox_shape
+    from autotaxer.kernels.ag_gemm_push import ag_gemm_push
+    from autotaxer.kernels.gemm import num_sms
+
+    m, k = a.shape
+    config = FusedConfig(
+        block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, group_m=cfg.group_m,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, comm_sms=comm_sms, row_chunks=4, k_chunks=1,
+    )  # fmt: skip
+    inbox = torch.empty(inbox_shape(m, k, 1), dtype=a.dtype, device=a.device)
+    flags = torch.zeros(flags_count(geometry(config, m, k), 1), dtype=torch.int32, device=a.device)
+    sync = torch.zeros(SYNC_INTS, dtype=torch.int32, device=a.device)
+    heap_bases = torch.tensor([inbox.data_ptr()], dtype=torch.int64, device=a.device)
+    cache: dict = {}
+    return lambda: ag_gemm_push(
+        a_shard=a, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=0,
+        world_size=1, gather_dim=0, config=config, num_sms=num_sms(a.device), cache=cache,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--ms", default=",".join(map(str, MS)))
+    parser.add_argument("--shapes", default=None, help="comma list of NxK (default: the three LLM shapes)")
+    parser.add_argument("--fused", action="store_true", help="also the fused kernel at one rank")
     args = parser.parse_args()
     import torch
     from autotaxer.kernels.gemm import GemmConfig, gemm
 
+    shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     rows = []
-    for n, k in SHAPES:
+    for n, k in shapes:
         for m in map(int, args.ms.split(",")):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
@@ -62,6 +92,7 @@ def main() -> None:
             ref = a.float() @ b.float()
             t_cublas = _time(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
             best = None
+            fused: dict[int, tuple[float, dict]] = {}  # comm_sms -> best (ms, config)
             for bm, bn, bk, g, w, s, p in CONFIGS:
                 if bm > max(16, 1 << (m - 1).bit_length()):
                     continue
@@ -80,6 +111,18 @@ def main() -> None:
                     continue
                 if best is None or t < best[0]:
                     best = (t, cfg)
+                if args.fused and p == 0 and bm >= 64:  # the tiles the fused seeds use from M=128
+                    for comm in (0, 16):
+                        run = fused_one_rank(a, b, out, cfg, comm)
+                        out.fill_(float("nan"))
+                        run()
+                        err = ((out.float() - ref).norm() / ref.norm()).item()
+                        if not err <= 1e-2:
+                            print(f"M={m} N={n} K={k} fused comm_sms={comm} {cfg}: WRONG rel err {err}")
+                            continue
+                        t = _time(run)
+                        if comm not in fused or t < fused[comm][0]:
+                            fused[comm] = (t, dict(cfg.__dict__))
             row = {
                 "M": m,
                 "N": n,
@@ -89,11 +132,16 @@ def main() -> None:
                 "config": best[1].__dict__ if best else None,
                 "ratio_cublas_over_triton": t_cublas / best[0] if best else None,
             }
+            for comm, (t, c) in fused.items():
+                row[f"fused_comm{comm}_ms"], row[f"fused_comm{comm}_config"] = t, c
+                row[f"ratio_cublas_over_fused_comm{comm}"] = t_cublas / t
             rows.append(row)
             tri = f"{best[0] * 1e3:8.1f} us  ratio {t_cublas / best[0]:.3f}" if best else "failed"
-            print(
-                f"M={m:6d} N={n:6d} K={k:6d} cublas {t_cublas * 1e3:8.1f} us  triton {tri}  {row['config']}"
+            fus = "".join(
+                f"  fused(comm_sms={c}) {t * 1e3:8.1f} us {t_cublas / t:.3f}" for c, (t, _) in fused.items()
             )
+            head = f"M={m:6d} N={n:6d} K={k:6d} cublas {t_cublas * 1e3:8.1f} us"
+            print(f"{head}  triton {tri}{fus}  {row['config']}")
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
 

@@ -1,0 +1,134 @@
+"""Named ag_gemm configurations side by side with BSP on 2 GPUs (or --world-size), in one run.
+
+For each shape (N, K), layout and M: BSP (eager and CUDA-graph timed), then every configuration of
+``--configs`` (a JSON file ``{"variant": [params, ...], ...}``) that the variant accepts for that
+problem, and with ``--table`` the table's record for the problem: each checked against the fp32
+reference (NaN-poisoned output, two fresh seeds) before it is timed the same two ways. For probing a
+change before it goes into a variant's seeds or search space; the tuner and ``ag_gemm_bench.py`` stay
+the record of what ships. Writes JSON and prints one line per timed configuration.
+
+    python bench/config_probe.py --configs probe.json --shapes 8192x8192 --m 256,512 --out probe_out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+from typing import Any
+
+from autotaxer.benchmark import BenchConfig, Case, _error_text, _time, environment, write_json
+
+Entry = tuple[str, str, dict]  # (variant, source, params)
+
+
+def _entries(op, key, target, configs: dict[str, list[dict]], table: list[dict]) -> list[Entry]:
+    """``(variant, source, params)`` to time for ``key``: the table's record, then the accepted configs."""
+    out = []
+    for rec in table:
+        if (
+            rec.get("op") == "ag_gemm"
+            and rec.get("world_size") == key.world_size
+            and rec.get("dtype") == key.dtype
+            and rec.get("shape") == dict(key.shape)
+            and rec.get("layout") == dict(key.layout)
+            and rec.get("variant") != "bsp"
+        ):
+            out.append((rec["variant"], "table", dict(rec["params"])))
+    for name, params_list in configs.items():
+        variant = op.variants.get(name)
+        for params in params_list:
+            if variant is not None and variant.check(key, target, params) is None:
+                out.append((name, "probe", dict(params)))
+    return out
+
+
+def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table: list[dict]) -> list[dict]:
+    """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
+    from autotaxer.measure import check_variant
+    from autotaxer.ops import get_op
+
+    ctx.heap_size = cfg.heap_gib << 30
+    op = get_op("ag_gemm")
+    rows = []
+    for case in cfg.cases:
+        key = case.key(ctx.target.gpu_model, ctx.world_size)
+        inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
+        bsp = op.baseline()
+        ws = bsp.prepare(key, {}, ctx)
+        out = op.empty_output(key, ctx.device)
+        row: dict[str, Any] = dict(case.__dict__)
+        row["bsp"] = _time(partial(bsp.run, ws, inputs, ctx, out=out), ctx, cfg)
+        timed = []
+        for name, source, params in _entries(op, key, ctx.target, configs, table):
+            entry: dict[str, Any] = {"variant": name, "source": source, "params": params}
+            variant = op.variants[name]
+            try:
+                ws = variant.prepare(key, params, ctx)
+                entry["err"] = check_variant(op, variant, key, params, ctx, cfg.seed, ws=ws)
+                if entry["err"] <= op.tolerance(key):
+                    entry.update(_time(partial(variant.run, ws, inputs, ctx, out=out), ctx, cfg))
+                del ws
+            except Exception as exc:
+                entry["error"] = _error_text(exc)
+            timed.append(entry)
+            if ctx.rank == 0:
+                print(_line(row, entry), flush=True)
+        row["entries"] = timed
+        rows.append(row)
+    return rows
+
+
+def _line(row: dict, entry: dict) -> str:
+    def us(v: Any) -> str:
+        return f"{v:8.1f}" if isinstance(v, float) else "       -"
+
+    head = f"{row['N']:>5} {row['K']:>5} gd{row['gather_dim']} M={row['M']:<5}"
+    bsp = row["bsp"]
+    body = f"bsp {us(bsp.get('eager'))} {us(bsp.get('graph'))} | {entry['variant']:<11} {entry['source']:<5}"
+    times = f"{us(entry.get('eager'))} {us(entry.get('graph'))}"
+    result = entry.get("error") or f"{times} err {entry.get('err', 0):.1e}"
+    return f"{head} {body} {result} {json.dumps(entry['params'], separators=(',', ':'))}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from autotaxer.testing import run_ranks
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--configs", required=True, help='JSON file {"variant": [params, ...]}')
+    p.add_argument("--table", default=None, help="a table file (autotaxer export): time its record too")
+    p.add_argument("--shapes", default="8192x8192", help="comma list of NxK")
+    p.add_argument("--m", required=True, help="comma list of M values")
+    p.add_argument("--layouts", default="0,1", help="gather_dim values, comma list")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--samples", type=int, default=9)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    with open(a.configs) as f:
+        configs = json.load(f)
+    if not isinstance(configs, dict) or not all(isinstance(v, list) for v in configs.values()):
+        p.error(f"--configs {a.configs}: expected an object of variant -> list of params")
+    table = []
+    if a.table:
+        with open(a.table) as f:
+            table = json.load(f)["records"]
+    cases = tuple(
+        Case(M=m, N=int(n), K=int(k), gather_dim=gd)
+        for n, k in (s.lower().split("x") for s in a.shapes.split(","))
+        for gd in (int(x) for x in a.layouts.split(","))
+        for m in (int(x) for x in a.m.split(","))
+    )
+    cfg = BenchConfig(
+        cases=cases, world_size=a.world_size, device=a.device, iters=a.iters, samples=a.samples, peers=False
+    )
+    cfg.validate()
+    timeout = 120 + 120 * len(cases)
+    rows = run_ranks(probe_rank, a.world_size, a.device, args=(cfg, configs, table), timeout=timeout)
+    report = {**environment(a.device), "world_size": a.world_size, "configs": configs, "rows": rows[0]}
+    write_json(report, a.out)
+
+
+if __name__ == "__main__":
+    main()
