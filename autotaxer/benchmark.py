@@ -6,9 +6,13 @@ available variant at its tuned configuration (the best COMPLETE trial of that va
 study; a capped sweep of its search space where the database has none), ``dispatch()`` as a user would
 call it, PyTorch's ``fused_all_gather_matmul`` (gather_dim=0) and Iris' stock ``all_gather_matmul``
 (gather_dim=1, in its own process group with a time limit so a hang is reported, not fatal). Every
-configuration is validated against the fp32 reference before it is timed. Entries are timed with
-:func:`autotaxer.measure.time_variant`: ``eager`` (back-to-back calls) and, on CUDA, ``graph`` (calls
-captured in one CUDA graph); median of several samples, max across ranks, microseconds.
+configuration is validated against the fp32 reference before it is timed. A row's entries are timed
+side by side with :func:`autotaxer.measure.time_interleaved` once all are ready: ``eager`` (back-to-back
+calls) and, on CUDA, ``graph`` (calls captured in one CUDA graph), one sample of each entry in turn, so a
+slow stretch of the machine falls on all of them alike; median of the samples, max across ranks,
+microseconds. Iris' stock kernel runs in its own process group afterwards, so it is timed on its own. (A
+variant without a tuned configuration first picks the best of its capped sweep by eager time, one
+configuration after another.)
 
 Torch, Triton and Iris are imported inside functions, so importing this module is cheap.
 """
@@ -166,19 +170,33 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def _time(fn: Callable[[], Any], ctx: Any, cfg: BenchConfig) -> dict[str, Any]:
-    from .measure import time_variant
+class RowTimings:
+    """The entries of one row waiting to be timed side by side.
 
-    out: dict[str, Any] = {}
-    for mode in cfg.modes:
-        try:
-            out[mode] = time_variant(
-                fn, ctx, warmup=cfg.warmup, iters=cfg.iters, mode=mode, samples=cfg.samples
-            )
-        except Exception as exc:  # reported per entry; identical on every rank for deterministic failures
-            out[mode] = None
-            out[f"{mode}_error"] = _error_text(exc)
-    return out
+    ``add`` registers an entry (its result dict) with the callable to time; ``run`` times them all with
+    :func:`autotaxer.measure.time_interleaved` (one sample of each in turn, every mode of ``cfg``) and
+    writes each one's times into its dict. Collective.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[dict[str, Any], Callable[[], Any]]] = []
+
+    def add(self, entry: dict[str, Any], fn: Callable[[], Any]) -> dict[str, Any]:
+        """Time ``fn`` into ``entry`` at the next :meth:`run`; returns ``entry``."""
+        self._pending.append((entry, fn))
+        return entry
+
+    def run(self, ctx: Any, cfg: BenchConfig) -> None:
+        """Time every registered entry (collective); afterwards none is pending."""
+        from .measure import time_interleaved
+
+        if not self._pending:
+            return
+        fns = [fn for _, fn in self._pending]
+        times = time_interleaved(fns, ctx, cfg.modes, warmup=cfg.warmup, iters=cfg.iters, samples=cfg.samples)
+        for (entry, _), t in zip(self._pending, times, strict=True):
+            entry.update(t)
+        self._pending.clear()
 
 
 def capped(configs: list[dict], cap: int) -> list[dict]:
@@ -189,8 +207,11 @@ def capped(configs: list[dict], cap: int) -> list[dict]:
     return [configs[round(i * step)] for i in range(cap)]
 
 
-def _variant_entry(op, variant, key, ctx, inputs, cfg: BenchConfig, tuned: Mapping | None) -> dict[str, Any]:
-    """Time ``variant`` at its tuned configuration, or at the best of a capped sweep."""
+def _variant_entry(
+    op, variant, key, ctx, inputs, cfg: BenchConfig, tuned: Mapping | None, timings: RowTimings
+) -> dict[str, Any]:
+    """``variant`` at its tuned configuration, or at the best (eager) of a capped sweep, registered with
+    ``timings`` for the row's side-by-side timing."""
     from .measure import check_variant, time_variant
     from .ops import iter_grid
 
@@ -234,12 +255,13 @@ def _variant_entry(op, variant, key, ctx, inputs, cfg: BenchConfig, tuned: Mappi
     if best is not None:
         _, params, ws, out, err = best
         result.update(best_params=params, err=err)
-        result.update(_time(partial(variant.run, ws, inputs, ctx, out=out), ctx, cfg))
+        timings.add(result, partial(variant.run, ws, inputs, ctx, out=out))
     return result
 
 
-def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
-    """Time ``dispatch`` as a user calls it (its plan created by an untimed first call)."""
+def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dict[str, Any]:
+    """``dispatch`` as a user calls it (its plan created by an untimed first call), registered with
+    ``timings``."""
     from .ops import relative_error
 
     gd = key["gather_dim"]
@@ -256,13 +278,12 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any
         if not err <= op.tolerance(key):
             entry["error"] = f"relative error {err:.3g}"
             return entry
-        fn = partial(rt.dispatch, "ag_gemm", *inputs, out=out, gather_dim=gd)
-        return {**entry, **_time(fn, ctx, cfg)}
+        return timings.add(entry, partial(rt.dispatch, "ag_gemm", *inputs, out=out, gather_dim=gd))
     except Exception as exc:
         return {"error": _error_text(exc)}
 
 
-def _torch_fused(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
+def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dict[str, Any]:
     if ctx.target.device_type != "cuda":
         return {"skipped": "needs CUDA"}
     import torch
@@ -281,7 +302,7 @@ def _torch_fused(key, ctx, inputs, cfg: BenchConfig) -> dict[str, Any]:
         c = fn()[1][0]
         torch.cuda.synchronize()
         err = relative_error(c, get_op("ag_gemm").reference(key, ctx.rank, ctx.device, cfg.seed))
-        return {"err": err, **_time(fn, ctx, cfg)}
+        return timings.add({"err": err}, fn)
     except Exception as exc:
         return {"error": _error_text(exc)}
 
@@ -337,19 +358,23 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         bsp = op.baseline()
         ws = bsp.prepare(key, {}, ctx)
         out = op.empty_output(key, ctx.device)
-        row["bsp"] = _time(partial(bsp.run, ws, inputs, ctx, out=out), ctx, cfg)
-        row["allgather"] = _time(partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx), ctx, cfg)
+        timings = RowTimings()  # every entry of the row, timed side by side once all are ready
+        row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
+        row["allgather"] = timings.add({}, partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx))
         a_full = torch.randn((case.M, case.K), device=ctx.device).to(torch_dtype(case.dtype))
-        row["gemm"] = _time(partial(torch.matmul, a_full, inputs[1], out=out), ctx, cfg)
+        gemm_out = op.empty_output(key, ctx.device)
+        row["gemm"] = timings.add({}, partial(torch.matmul, a_full, inputs[1], out=gemm_out))
         row["variants"] = {
-            n: _variant_entry(op, available[n], key, ctx, inputs, cfg, tuned.get(i, {}).get(n)) for n in names
+            n: _variant_entry(op, available[n], key, ctx, inputs, cfg, tuned.get(i, {}).get(n), timings)
+            for n in names
         }
         if cfg.dispatch:
             row["dispatch"] = (
-                {"error": rt_error} if rt is None else _dispatch_entry(rt, op, key, ctx, inputs, cfg)
+                {"error": rt_error} if rt is None else _dispatch_entry(rt, op, key, ctx, inputs, cfg, timings)
             )
         if cfg.peers and case.gather_dim == PEERS["torch_fused"]:
-            row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg)
+            row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg, timings)
+        timings.run(ctx, cfg)
         if cfg.peers and case.gather_dim == PEERS["iris_stock"] and ctx.target.device_type != "cuda":
             row["iris_stock"] = {"skipped": "needs CUDA"}
         rows.append(row)
@@ -386,7 +411,9 @@ def _iris_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict
         fn()
         torch.cuda.synchronize()
         err = relative_error(out, op.reference(key, ctx.rank, ctx.device, cfg.seed))
-        out_rows.append({"M": case.M, "err": err, **_time(fn, ctx, cfg)})
+        timings = RowTimings()  # alone: the rest of the row ran in another process group
+        out_rows.append(timings.add({"M": case.M, "err": err}, fn))
+        timings.run(ctx, cfg)
     return out_rows
 
 

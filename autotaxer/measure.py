@@ -4,8 +4,9 @@
 returns the relative error against the op's fp32 reference; the caller compares it with
 ``op.tolerance(key)``. ``time_variant`` times a zero-argument callable: CUDA events around back-to-back
 calls (``eager``) or around replays of a CUDA graph that captured the calls (``graph``), perf_counter
-between barriers on CPU. The median over samples is reduced with MAX across ranks, so every rank returns
-the same number: the time of the slowest rank.
+between barriers on CPU; ``time_interleaved`` times several callables the same way, one sample of each in
+turn, for side-by-side comparisons. The median over samples is reduced with MAX across ranks, so every
+rank returns the same number: the time of the slowest rank.
 
 Every function here is collective: all ranks of ``ctx.group`` call it with the same arguments.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,16 +98,54 @@ def time_variant(
     ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused).
     """
     TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
-    if ctx.target.device_type == "cuda":
-        if mode == "graph":
-            per_call = _time_cuda_graph(fn, ctx, warmup, iters, samples)
-        else:
-            per_call = _time_cuda_eager(fn, ctx, warmup, iters, samples)
-    else:
-        if mode == "graph":
-            raise ValueError("mode: 'graph' timing needs CUDA; use 'eager' on CPU")
-        per_call = _time_cpu(fn, ctx, warmup, iters, samples)
+    sampler = _prepare(fn, ctx, mode, warmup, iters)
+    per_call = [_sample_us(sampler, ctx) for _ in range(samples)]
+    del sampler  # a captured graph goes before the next one is made
     return _max_over_ranks(statistics.median(per_call), ctx)
+
+
+def time_interleaved(
+    fns: Sequence[Callable[[], Any]],
+    ctx: RunContext,
+    modes: Sequence[str] = ("eager",),
+    warmup: int = 5,
+    iters: int = 20,
+    samples: int = 7,
+) -> list[dict[str, Any]]:
+    """Time several callables side by side: per callable, ``{mode: median µs (max over ranks)}``.
+
+    Every callable is warmed up (and captured, in ``graph`` mode) first; then ``samples`` rounds each take
+    one sample of every (callable, mode), the order rotated by one each round. A slow stretch of the
+    machine (clock or power state, a neighbour's traffic) then lands on every entry alike instead of on
+    whichever was timed during it, so ratios between the entries are steadier than from one
+    :func:`time_variant` after another. An entry that fails to prepare or to run gets ``{mode: None,
+    f"{mode}_error": text}`` and leaves the rounds; the others go on (collective).
+    """
+    for mode in modes:
+        TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
+    results: list[dict[str, Any]] = [{} for _ in fns]
+    live: list[tuple[int, str, _Sampler]] = []
+    for i, fn in enumerate(fns):
+        for mode in modes:
+            try:
+                live.append((i, mode, _prepare(fn, ctx, mode, warmup, iters)))
+            except Exception as exc:
+                results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
+    per_call: dict[tuple[int, str], list[float]] = {(i, mode): [] for i, mode, _ in live}
+    for r in range(samples):
+        order = live[r % len(live) :] + live[: r % len(live)] if live else []
+        for i, mode, sampler in order:
+            if (i, mode) not in per_call:
+                continue
+            try:
+                per_call[(i, mode)].append(_sample_us(sampler, ctx))
+            except Exception as exc:
+                del per_call[(i, mode)]
+                results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
+    live.clear()  # captured graphs go before the reductions
+    for (i, mode), times in per_call.items():
+        results[i][mode] = _max_over_ranks(statistics.median(times), ctx)
+    return results
 
 
 def max_over_ranks(value: float, ctx: RunContext) -> float:
@@ -148,40 +187,37 @@ def _max_over_ranks(value: float, ctx: RunContext) -> float:
     return float(t.item())
 
 
-def _time_cpu(fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(samples):
-        _barrier(ctx)
-        t0 = time.perf_counter()
-        for _ in range(iters):
+@dataclass
+class _Sampler:
+    """One timed entry in one mode, warmed up (and, in ``graph`` mode, captured): ``body()`` makes
+    ``calls`` calls; ``graph`` keeps the captured graph alive while the sampler is."""
+
+    body: Callable[[], Any]
+    calls: int
+    on_cuda: bool
+    graph: Any = None
+
+
+def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, iters: int) -> _Sampler:
+    """Warm ``fn`` up and build its sampler for ``mode`` (collective: graph capture runs NCCL calls)."""
+    if ctx.target.device_type != "cuda":
+        if mode == "graph":
+            raise ValueError("mode: 'graph' timing needs CUDA; use 'eager' on CPU")
+        for _ in range(warmup):
             fn()
-        out.append((time.perf_counter() - t0) * 1e6 / iters)
-    return out
-
-
-def _time_cuda_eager(
-    fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int
-) -> list[float]:
+        return _Sampler(lambda: [fn() for _ in range(iters)], iters, on_cuda=False)
     import torch
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize(ctx.device)
-
-    def calls() -> None:
-        for _ in range(iters):
+    if mode == "eager":
+        for _ in range(warmup):
             fn()
+        torch.cuda.synchronize(ctx.device)
 
-    return _event_samples(calls, ctx, samples, iters)
+        def calls() -> None:
+            for _ in range(iters):
+                fn()
 
-
-def _time_cuda_graph(
-    fn: Callable[[], Any], ctx: RunContext, warmup: int, iters: int, samples: int
-) -> list[float]:
-    import torch
-
+        return _Sampler(calls, iters, on_cuda=True)
     # Warm up on a side stream (what torch.cuda.graph expects), so lazy allocations and compiles
     # happen outside the capture.
     side = torch.cuda.Stream(device=ctx.device)
@@ -199,9 +235,18 @@ def _time_cuda_graph(
             fn()
     graph.replay()  # first replay uploads the graph; not timed
     torch.cuda.synchronize(ctx.device)
-    out = _event_samples(graph.replay, ctx, samples, iters)
-    del graph
-    return out
+    return _Sampler(graph.replay, iters, on_cuda=True, graph=graph)
+
+
+def _sample_us(sampler: _Sampler, ctx: RunContext) -> float:
+    """µs per call of one run of ``sampler`` (a barrier first): CUDA events on the current stream, or
+    ``perf_counter`` on CPU."""
+    if sampler.on_cuda:
+        return _event_samples(sampler.body, ctx, 1, sampler.calls)[0]
+    _barrier(ctx)
+    t0 = time.perf_counter()
+    sampler.body()
+    return (time.perf_counter() - t0) * 1e6 / sampler.calls
 
 
 def _event_samples(body: Callable[[], Any], ctx: RunContext, samples: int, calls: int) -> list[float]:

@@ -3,7 +3,8 @@
 For each shape (N, K), layout and M: BSP (eager and CUDA-graph timed), then every configuration of
 ``--configs`` (a JSON file ``{"variant": [params, ...], ...}``) that the variant accepts for that
 problem, and with ``--table`` the table's record for the problem: each checked against the fp32
-reference (NaN-poisoned output, two fresh seeds) before it is timed the same two ways. For probing a
+reference (NaN-poisoned output, two fresh seeds), then all of them and BSP timed side by side
+(``autotaxer.measure.time_interleaved``: one sample of each in turn). For probing a
 change before it goes into a variant's seeds or search space; the tuner and ``ag_gemm_bench.py`` stay
 the record of what ships. Writes JSON and prints one line per timed configuration.
 
@@ -17,7 +18,7 @@ import json
 from functools import partial
 from typing import Any
 
-from autotaxer.benchmark import BenchConfig, Case, _error_text, _time, environment, write_json
+from autotaxer.benchmark import BenchConfig, Case, RowTimings, _error_text, environment, write_json
 
 Entry = tuple[str, str, dict]  # (variant, source, params)
 
@@ -58,24 +59,29 @@ def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table
         ws = bsp.prepare(key, {}, ctx)
         out = op.empty_output(key, ctx.device)
         row: dict[str, Any] = dict(case.__dict__)
-        row["bsp"] = _time(partial(bsp.run, ws, inputs, ctx, out=out), ctx, cfg)
+        timings = RowTimings()  # BSP and every accepted configuration, timed side by side
+        row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
         timed = []
         for name, source, params in _entries(op, key, ctx.target, configs, table):
             entry: dict[str, Any] = {"variant": name, "source": source, "params": params}
             variant = op.variants[name]
             try:
-                ws = variant.prepare(key, params, ctx)
-                entry["err"] = check_variant(op, variant, key, params, ctx, cfg.seed, ws=ws)
+                vws = variant.prepare(key, params, ctx)
+                entry["err"] = check_variant(op, variant, key, params, ctx, cfg.seed, ws=vws)
                 if entry["err"] <= op.tolerance(key):
-                    entry.update(_time(partial(variant.run, ws, inputs, ctx, out=out), ctx, cfg))
-                del ws
+                    vout = op.empty_output(key, ctx.device)
+                    timings.add(entry, partial(variant.run, vws, inputs, ctx, out=vout))
+                else:
+                    entry["error"] = f"relative error {entry['err']:.3g}"
             except Exception as exc:
                 entry["error"] = _error_text(exc)
             timed.append(entry)
-            if ctx.rank == 0:
-                print(_line(row, entry), flush=True)
+        timings.run(ctx, cfg)
         row["entries"] = timed
         rows.append(row)
+        if ctx.rank == 0:
+            for entry in timed:
+                print(_line(row, entry), flush=True)
     return rows
 
 

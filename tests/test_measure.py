@@ -59,6 +59,30 @@ def _time_graph_on_cpu(ctx) -> str:
     return "no error"
 
 
+def _interleaved(ctx) -> dict:
+    """Three entries side by side: a 10 ms call, a 2 ms call (20 ms on rank 1) and one that fails on
+    its third call; every call is logged, so the test sees the order the samples ran in."""
+    from autotaxer.measure import time_interleaved
+
+    log: list[str] = []
+
+    def call(name: str, delay: float):
+        def fn() -> None:
+            log.append(name)
+            time.sleep(delay)
+
+        return fn
+
+    def failing() -> None:
+        log.append("f")
+        if log.count("f") > 2:
+            raise RuntimeError("boom")
+
+    fns = [call("a", 0.01), call("b", 0.02 if ctx.rank == 1 else 0.002), failing]
+    times = time_interleaved(fns, ctx, ("eager",), warmup=1, iters=2, samples=4)
+    return {"times": times, "log": "".join(log)}
+
+
 def _everything(ctx) -> dict:
     """All the collective checks in one process group (spawning ranks costs seconds)."""
     return {
@@ -66,6 +90,7 @@ def _everything(ctx) -> dict:
         "wrong": _check_wrong(ctx),
         "sleepy": _time_sleepy(ctx),
         "graph": _time_graph_on_cpu(ctx),
+        "interleaved": _interleaved(ctx),
     }
 
 
@@ -87,6 +112,20 @@ def test_time_variant_is_max_over_ranks(on_two_ranks: list[dict]) -> None:
     times = [r["sleepy"] for r in on_two_ranks]
     assert times[0] == times[1]  # one number for the whole group
     assert times[0] >= 20_000  # µs: rank 1's sleep, not rank 0's empty call
+
+
+def test_time_interleaved_rotates_one_sample_of_each(on_two_ranks: list[dict]) -> None:
+    # warm-up (one call each), then rounds of one 2-call sample each, the order rotated by one per round
+    # (abf, bfa, fab, abf); the failing entry raises on its third call, in round 0, and leaves the rounds
+    rounds = ["aabbff", "bbaa", "aabb", "aabb"]
+    assert on_two_ranks[0]["interleaved"]["log"] == "abf" + "".join(rounds)
+
+
+def test_time_interleaved_times_each_entry_max_over_ranks(on_two_ranks: list[dict]) -> None:
+    a, b, failed = on_two_ranks[0]["interleaved"]["times"]
+    assert on_two_ranks[1]["interleaved"]["times"][:2] == [a, b]  # one number per entry for the group
+    assert 10_000 <= a["eager"] < b["eager"]  # b: rank 1's 20 ms, not rank 0's 2 ms
+    assert failed["eager"] is None and "RuntimeError: boom" in failed["eager_error"]
 
 
 def test_graph_timing_needs_cuda(on_two_ranks: list[dict]) -> None:

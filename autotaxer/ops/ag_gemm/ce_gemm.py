@@ -3,8 +3,10 @@
 Experimental: built on the copy-engine channel of ``copy_engine`` and the consumer GEMM of
 ``push``/``pull``. Correct on 2xH200 (GPU tests), but slower there than the better of ``copy_engine``
 and ``push`` at every M measured (N=K=8192, both layouts, M 16-4096:
-``bench/results/2026-11-22_graph_tables_h200x2/``), so the tuner and the benchmark take it only when
-named (``--variants ...,ce_gemm``). NVIDIA only (``cuMemcpyAsync``); see
+``bench/results/2026-11-22_graph_tables_h200x2/``; again with one copy per peer, M 128-4096:
+``bench/results/2026-11-22_consumer_h200x2/``): the consumer GEMM alone, with no communication, runs at
+0.86-0.94x of cuBLAS where ``copy_engine``'s chunked cuBLAS calls do not lose that. So the tuner and the
+benchmark take it only when named (``--variants ...,ce_gemm``). NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm_ce_gemm``.
 """
 
@@ -43,13 +45,14 @@ class CeGemmVariant(Variant):
         }
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """The push/pull seeds' tiles (one row tile up to M=64, 128x128 to 512, 128x256 above)."""
+        """The push/pull seeds' tiles (one row tile up to M=64, 128x128 to 512, 128x256 above), one copy
+        per peer: a copy-engine copy costs about 16 us however small (``ce_copy_probe.json``), so four row
+        chunks land later than one (2xH200, N=K=8192, M=256, graph-timed: four chunks 109 / 84 us at
+        gather_dim 0 / 1 in ``ce_gemm_probe_n8192.json``, one chunk 89 / 62 us in
+        ``ce_gemm_chunks_probe.json``)."""
         seeds = []
         for tile in self._tiles.seed_configs(key, target):
-            params = {f: tile[f] for f in _TILE_FIELDS} | {
-                "chunks": 4 if key["M"] > 64 else 1,
-                "signal": "memop",
-            }
+            params = {f: tile[f] for f in _TILE_FIELDS} | {"chunks": 1, "signal": "memop"}
             if params not in seeds:
                 seeds.append(params)
         return seeds
