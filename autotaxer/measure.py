@@ -13,6 +13,7 @@ Every function here is collective: all ranks of ``ctx.group`` call it with the s
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,9 @@ from ._problem import ProblemKey
 from .ops._base import Op, Params, RunContext, Variant, Workspace, relative_error
 
 TIMING_MODES = ("eager", "graph")
+
+#: Seed of :func:`time_interleaved`'s sample order (fixed: every rank must draw the same order).
+_ORDER_SEED = 20261122
 
 #: Offset between the two validation seeds (any value that keeps them distinct works).
 _SECOND_SEED_OFFSET = 7919
@@ -115,11 +119,13 @@ def time_interleaved(
     """Time several callables side by side: per callable, ``{mode: median µs (max over ranks)}``.
 
     Every callable is warmed up (and captured, in ``graph`` mode) first; then ``samples`` rounds each take
-    one sample of every (callable, mode), the order rotated by one each round. A slow stretch of the
-    machine (clock or power state, a neighbour's traffic) then lands on every entry alike instead of on
-    whichever was timed during it, so ratios between the entries are steadier than from one
-    :func:`time_variant` after another. An entry that fails to prepare or to run gets ``{mode: None,
-    f"{mode}_error": text}`` and leaves the rounds; the others go on (collective).
+    one sample of every (callable, mode) in a shuffled order (seeded: the same on every rank). A slow
+    stretch of the machine (clock or power state, a neighbour's traffic) then lands on every entry alike
+    instead of on whichever was timed during it, and no entry always follows the same one (a GPU that has
+    just run a light entry boosts its clock for the next). An eager sample starts with one untimed call,
+    so its timed calls queue behind work as in a loop of calls. Ratios between the entries are steadier
+    than from one :func:`time_variant` after another. An entry that fails to prepare or to run gets
+    ``{mode: None, f"{mode}_error": text}`` and leaves the rounds; the others go on (collective).
     """
     for mode in modes:
         TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
@@ -132,13 +138,13 @@ def time_interleaved(
             except Exception as exc:
                 results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
     per_call: dict[tuple[int, str], list[float]] = {(i, mode): [] for i, mode, _ in live}
-    for r in range(samples):
-        order = live[r % len(live) :] + live[: r % len(live)] if live else []
-        for i, mode, sampler in order:
+    rng = random.Random(_ORDER_SEED)
+    for _ in range(samples):
+        for i, mode, sampler in rng.sample(live, len(live)):
             if (i, mode) not in per_call:
                 continue
             try:
-                per_call[(i, mode)].append(_sample_us(sampler, ctx))
+                per_call[(i, mode)].append(_sample_us(sampler, ctx, lead_in=True))
             except Exception as exc:
                 del per_call[(i, mode)]
                 results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -190,11 +196,13 @@ def _max_over_ranks(value: float, ctx: RunContext) -> float:
 @dataclass
 class _Sampler:
     """One timed entry in one mode, warmed up (and, in ``graph`` mode, captured): ``body()`` makes
-    ``calls`` calls; ``graph`` keeps the captured graph alive while the sampler is."""
+    ``calls`` calls; ``one()`` makes one untimed call (None in ``graph`` mode); ``graph`` keeps the
+    captured graph alive while the sampler is."""
 
     body: Callable[[], Any]
     calls: int
     on_cuda: bool
+    one: Callable[[], Any] | None = None
     graph: Any = None
 
 
@@ -205,7 +213,7 @@ def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, ite
             raise ValueError("mode: 'graph' timing needs CUDA; use 'eager' on CPU")
         for _ in range(warmup):
             fn()
-        return _Sampler(lambda: [fn() for _ in range(iters)], iters, on_cuda=False)
+        return _Sampler(lambda: [fn() for _ in range(iters)], iters, on_cuda=False, one=fn)
     import torch
 
     if mode == "eager":
@@ -217,7 +225,7 @@ def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, ite
             for _ in range(iters):
                 fn()
 
-        return _Sampler(calls, iters, on_cuda=True)
+        return _Sampler(calls, iters, on_cuda=True, one=fn)
     # Warm up on a side stream (what torch.cuda.graph expects), so lazy allocations and compiles
     # happen outside the capture.
     side = torch.cuda.Stream(device=ctx.device)
@@ -238,20 +246,26 @@ def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, ite
     return _Sampler(graph.replay, iters, on_cuda=True, graph=graph)
 
 
-def _sample_us(sampler: _Sampler, ctx: RunContext) -> float:
+def _sample_us(sampler: _Sampler, ctx: RunContext, lead_in: bool = False) -> float:
     """µs per call of one run of ``sampler`` (a barrier first): CUDA events on the current stream, or
-    ``perf_counter`` on CPU."""
+    ``perf_counter`` on CPU. ``lead_in``: one untimed call between the barrier and the timed ones (eager
+    only), so the timed calls queue behind work as in a loop of calls instead of starting on an idle GPU."""
     if sampler.on_cuda:
-        return _event_samples(sampler.body, ctx, 1, sampler.calls)[0]
+        lead = sampler.one if lead_in else None
+        return _event_samples(sampler.body, ctx, 1, sampler.calls, lead=lead)[0]
     _barrier(ctx)
+    if lead_in and sampler.one is not None:
+        sampler.one()
     t0 = time.perf_counter()
     sampler.body()
     return (time.perf_counter() - t0) * 1e6 / sampler.calls
 
 
-def _event_samples(body: Callable[[], Any], ctx: RunContext, samples: int, calls: int) -> list[float]:
+def _event_samples(
+    body: Callable[[], Any], ctx: RunContext, samples: int, calls: int, lead: Callable[[], Any] | None = None
+) -> list[float]:
     """µs per call over ``samples`` runs of ``body`` (``calls`` calls each), CUDA events around each run
-    on the current stream, a barrier before each."""
+    on the current stream, a barrier before each (then ``lead()``, untimed, when given)."""
     import torch
 
     start = torch.cuda.Event(enable_timing=True)
@@ -259,6 +273,8 @@ def _event_samples(body: Callable[[], Any], ctx: RunContext, samples: int, calls
     out = []
     for _ in range(samples):
         _barrier(ctx)
+        if lead is not None:
+            lead()
         start.record()
         body()
         end.record()
