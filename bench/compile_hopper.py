@@ -4,9 +4,12 @@ The launch arguments come from the real launcher's argument builder (``_ag_fused
 they are specialised exactly as Triton's JIT does at launch (an integer equal to 1 becomes a
 constant, integers and pointers divisible by 16 get ``tt.divisibility=16``), then compiled
 for ``GPUTarget("cuda", 90, 32)``. Per kernel it prints the shared memory Triton allocates
-(``metadata.shared``), the number of ``cp.async`` copies (pipelined loads), of ``wgmma.mma_async``
-and of ``wgmma.wait_group`` (2 = the MMA is pipelined across iterations), next to the persistent GEMM
-of ``kernels/gemm.py``, and checks the shared-memory estimate of the variants' ``check()``.
+(``metadata.shared``), registers and local memory per thread (``cuobjdump`` on the cubin; the ptxas
+bundled with Triton chooses them, so they match a GPU run of the same Triton: triton 3.6 here gives the
+counts ``bench/kernel_resources.py`` read on the H200s), the number of ``cp.async`` copies (pipelined
+loads), of ``wgmma.mma_async`` and of ``wgmma.wait_group`` (2 = the MMA is pipelined across iterations),
+next to the persistent GEMM of ``kernels/gemm.py``, and checks the shared-memory estimate of the
+variants' ``check()``.
 
     python bench/compile_hopper.py [--m 4096] [--n 8192] [--k 8192] [--kinds push,pull] [--json F]
 """
@@ -68,11 +71,33 @@ def compile_for_hopper(fn, args, kwargs):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+def _resources(cubin: bytes) -> dict:
+    """Registers and local memory (spills) per thread from ``cuobjdump --dump-resource-usage`` (the one
+    bundled with Triton) on ``cubin``; empty when the tool is not there."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+).*LOCAL:(\d+)", text)
+    return {"registers": int(found.group(1)), "local_bytes": int(found.group(2))} if found else {}
+
+
 def summary(kernel) -> dict:
-    """Shared memory and the pipelining evidence in a compiled kernel's PTX."""
+    """Shared memory, registers and spills (ptxas's choice, as on a GPU with this Triton) and the
+    pipelining evidence in a compiled kernel's PTX."""
     ptx = kernel.asm["ptx"]
     return {
         "shared": kernel.metadata.shared,
+        **_resources(kernel.asm["cubin"]),
         "cp_async": len(re.findall(r"cp\.async\.c[ag]\.shared", ptx)),
         "cp_async_bulk": len(re.findall(r"cp\.async\.bulk", ptx)),
         "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
