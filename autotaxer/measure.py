@@ -136,7 +136,7 @@ def time_interleaved(
             try:
                 live.append((i, mode, _prepare(fn, ctx, mode, warmup, iters)))
             except Exception as exc:
-                results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
+                results[i].update(_failed(mode, exc))
     per_call: dict[tuple[int, str], list[float]] = {(i, mode): [] for i, mode, _ in live}
     rng = random.Random(_ORDER_SEED)
     for _ in range(samples):
@@ -147,11 +147,16 @@ def time_interleaved(
                 per_call[(i, mode)].append(_sample_us(sampler, ctx, lead_in=True))
             except Exception as exc:
                 del per_call[(i, mode)]
-                results[i].update({mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]})
+                results[i].update(_failed(mode, exc))
     live.clear()  # captured graphs go before the reductions
     for (i, mode), times in per_call.items():
         results[i][mode] = _max_over_ranks(statistics.median(times), ctx)
     return results
+
+
+def _failed(mode: str, exc: BaseException) -> dict[str, Any]:
+    """A timing entry's result for ``mode`` when preparing or running it raised ``exc``."""
+    return {mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def max_over_ranks(value: float, ctx: RunContext) -> float:
@@ -250,34 +255,19 @@ def _sample_us(sampler: _Sampler, ctx: RunContext, lead_in: bool = False) -> flo
     """µs per call of one run of ``sampler`` (a barrier first): CUDA events on the current stream, or
     ``perf_counter`` on CPU. ``lead_in``: one untimed call between the barrier and the timed ones (eager
     only), so the timed calls queue behind work as in a loop of calls instead of starting on an idle GPU."""
-    if sampler.on_cuda:
-        lead = sampler.one if lead_in else None
-        return _event_samples(sampler.body, ctx, 1, sampler.calls, lead=lead)[0]
     _barrier(ctx)
     if lead_in and sampler.one is not None:
         sampler.one()
-    t0 = time.perf_counter()
-    sampler.body()
-    return (time.perf_counter() - t0) * 1e6 / sampler.calls
-
-
-def _event_samples(
-    body: Callable[[], Any], ctx: RunContext, samples: int, calls: int, lead: Callable[[], Any] | None = None
-) -> list[float]:
-    """µs per call over ``samples`` runs of ``body`` (``calls`` calls each), CUDA events around each run
-    on the current stream, a barrier before each (then ``lead()``, untimed, when given)."""
+    if not sampler.on_cuda:
+        t0 = time.perf_counter()
+        sampler.body()
+        return (time.perf_counter() - t0) * 1e6 / sampler.calls
     import torch
 
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
-    out = []
-    for _ in range(samples):
-        _barrier(ctx)
-        if lead is not None:
-            lead()
-        start.record()
-        body()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1e3 / calls)
-    return out
+    start.record()
+    sampler.body()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / sampler.calls

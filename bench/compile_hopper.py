@@ -148,7 +148,9 @@ CONFIGS = [  # FusedConfig fields in order: block_m, block_n, block_k, group_m, 
 ]
 
 
-def _gemm_row(m: int, n: int, k: int) -> dict:
+def gemm_launch(m: int, n: int, k: int, config=None):
+    """Record the launch of the persistent GEMM of ``kernels/gemm.py`` (bf16, ``config`` or its default)
+    for one problem; returns ``(fn, args, kw)`` like :func:`fused_launch`."""
     import autotaxer.kernels.gemm as gemm_mod
     import torch
 
@@ -156,11 +158,17 @@ def _gemm_row(m: int, n: int, k: int) -> dict:
     gemm_mod._gemm_kernel = rec
     try:
         dt = torch.bfloat16
-        gemm_mod.gemm(torch.empty(m, k, dtype=dt), torch.empty(k, n, dtype=dt), torch.empty(m, n, dtype=dt))
+        gemm_mod.gemm(
+            torch.empty(m, k, dtype=dt), torch.empty(k, n, dtype=dt), torch.empty(m, n, dtype=dt), config
+        )
     finally:
         gemm_mod._gemm_kernel = real
-    _, a, kw = rec.launches[0]
-    return {"kernel": "gemm", "M": m, **summary(compile_for_hopper(real, a, kw))}
+    _, args, kw = rec.launches[0]
+    return real, args, kw
+
+
+def _gemm_row(m: int, n: int, k: int) -> dict:
+    return {"kernel": "gemm", "M": m, **summary(compile_for_hopper(*gemm_launch(m, n, k)))}
 
 
 def main() -> None:

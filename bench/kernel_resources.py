@@ -29,9 +29,9 @@ def _loaded(fn, args, kw) -> dict:
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))  # python -P leaves the script's folder out
-    import autotaxer.kernels.gemm as gemm_mod
     import torch
-    from compile_hopper import _Recorder, fused_launch
+    from autotaxer.kernels.gemm import GemmConfig
+    from compile_hopper import fused_launch, gemm_launch
     from consumer_ablation import ABLATIONS, ablated_kernel
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -43,16 +43,7 @@ def main() -> None:
     rows = []
     for bm, bn, bk, g, w, s in TILES:
         tiles = dict(block_m=bm, block_n=bn, block_k=bk, group_m=g, num_warps=w, num_stages=s)
-        real, rec = gemm_mod._gemm_kernel, _Recorder(None)
-        gemm_mod._gemm_kernel = rec
-        try:
-            dims = ((a.m, a.k), (a.k, a.n), (a.m, a.n))
-            x, y, out = (torch.empty(r, c, dtype=torch.bfloat16) for r, c in dims)
-            gemm_mod.gemm(x, y, out, gemm_mod.GemmConfig(**tiles))
-        finally:
-            gemm_mod._gemm_kernel = real
-        _, args, kw = rec.launches[0]
-        found = {"gemm": _loaded(real, args, kw)}
+        found = {"gemm": _loaded(*gemm_launch(a.m, a.n, a.k, GemmConfig(**tiles)))}
         params = {**tiles, "comm_sms": 0, "row_chunks": 4, "k_chunks": 1, "prefetch_k": 0}
         fn, args, kw = fused_launch("push", a.m, a.n, a.k, 0, params, world_size=1)
         found["fused_one_rank"] = _loaded(fn, args, kw)
