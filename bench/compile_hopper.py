@@ -123,7 +123,7 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
         flags=torch.zeros(_ag_fused.flags_count(geo, world_size), dtype=torch.int32),
-        sync=torch.zeros(_ag_fused.SYNC_INTS, dtype=torch.int32),
+        sync=torch.zeros(_ag_fused.SYNC_WORDS, dtype=torch.int64),
         heap_bases=torch.zeros(world_size, dtype=torch.int64),
         rank=0,
         world_size=world_size,

@@ -75,7 +75,7 @@ def _time(fn, reps: int = 50) -> float:
 def fused_one_rank(a, b, out, cfg, comm_sms: int):
     """A call of the fused ``push`` kernel for one rank (gather_dim=0, every row local) at ``cfg``'s tiles."""
     import torch
-    from autotaxer.kernels._ag_fused import SYNC_INTS, FusedConfig, flags_count, geometry, inbox_shape
+    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
     from autotaxer.kernels.ag_gemm_push import ag_gemm_push
     from autotaxer.kernels.gemm import num_sms
 
@@ -86,7 +86,7 @@ def fused_one_rank(a, b, out, cfg, comm_sms: int):
     )  # fmt: skip
     inbox = torch.empty(inbox_shape(m, k, 1), dtype=a.dtype, device=a.device)
     flags = torch.zeros(flags_count(geometry(config, m, k), 1), dtype=torch.int32, device=a.device)
-    sync = torch.zeros(SYNC_INTS, dtype=torch.int32, device=a.device)
+    sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=a.device)
     heap_bases = torch.tensor([inbox.data_ptr()], dtype=torch.int64, device=a.device)
     cache: dict = {}
     return lambda: ag_gemm_push(

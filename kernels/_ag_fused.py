@@ -18,8 +18,8 @@ from ._tiles import ChunkGeometry, chunk_geometry
 #: The one fused kernel; ``PULL`` (constexpr) picks the producers' transport.
 KERNEL = fused_ag_gemm_kernel
 
-#: int32 words of a rank's ``sync`` buffer: last finished epoch, programs done, next tile of the queue.
-SYNC_INTS = 3
+#: int64 words of a rank's ``sync`` buffer: program arrivals, tiles drawn from the queue (both only grow).
+SYNC_WORDS = 2
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _launch_args(
     """Check shapes; ``(grid, every kernel argument in signature order, launch options)``.
 
     ``how`` is the transport (:data:`TRANSPORTS`). ``buf`` is the rank's inbox (:func:`inbox_shape`),
-    ``flags`` its :func:`flags_count` int32 flags, ``sync`` its :data:`SYNC_INTS` int32 words.
+    ``flags`` its :func:`flags_count` int32 flags, ``sync`` its :data:`SYNC_WORDS` int64 words.
     ``phase`` runs some of the kernel's steps, for the interpreter, where programs run one after
     another and nothing may spin on work that has not run yet: ``"stage"`` (the moving programs'
     first step: push stores into peers, pull stages its own shard), ``"fetch"`` (pull's loads of
@@ -167,8 +167,8 @@ def _launch_args(
         )
     if flags.numel() < flags_count(geo, world_size):
         raise ValueError(f"flags: {flags.numel()} flags, {flags_count(geo, world_size)} needed")
-    if sync.numel() < SYNC_INTS:
-        raise ValueError(f"sync: {sync.numel()} int32 words, {SYNC_INTS} needed")
+    if sync.numel() < SYNC_WORDS or sync.element_size() != 8 or sync.dtype.is_floating_point:
+        raise ValueError(f"sync: {sync.numel()} {sync.dtype} words, {SYNC_WORDS} int64 needed")
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     consumers = min(num_sms - config.comm_sms, tiles)
     producers = config.comm_sms
@@ -296,7 +296,7 @@ def fused_launcher(how: str) -> Callable[..., Any]:
     ag_gemm.__doc__ = (
         f"``out = all_gather(a_shard, gather_dim) @ b`` by {how}; collective over ``world_size`` ranks.\n\n"
         "``inbox`` (:func:`inbox_shape`, A's dtype) and ``flags`` (int32, :func:`flags_count`, zeroed once)\n"
-        f"live in the symmetric heap; ``sync`` (int32, {SYNC_INTS}, zeroed once) holds the device-side "
+        f"live in the symmetric heap; ``sync`` (int64, {SYNC_WORDS}, zeroed once) holds the device-side "
         "epoch\nand tile queue. Nothing is reset between calls; ``phase`` as in :func:`_launch_args`. "
         "``cache``: a\n"
         "dict owned by one workspace (every call with it passes the same inbox, flags, sync, heap_bases,\n"

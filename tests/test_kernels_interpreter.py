@@ -5,7 +5,7 @@ emulated in one process: one byte buffer per rank is its symmetric heap (``heap_
 addresses) and buffers are carved at the same offsets on every rank. Programs run one after another,
 so every rank's producers are launched before any rank's consumers. Several calls run on one set of
 flags with fresh inputs and NaN-poisoned outputs and no reset: a consumer that read the wrong parity
-slot, or a device epoch that did not advance, gives a wrong result or fails the epoch check.
+slot, or a device epoch that did not advance, gives a wrong result or fails the arrival check.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _PRELUDE = textwrap.dedent(
     import torch
 
     from autotaxer.kernels._ag_fused import (
-        SYNC_INTS, FusedConfig, flags_count, geometry, inbox_shape, shard_dims,
+        SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape, shard_dims,
     )
     from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull
     from autotaxer.kernels.ag_gemm_push import ag_gemm_push
@@ -47,8 +47,14 @@ _PRELUDE = textwrap.dedent(
         geo = geometry(cfg, ms, ks)
         buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
         flags = heap.alloc((flags_count(geo, ws),), torch.int32)
-        syncs = [torch.zeros(SYNC_INTS, dtype=torch.int32) for _ in range(ws)]
+        syncs = [torch.zeros(SYNC_WORDS, dtype=torch.int64) for _ in range(ws)]
         return heap, ms, ks, geo, buf, flags, syncs
+
+
+    def tiles_and_grid(m, n, cfg, num_sms=4):
+        # the GEMM launch's grid and tile count, as the launcher computes them
+        tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
+        return cfg.comm_sms + min(num_sms - cfg.comm_sms, tiles), tiles
 
 
     def fresh_call(ws, gd, ms, ks, m, n, k, dtype):
@@ -59,10 +65,16 @@ _PRELUDE = textwrap.dedent(
         return shards, b, outs, torch.cat([s.float() for s in shards], dim=gd) @ b.float()
 
 
-    def check(kind, ws, gd, m, n, k, cfg, calls=3, dtype=torch.float32, seed=0):
+    def check(kind, ws, gd, m, n, k, cfg, calls=3, dtype=torch.float32, seed=0, first_epoch=1):
+        # first_epoch > 1: the sync words start as that many calls had left them (the queue's low 32
+        # bits wrapping, the arrival count beyond 32 bits, when the test picks it so)
         torch.manual_seed(seed)
         heap, ms, ks, geo, buf, flags, syncs = fused_buffers(ws, gd, m, k, cfg, dtype)
-        for call in range(1, calls + 1):
+        grid, tiles = tiles_and_grid(m, n, cfg)
+        per_call = tiles + cfg.comm_sms if cfg.comm_sms else 0  # the queue's draws per call
+        for s in syncs:
+            s[0], s[1] = (first_epoch - 1) * grid, ((first_epoch - 1) * per_call) % 2**32
+        for epoch in range(first_epoch, first_epoch + calls):
             shards, b, outs, ref = fresh_call(ws, gd, ms, ks, m, n, k, dtype)
             # pull's fetch step waits on every peer's staging step: stage everywhere first
             for phase in ("stage", "fetch", "consumers"):
@@ -74,16 +86,19 @@ _PRELUDE = textwrap.dedent(
             for r in range(ws):
                 err = ((outs[r].float() - ref).norm() / ref.norm()).item()
                 tol = 1e-5 if dtype == torch.float32 else 2e-3
-                assert err < tol, (kind, ws, gd, m, n, k, call, r, err)
-                # the device epoch advanced once, the completion count and the tile queue are back at 0
-                assert syncs[r].tolist() == [call, 0, 0], (call, syncs[r].tolist())
+                assert err < tol, (kind, ws, gd, m, n, k, epoch, r, err)
+                # every program of the GEMM launch arrived once per call; the queue (low 32 bits) advanced
+                # by exactly tiles + dedicated producers per call (nothing drawn when every program produces)
+                arrivals, drawn = syncs[r].tolist()
+                assert arrivals == epoch * grid, (epoch, arrivals)
+                assert drawn % 2**32 == (epoch * per_call) % 2**32, (epoch, drawn)
                 # this call's flags hold its epoch (pull: its own staging flags too); never reset
-                slot = flags[r].view(2, ws, geo.count)[call % 2]
-                assert slot.flatten().tolist().count(call) == (ws - 1 if kind == "push" else ws) * geo.count
+                slot = flags[r].view(2, ws, geo.count)[epoch % 2]
+                assert slot.flatten().tolist().count(epoch) == (ws - 1 if kind == "push" else ws) * geo.count
                 # every peer's chunks arrived in the inbox, bit for bit (pull: the own shard is staged)
                 for src in range(ws):
                     if src != r or kind == "pull":
-                        assert torch.equal(buf[r][call % 2, src], shards[src]), (kind, r, src)
+                        assert torch.equal(buf[r][epoch % 2, src], shards[src]), (kind, r, src)
         print("OK", kind, ws, gd, m, n, k)
     """
 )
@@ -117,6 +132,28 @@ def test_two_ranks_several_calls(kind: str, gather_dim: int) -> None:
         check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, {SMALL.format(rc=2, kc=2)})
         cfg = {SMALL.format(rc=1, kc=1)}
         check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, cfg, calls=2, dtype=torch.float16)
+        """
+    )
+    assert out.count("OK") == 2
+
+
+@pytest.mark.parametrize("kind", ["pull", "push"])
+def test_counters_past_32_bits(kind: str) -> None:
+    # The sync words only grow. One dedicated producer: 4 tiles + 1 producer = 5 queue draws per call,
+    # started one draw short of 2**32, so the low 32 bits wrap in the first call, with 3.4e9 arrivals
+    # (past int32). Every program producing: no draws, 2**32 arrivals and more.
+    out = _run(
+        f"""
+        cfg = FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
+                          comm_sms=1, row_chunks=2, k_chunks=2)
+        grid, tiles = tiles_and_grid(24, 40, cfg)
+        per_call = tiles + cfg.comm_sms
+        first = (-pow(per_call, -1, 2**32)) % 2**32 + 1  # (first - 1) * per_call = 2**32 - 1 (mod 2**32)
+        assert per_call == 5 and first < 2**31 and (first - 1) * grid > 2**31, (per_call, first)
+        check({kind!r}, 2, 0, 24, 40, 40, cfg, calls=2, first_epoch=first)
+        cfg0 = FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
+                           comm_sms=0, row_chunks=2, k_chunks=2)
+        check({kind!r}, 2, 1, 20, 40, 40, cfg0, calls=2, first_epoch=2**30 + 3)
         """
     )
     assert out.count("OK") == 2

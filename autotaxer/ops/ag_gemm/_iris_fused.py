@@ -153,7 +153,7 @@ class IrisFusedVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels._ag_fused import SYNC_INTS, FusedConfig, flags_count, geometry
+        from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry
 
         AgGemm().validate(key)
         reason = self.check(key, ctx.target, params)
@@ -179,7 +179,7 @@ class IrisFusedVariant(Variant):
         buffers = {
             "data": heap.zeros(*shape, dtype=dtype),
             "flags": heap.zeros(flags_count(geo, ctx.world_size), dtype=torch.int32),
-            "sync": torch.zeros(SYNC_INTS, dtype=torch.int32, device=ctx.device),
+            "sync": torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
             "out": torch.empty((key["M"], key["N"]), dtype=dtype, device=ctx.device),
             "config": config,
