@@ -247,6 +247,11 @@ def _app():
         ("M,N,K\n8,8,8\n", ["--sampler", "anneal"], "--sampler"),
         ("M,N,K\n8,8,8\n", ["--trials", "0"], "--trials"),
         ("M,N,K\n8,8,8\n", ["--device", "tpu"], "--device"),
+        (
+            "M,N,K\n8,8,8\n",
+            ["--warm-start", "no_such_table.json"],
+            "--warm-start: no_such_table.json: cannot read",
+        ),
     ],
 )
 def test_bad_input_exits_2_before_anything_is_written(

@@ -96,6 +96,24 @@ def test_resume_counts_finished_trials_and_retune_starts_over(db) -> None:
     assert executor.requests[0].variant == "bsp"  # the baseline comes first in a fresh study
 
 
+def test_warm_start_runs_previous_configurations_right_after_the_baseline(db) -> None:
+    best = {"chunks": 8, "order": "rotated"}
+    warm = {
+        KEY.text: (
+            ("cpu_chunked", best),
+            ("cpu_chunked", {"chunks": 3, "order": "rotated"}),  # outside the space: skipped
+            ("no_such_variant", {}),  # not searched: skipped
+            ("cpu_chunked", best),  # queued once
+        ),
+        KEY.text.replace("M=8", "M=16"): (("cpu_chunked", {"chunks": 2, "order": "ascending"}),),
+    }
+    result, executor = _run(db, trials=3, sampler="random", warm_start=warm)
+    launched = [(r.variant, dict(r.params)) for r in executor.requests]
+    assert launched[:2] == [("bsp", {}), ("cpu_chunked", best)]
+    assert len(launched) == 3 and launched[2] != ("cpu_chunked", best)
+    assert ("cpu_chunked", {"chunks": 2, "order": "ascending"}) not in launched[:2]  # another key's
+
+
 def test_changed_variants_on_resume_ask_for_retune(db) -> None:
     _run(db, trials=2, variants=("cpu_chunked",))
     with pytest.raises(StudyError, match="--retune"):

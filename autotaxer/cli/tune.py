@@ -46,6 +46,13 @@ def tune_command(
     timing: Annotated[
         str, typer.Option("--timing", help="eager (back-to-back calls) or graph (CUDA graph).")
     ] = "eager",
+    warm_start: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--warm-start",
+            help="Table file(s) whose records of the tuned keys run first (e.g. after a kernel change).",
+        ),
+    ] = None,
 ) -> None:
     """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
     from ..tuner.distributed import launch_env
@@ -59,7 +66,8 @@ def tune_command(
         _fail(f"--world-size {world_size} but this launch has WORLD_SIZE={launch.world_size}")
     keys_rows = _load_rows(shapes, world_size, op)
     selected = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None
-    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing)
+    warm = _warm_start(warm_start or [])
+    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm)
     if launch is None:
         _tune_spawned(keys_rows, world_size, device, db, options, quiet, jsonl)
     else:
@@ -89,7 +97,22 @@ def _load_rows(path: Path, world_size: int, op: str | None) -> list[Any]:
     return rows
 
 
-def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, device_type):
+def _warm_start(paths: list[Path]) -> dict[str, tuple[tuple[str, dict], ...]]:
+    """Key text -> the (variant, params) of every record of those keys in the table files ``paths``."""
+    from ..table_file import TableFileError, read_table
+
+    warm: dict[str, list[tuple[str, dict]]] = {}
+    for path in paths:
+        try:
+            records = read_table(path)
+        except TableFileError as e:
+            _fail(f"--warm-start: {e}")
+        for rec in records:
+            warm.setdefault(rec.key.text, []).append((rec.variant, dict(rec.params)))
+    return {k: tuple(v) for k, v in warm.items()}
+
+
+def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, device_type):
     from ..measure import TimingConfig
     from ..tuner.run import TuneConfig
 
@@ -104,6 +127,7 @@ def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, tim
         variants=selected,
         retune=retune,
         timing=TimingConfig.for_device(device_type, timing),
+        warm_start=warm,
     )
     try:
         config.validate()

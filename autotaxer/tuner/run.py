@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,6 +29,7 @@ from .study import (
     delete_study,
     duplicate_of,
     enqueue_baseline,
+    enqueue_configs,
     enqueue_grid,
     enqueue_seeds,
     fail_stale_trials,
@@ -68,6 +69,8 @@ class TuneConfig:
     variants: tuple[str, ...] | None = None
     retune: bool = False
     timing: TimingConfig = field(default_factory=TimingConfig)
+    # key text -> (variant, params) configurations queued right after the baseline (``--warm-start``)
+    warm_start: Mapping[str, tuple[tuple[str, Mapping[str, Any]], ...]] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad option."""
@@ -147,6 +150,9 @@ class _ShapeTuner:
             self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
         enqueue_baseline(study, self.op, self.space)
         if cfg.sampler != "grid":
+            warm = enqueue_configs(study, self.op, self.space, cfg.warm_start.get(self.key.text, ()))
+            if warm:
+                self.reporter.note(f"{self.key.text}: {warm} --warm-start configuration(s) queued first")
             enqueue_seeds(study, self.op, self.space)
         if cfg.sampler == "grid":
             target = enqueue_grid(study, self.op, self.space)

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
@@ -210,19 +211,39 @@ def enqueue_baseline(study: Any, op: Op, space: SearchSpace) -> None:
     )
 
 
+def point_of(op: Op, space: SearchSpace, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``params`` of variant ``name`` as a flat point of ``space``; None when the variant is not searched,
+    a parameter lies outside the space, or the variant's check refuses the configuration."""
+    if name not in space.names:
+        return None
+    choices = space.params_of(name)
+    if set(params) != set(choices) or not all(params[p] in choices[p] for p in choices):
+        return None
+    if op.variants[name].check(space.key, space.target, dict(params)) is not None:
+        return None
+    return flat_params(name, dict(params))
+
+
+def enqueue_configs(study: Any, op: Op, space: SearchSpace, configs: Iterable[tuple[str, Mapping]]) -> int:
+    """Queue the ``(variant, params)`` configurations that are points of ``space`` (``--warm-start``:
+    previous winners, re-measured first); the number queued."""
+    queued = 0
+    for name, params in configs:
+        point = point_of(op, space, name, params)
+        if point is not None:
+            study.enqueue_trial(point, skip_if_exists=True)
+            queued += 1
+    return queued
+
+
 def seed_points(op: Op, space: SearchSpace) -> list[dict[str, Any]]:
     """Each variant's valid seed configurations inside ``space``, as flat params (the baseline's too:
     a fused winner must beat the baseline at its best, not at its default)."""
     per_variant = []
     for name in space.names:
-        variant = op.variants[name]
-        choices = space.params_of(name)
-        mine = []
-        for params in variant.seed_configs(space.key, space.target):
-            inside = set(params) == set(choices) and all(params[p] in choices[p] for p in choices)
-            if inside and variant.check(space.key, space.target, params) is None:
-                mine.append(flat_params(name, params))
-        per_variant.append(mine)
+        seeds = op.variants[name].seed_configs(space.key, space.target)
+        points = (point_of(op, space, name, p) for p in seeds)
+        per_variant.append([p for p in points if p is not None])
     # round robin: every variant's first seed before any variant's second
     return [p for rank in zip_longest(*per_variant) for p in rank if p is not None]
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# After a kernel change, on 2 GPUs: re-measure the shipped ws2 tables' configurations of the affected shapes
+# with the new kernel, starting from the previous winners (`autotaxer tune --warm-start`), keep a record
+# only where it beats the shipped one (bench/pick_retuned.py), then bench N=K=8192 against the result.
+#   source bench/device_env.sh && SHAPES=stale.csv WARM="old_ws2.json old_ws2_graph.json" \
+#       bash bench/retune_warm_device.sh tune bench
+# Steps: tune (both timings, $TRIALS trials, default 6) -> $OUT/warm_{eager,graph}.json and the merged
+# tables $OUT/nvidia-h200_ws2{,_graph}.json; bench (ag_gemm_bench.py N=K=8192, every M, both layouts,
+# dispatch from the merged graph table; BENCH_LIMIT s) -> $OUT/bench_8192x8192.json. Summary last.
+set -u
+: "${OUT:?source bench/device_env.sh first}" "${SHAPES:?shapes csv}"
+STATE="${STATE:-/tmp/warm}"
+mkdir -p "$STATE"
+# shellcheck source=bench/_step.sh
+source "$(dirname "$0")/_step.sh"
+STEP_TIMEOUT_OPTS=(-s INT -k 20)
+warm=()
+for w in ${WARM:-} tuning_db/nvidia-h200_ws2.json tuning_db/nvidia-h200_ws2_graph.json; do warm+=(--warm-start "$w"); done
+at() { python3 -P -m autotaxer "$@"; }
+for s in "$@"; do
+    case "$s" in
+    tune)
+        for timing in eager graph; do
+            table=tuning_db/nvidia-h200_ws2.json
+            [ "$timing" = graph ] && table=tuning_db/nvidia-h200_ws2_graph.json
+            rm -f "$STATE/warm_$timing.db"
+            step "warm_$timing" "${LIMIT:-150}" python3 -P -m autotaxer tune --world-size 2 --shapes "$SHAPES" \
+                --trials "${TRIALS:-6}" --variants bsp,copy_engine,push,pull --db "sqlite:///$STATE/warm_$timing.db" \
+                --jsonl --trial-timeout 60 --seed 0 --timing "$timing" "${warm[@]}"
+            at export --db "sqlite:///$STATE/warm_$timing.db" --gpu nvidia-h200 --world-size 2 --out "$OUT/warm_$timing.json"
+            step "pick_$timing" 60 python3 -P bench/pick_retuned.py "$table" "$OUT/warm_$timing.json" --out "$STATE/pick_$timing.json"
+            merged="sqlite:///$STATE/merged_$timing.db"
+            at import "$table" --db "$merged" -q && at import "$STATE/pick_$timing.json" --db "$merged" --replace -q
+            at export --db "$merged" --out "$OUT/$(basename "$table")"
+        done
+        ;;
+    bench)
+        rm -f "$STATE/graph.db"
+        at import "$OUT/nvidia-h200_ws2_graph.json" --db "sqlite:///$STATE/graph.db" -q
+        step bench_8192 "${BENCH_LIMIT:-330}" python3 -P bench/ag_gemm_bench.py --shapes 8192x8192 --max-configs 3 \
+            --iters 10 --samples 7 --peer-timeout 1 --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
+            --out "$OUT/bench_8192x8192.json"
+        ;;
+    *) summary+=("$s: unknown step") ;;
+    esac
+done
+printf '%s\n' "${summary[@]}"
