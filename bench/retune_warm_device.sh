@@ -5,8 +5,9 @@
 #   source bench/device_env.sh && SHAPES=stale.csv WARM="old_ws2.json old_ws2_graph.json" \
 #       bash bench/retune_warm_device.sh tune bench
 # Steps: tune (both timings, $TRIALS trials, default 6) -> $OUT/warm_{eager,graph}.json and the merged
-# tables $OUT/nvidia-h200_ws2{,_graph}.json; bench (ag_gemm_bench.py N=K=8192, every M, both layouts,
-# dispatch from the merged graph table; BENCH_LIMIT s) -> $OUT/bench_8192x8192.json. Summary last.
+# tables $OUT/nvidia-h200_ws2{,_graph}.json; bench (ag_gemm_bench.py, $BENCH_SHAPES (default 8192x8192), every M,
+# both layouts, dispatch from $OUT's merged graph table, else the shipped one; BENCH_LIMIT s) ->
+# $OUT/bench_$BENCH_NAME.json. Summary last.
 set -u
 : "${OUT:?source bench/device_env.sh first}" "${SHAPES:?shapes csv}"
 STATE="${STATE:-/tmp/warm}"
@@ -36,10 +37,13 @@ for s in "$@"; do
         ;;
     bench)
         rm -f "$STATE/graph.db"
-        at import "$OUT/nvidia-h200_ws2_graph.json" --db "sqlite:///$STATE/graph.db" -q
-        step bench_8192 "${BENCH_LIMIT:-330}" python3 -P bench/ag_gemm_bench.py --shapes 8192x8192 --max-configs 3 \
+        graph_table=$OUT/nvidia-h200_ws2_graph.json
+        [ -f "$graph_table" ] || graph_table=tuning_db/nvidia-h200_ws2_graph.json
+        at import "$graph_table" --db "sqlite:///$STATE/graph.db" -q
+        name=${BENCH_NAME:-8192x8192}
+        step "bench_$name" "${BENCH_LIMIT:-330}" python3 -P bench/ag_gemm_bench.py --shapes "${BENCH_SHAPES:-8192x8192}" --max-configs 3 \
             --iters 10 --samples 7 --peer-timeout 1 --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
-            --out "$OUT/bench_8192x8192.json"
+            --out "$OUT/bench_$name.json"
         ;;
     *) summary+=("$s: unknown step") ;;
     esac
