@@ -9,7 +9,7 @@
 # both layouts, dispatch from $OUT's merged graph table, else the shipped one; BENCH_LIMIT s) ->
 # $OUT/bench_$BENCH_NAME.json. Summary last.
 set -u
-: "${OUT:?source bench/device_env.sh first}" "${SHAPES:?shapes csv}"
+: "${OUT:?source bench/device_env.sh first}"
 STATE="${STATE:-/tmp/warm}"
 mkdir -p "$STATE"
 # shellcheck source=bench/_step.sh
@@ -25,7 +25,7 @@ for s in "$@"; do
             table=tuning_db/nvidia-h200_ws2.json
             [ "$timing" = graph ] && table=tuning_db/nvidia-h200_ws2_graph.json
             rm -f "$STATE/warm_$timing.db"
-            step "warm_$timing" "${LIMIT:-150}" python3 -P -m autotaxer tune --world-size 2 --shapes "$SHAPES" \
+            step "warm_$timing" "${LIMIT:-150}" python3 -P -m autotaxer tune --world-size 2 --shapes "${SHAPES:?shapes csv}" \
                 --trials "${TRIALS:-6}" --variants bsp,copy_engine,push,pull --db "sqlite:///$STATE/warm_$timing.db" \
                 --jsonl --trial-timeout 60 --seed 0 --timing "$timing" "${warm[@]}"
             at export --db "sqlite:///$STATE/warm_$timing.db" --gpu nvidia-h200 --world-size 2 --out "$OUT/warm_$timing.json"
@@ -42,7 +42,7 @@ for s in "$@"; do
         at import "$graph_table" --db "sqlite:///$STATE/graph.db" -q
         name=${BENCH_NAME:-8192x8192}
         step "bench_$name" "${BENCH_LIMIT:-330}" python3 -P bench/ag_gemm_bench.py --shapes "${BENCH_SHAPES:-8192x8192}" --max-configs 3 \
-            --iters 10 --samples 7 --peer-timeout 1 --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
+            --iters 10 --samples 7 --peer-timeout 1 --layouts "${LAYOUTS:-0,1}" --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
             --out "$OUT/bench_$name.json"
         ;;
     *) summary+=("$s: unknown step") ;;
