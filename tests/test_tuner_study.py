@@ -114,6 +114,16 @@ def test_warm_start_runs_previous_configurations_right_after_the_baseline(db) ->
     assert ("cpu_chunked", {"chunks": 2, "order": "ascending"}) not in launched[:2]  # another key's
 
 
+def test_retune_runs_the_winner_it_replaces_right_after_the_baseline(db) -> None:
+    import dataclasses
+
+    _run(db, trials=2)
+    chosen = {"chunks": 4, "order": "ascending"}  # plant a winner no seed or first sample would give
+    db.upsert_winner(dataclasses.replace(db.get_winner(KEY), variant="cpu_chunked", params=chosen), True)
+    result, executor = _run(db, trials=2, sampler="random", retune=True)
+    assert [(r.variant, dict(r.params)) for r in executor.requests] == [("bsp", {}), ("cpu_chunked", chosen)]
+
+
 def test_changed_variants_on_resume_ask_for_retune(db) -> None:
     _run(db, trials=2, variants=("cpu_chunked",))
     with pytest.raises(StudyError, match="--retune"):

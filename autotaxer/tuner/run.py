@@ -138,7 +138,11 @@ class _ShapeTuner:
 
         t_shape = time.monotonic()
         cfg = self.config
-        if cfg.retune:
+        warm = list(cfg.warm_start.get(self.key.text, ()))
+        if cfg.retune:  # the winner being replaced runs first (often still the best after a kernel edit)
+            previous = self.db.get_winner(self.key)
+            if previous is not None:
+                warm.insert(0, (previous.variant, dict(previous.params)))
             delete_study(self.storage, self.key)
             self.db.delete_winner(self.key)
         study = open_study(self.storage, self.key, make_sampler(cfg.sampler, cfg.seed, cfg.trials))
@@ -150,9 +154,9 @@ class _ShapeTuner:
             self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
         enqueue_baseline(study, self.op, self.space)
         if cfg.sampler != "grid":
-            warm = enqueue_configs(study, self.op, self.space, cfg.warm_start.get(self.key.text, ()))
-            if warm:
-                self.reporter.note(f"{self.key.text}: {warm} --warm-start configuration(s) queued first")
+            queued = enqueue_configs(study, self.op, self.space, warm)
+            if queued:
+                self.reporter.note(f"{self.key.text}: {queued} earlier winner(s) queued first")
             enqueue_seeds(study, self.op, self.space)
         if cfg.sampler == "grid":
             target = enqueue_grid(study, self.op, self.space)
