@@ -52,7 +52,7 @@ def _check_all(
     configuration; ``seeds`` (default: bf16 only) adds each variant's seed configurations."""
     import torch
 
-    from autotaxer.ops import get_op, relative_error
+    from autotaxer.ops import get_op, iter_grid, relative_error
 
     op = get_op("ag_gemm")
     failures = []
@@ -62,6 +62,9 @@ def _check_all(
             continue
         for gd, m in CASES:
             key = rank_key(ctx, m, N, K, gd, dtype)
+            space = variant.search_space(key, ctx.target)
+            if space and not any(variant.check(key, ctx.target, p) is None for p in iter_grid(space)):
+                continue  # nothing valid at this world size (ce_fanout at 2 ranks)
             for params in (
                 _configs(variant, key, ctx.target, seeds=dtype == "bf16" if seeds is None else seeds)
                 if variant.search_space(key, ctx.target)

@@ -11,7 +11,7 @@ import importlib.util
 
 from ._op import AgGemm
 
-_VARIANT_MODULES = ("bsp", "cpu_chunked", "pull", "push", "copy_engine", "ce_gemm", "planted")
+_VARIANT_MODULES = ("bsp", "cpu_chunked", "pull", "push", "copy_engine", "ce_gemm", "ce_fanout", "planted")
 
 AG_GEMM = AgGemm()
 # The Triton GEMM variants' tiles, producer counts and row chunks are chosen for the number of tile waves

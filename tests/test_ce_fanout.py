@@ -1,0 +1,247 @@
+"""``ce_fanout``'s schedule on the CPU: peers dealt to lanes, contiguous runs of peers per GEMM, the plan
+built against a stand-in channel, and the variant's pruning. (The copies themselves need GPUs:
+``tests/test_ag_gemm_gpu.py`` runs it at four.)"""
+
+from __future__ import annotations
+
+import pytest
+from autotaxer.kernels.ag_gemm_ce import peer_order
+from autotaxer.kernels.ag_gemm_ce_fanout import make_fanout_plan, peer_lanes, peer_runs
+
+from autotaxer._problem import ProblemKey
+from autotaxer._target import Target
+from autotaxer.ops import get_op, iter_grid
+
+H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
+
+
+@pytest.mark.parametrize("world_size", [3, 4, 8])
+@pytest.mark.parametrize("streams", [1, 2, 4, 8])
+def test_every_peer_goes_to_exactly_one_lane_in_its_order(world_size: int, streams: int) -> None:
+    for rank in range(world_size):
+        peers = peer_order(rank, world_size, "rotated")
+        lanes = peer_lanes(peers, streams)
+        assert len(lanes) == min(streams, len(peers)) and all(lanes)
+        assert sorted(p for lane in lanes for p in lane) == sorted(peers)
+        for lane in lanes:  # each lane keeps the consumption order
+            assert list(lane) == [p for p in peers if p in lane]
+
+
+@pytest.mark.parametrize("world_size", [3, 4, 5, 8])
+def test_runs_are_contiguous_and_follow_the_rotated_order(world_size: int) -> None:
+    for rank in range(world_size):
+        runs = peer_runs(rank, world_size)
+        assert 1 <= len(runs) <= 2 and all(lo <= hi for lo, hi in runs)
+        flat = [p for lo, hi in runs for p in range(lo, hi + 1)]
+        assert flat == list(peer_order(rank, world_size, "rotated"))  # every peer once, arrival order
+
+
+class _FakeChannel:
+    """Just enough of ``ag_gemm_ce.Channel`` for ``make_plan``: addresses, no GPU."""
+
+    class _Buf:
+        def __init__(self, addr: int) -> None:
+            self.addr = addr
+
+        def data_ptr(self) -> int:
+            return self.addr
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.data, self.done = self._Buf(0x1000), self._Buf(0x2000)
+        self.arena_bytes = 0
+
+    def arena(self, nbytes: int):
+        self.arena_bytes = max(self.arena_bytes, nbytes)
+        return self._Buf(0x10000)
+
+    def remote(self, ptr: int, peer: int) -> int:
+        return ptr + (peer << 40)
+
+
+def test_plan_deals_every_peer_and_groups_gather_dim_0_rows() -> None:
+    ch = _FakeChannel(rank=2, world_size=8)
+    plan = make_fanout_plan(
+        ch, m=1024, k=8192, gather_dim=0, elem=2, chunks=1, streams=4, gemms="range", fp32_accumulate=False
+    )
+    assert plan.runs == ((3, 7), (0, 1))
+    assert sorted(p for lane in plan.lanes for p in lane) == [0, 1, 3, 4, 5, 6, 7] and len(plan.lanes) == 4
+    assert ch.arena_bytes == 8 * 128 * 8192 * 2  # one slot per rank, in rank order
+    assert dict(plan.base.remote_inbox)[5] == 0x10000 + 2 * 128 * 8192 * 2 + (5 << 40)  # my slot at peer 5
+    per_peer = make_fanout_plan(
+        ch, m=1024, k=8192, gather_dim=1, elem=2, chunks=2, streams=8, gemms="peer", fp32_accumulate=True
+    )
+    assert per_peer.runs == () and len(per_peer.lanes) == 7
+    with pytest.raises(ValueError, match="gather_dim=0"):
+        make_fanout_plan(
+            ch,
+            m=1024,
+            k=8192,
+            gather_dim=1,
+            elem=2,
+            chunks=1,
+            streams=2,
+            gemms="range",
+            fp32_accumulate=False,
+        )
+
+
+def _key(world_size: int, gather_dim: int, m: int = 1024) -> ProblemKey:
+    return ProblemKey.make("ag_gemm", "nvidia-h200", world_size, "bf16", {"M": m, "N": 8192, "K": 8192},
+                           {"gather_dim": gather_dim})  # fmt: skip
+
+
+def test_check_prunes_what_cannot_run_or_repeats_another_point() -> None:
+    v = get_op("ag_gemm").variants["ce_fanout"]
+    ok = {"streams": 4, "gemms": "range", "signal": "triton", "chunks": 1, "accumulate": "out"}
+    assert v.check(_key(8, 0), H200, ok) is None
+    assert "at least 3 ranks" in v.check(_key(2, 0), H200, ok)
+    assert "already gives each its own" in v.check(_key(4, 0), H200, {**ok, "streams": 8})
+    assert v.check(_key(4, 0), H200, ok) is None  # 4 streams for 3 peers: one each
+    assert "gather_dim=1" in v.check(_key(8, 1), H200, ok)
+    assert "only 1 is useful" in v.check(_key(8, 0), H200, {**ok, "chunks": 2})
+    assert v.check(_key(8, 0), H200, {**ok, "gemms": "peer", "chunks": 2}) is None
+    assert "missing" in v.check(_key(8, 0), H200, {"streams": 1})
+    # every valid point of the space behaves differently: lanes differ, or GEMMs, or chunks, or signal
+    for ws in (3, 4, 8):
+        space = v.search_space(_key(ws, 0), H200)
+        valid = [p for p in iter_grid(space) if v.check(_key(ws, 0), H200, p) is None]
+        peers = ws - 1
+        assert {min(p["streams"], peers) for p in valid} == set(range(1, peers + 1)) & {1, 2, 4, peers}
+        assert len({(min(p["streams"], peers), p["gemms"], p["chunks"], p["signal"]) for p in valid}) == len(
+            valid
+        )
+
+
+# -- the whole schedule on an emulated heap: one thread per rank, CPU tensors, copies by memmove ---------
+
+
+class _HeapChannel:
+    """A rank's channel over CPU buffers: inbox arena, data flags and done tokens (memop protocol:
+    tokens start free), peers' addresses translated buffer by buffer."""
+
+    backend = "memop"
+
+    def __init__(self, rank: int, world_size: int, ranks: list) -> None:
+        import torch
+        from autotaxer.kernels.ag_gemm_ce import MAX_CHUNKS
+
+        self.rank, self.world_size, self.ranks = rank, world_size, ranks
+        self.data = torch.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
+        self.done = torch.ones(world_size, dtype=torch.int32)
+        self._arena = None
+        self.fork = _Nothing()
+
+    def arena(self, nbytes: int):
+        import torch
+
+        if self._arena is None or self._arena.numel() < nbytes:
+            self._arena = torch.zeros(nbytes, dtype=torch.uint8)
+        return self._arena
+
+    def _buffers(self) -> list:
+        return [self._arena, self.data, self.done]
+
+    def remote(self, ptr: int, peer: int) -> int:
+        for mine, theirs in zip(self._buffers(), self.ranks[peer]._buffers(), strict=True):
+            base, size = mine.data_ptr(), mine.numel() * mine.element_size()
+            if base <= ptr < base + size:
+                return theirs.data_ptr() + (ptr - base)
+        raise AssertionError(f"rank {self.rank}: address {ptr:#x} is in none of its heap buffers")
+
+
+class _Nothing:
+    """A stream or event whose ordering the threads' flag waits already provide."""
+
+    def record(self, *args) -> None:
+        pass
+
+    def wait_event(self, *args) -> None:
+        pass
+
+
+def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int) -> None:
+    import contextlib
+    import ctypes
+    import threading
+    import time
+
+    import autotaxer.kernels.ag_gemm_ce as ce
+    import autotaxer.kernels.ag_gemm_ce_fanout as fan
+    import autotaxer.kernels.signal as sig
+    import torch
+
+    def _await(ch, flag, stream, offset=0):
+        deadline = time.monotonic() + 20
+        while int(flag[0]) != 1:  # memop protocol: wait for the token, then take it
+            assert time.monotonic() < deadline, f"rank {ch.rank}: a flag was never raised"
+            time.sleep(1e-4)
+        flag[0] = 0
+
+    monkeypatch.setattr(ce, "_await", _await)
+    monkeypatch.setattr(
+        ce, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
+    )
+    monkeypatch.setattr(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
+    monkeypatch.setattr(fan, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)])
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Nothing())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+
+    m, n, k = 8 * world_size, 24, 16 * world_size
+    rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
+    ranks: list = []
+    ranks.extend(_HeapChannel(r, world_size, ranks) for r in range(world_size))
+    for ch in ranks:  # collective on GPUs: every rank's arena exists before any address is translated
+        ch.arena(world_size * rows * ks * 4)
+    plans = [
+        fan.make_fanout_plan(
+            ch,
+            m=m,
+            k=k,
+            gather_dim=gather_dim,
+            elem=4,
+            chunks=chunks,
+            streams=streams,
+            gemms=gemms,
+            fp32_accumulate=False,
+        )  # fmt: skip
+        for ch in ranks
+    ]
+    errors: list = []
+
+    def one(r: int, a_shard, b, out) -> None:
+        try:
+            fan.ag_gemm_ce_fanout(ranks[r], plans[r], ranks[r].arena(0).view(torch.float32), a_shard, b, out)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    for call in range(3):  # the tokens carry over from call to call
+        gen = torch.Generator().manual_seed(call)
+        a = torch.randn(m, k, generator=gen)
+        b = torch.randn(k, n, generator=gen)
+        shards = a.split(rows, 0) if gather_dim == 0 else a.split(ks, 1)
+        outs = [torch.full((m, n), float("nan")) for _ in ranks]
+        threads = [
+            threading.Thread(target=one, args=(r, shards[r].contiguous(), b, outs[r]))
+            for r in range(world_size)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        ref = a.double() @ b.double()
+        for r, out in enumerate(outs):
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-5, f"call {call} rank {r}: relative error {err}"
+
+
+@pytest.mark.parametrize(
+    ("world_size", "gather_dim", "gemms", "streams", "chunks"),
+    [(3, 0, "range", 2, 1), (4, 0, "range", 1, 1), (4, 0, "peer", 4, 2), (8, 0, "range", 4, 1),
+     (8, 0, "range", 8, 1), (4, 1, "peer", 2, 1), (8, 1, "peer", 8, 4)],
+)  # fmt: skip
+def test_schedule_gathers_and_multiplies_on_an_emulated_heap(
+    monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int
+) -> None:
+    _emulate(monkeypatch, world_size, gather_dim, gemms, streams, chunks)
