@@ -34,9 +34,10 @@ def _streams_reason(streams: int, peers: int) -> str | None:
 class CeFanoutVariant(Variant):
     name = "ce_fanout"
     experimental = True
+    _copy_engine = CopyEngineVariant()  # the transport's own checks
 
     def unavailable_reason(self, target: Target) -> str | None:
-        reason = CopyEngineVariant().unavailable_reason(target)
+        reason = self._copy_engine.unavailable_reason(target)
         return None if reason is None else f"ce_fanout: {reason}"
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
@@ -58,8 +59,6 @@ class CeFanoutVariant(Variant):
         return [{"streams": s, **base} for s in streams]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from ...kernels.ag_gemm_ce import MAX_CHUNKS
-
         gd, ws = key["gather_dim"], key.world_size
         missing = {"streams", "gemms", "signal", "chunks", "accumulate"} - set(params)
         if missing:
@@ -73,22 +72,12 @@ class CeFanoutVariant(Variant):
             return f"gemms: {params['gemms']!r} is not valid for gather_dim={gd}"
         if params["gemms"] == "range" and params["chunks"] != 1:
             return "chunks: a GEMM per run of peers waits for every chunk; only 1 is useful"
-        if params["signal"] not in ("memop", "triton"):
-            return f"signal: unknown back end {params['signal']!r}"
-        if params["signal"] == "memop":
-            from ...kernels.signal import memop_available
-
-            reason = memop_available()
-            if reason is not None:
-                return f"signal=memop: {reason}"
-        rows = key["M"] // ws if gd == 0 else key["M"]
-        if not 1 <= params["chunks"] <= min(rows, MAX_CHUNKS):
-            return f"chunks: {params['chunks']} outside 1..{min(rows, MAX_CHUNKS)} for {rows} shard rows"
-        if params["accumulate"] not in ("out", "fp32") or (gd == 0 and params["accumulate"] != "out"):
-            return f"accumulate: {params['accumulate']!r} is not valid for gather_dim={gd}"
-        if key.dtype not in ("bf16", "fp16"):
-            return f"dtype: ce_fanout supports bf16 and fp16, not {key.dtype}"
-        return None
+        # signal, chunks, accumulate and dtype mean what they mean for copy_engine (same channel)
+        as_copy_engine = {
+            "signal": params["signal"], "chunks": params["chunks"], "accumulate": params["accumulate"],
+            "gather_first": False, "order": "rotated",
+        }  # fmt: skip
+        return self._copy_engine.check(key, target, as_copy_engine)
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
