@@ -12,6 +12,7 @@ import csv
 import os
 import re
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,3 +205,33 @@ class _Parser:
 
 def _split(text: str) -> list[str]:
     return next(csv.reader([text]))
+
+
+def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: str = DEFAULT_OP) -> int:
+    """Write the distinct shapes of ``op`` among ``keys`` as a shapes.csv for ``autotaxer tune``, in
+    their order (atomically: a temp file, then a rename); returns the row count.
+
+    Columns: ``op,dtype,<shape fields>,<layout fields>``; the world size and GPU are the tuner's options.
+    """
+    from .ops import get_op
+
+    opobj = get_op(op)
+    layout_names = list(opobj.layout_choices)
+    rows: list[list] = []
+    seen: set[tuple] = set()
+    for key in keys:
+        if key.op != op:
+            continue
+        row = [op, key.dtype, *(key[f] for f in opobj.shape_fields)]
+        row += [key.get(n, opobj.layout_defaults()[n]) for n in layout_names]
+        if tuple(row) not in seen:
+            seen.add(tuple(row))
+            rows.append(row)
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["op", "dtype", *opobj.shape_fields, *layout_names])
+        w.writerows(rows)
+    os.replace(tmp, p)
+    return len(rows)

@@ -73,6 +73,25 @@ def test_show_human_and_json(url):
     assert result.exit_code == 0 and "no winners" in result.output
 
 
+def test_show_writes_the_stale_records_shapes_for_a_retune(tmp_path, url):
+    import dataclasses
+
+    from autotaxer.runtime.kernel_hash import kernel_source_hash
+    from autotaxer.shapes import load_shapes
+
+    current = make_record(64, variant="bsp")  # tuned with today's sources and no recorded versions
+    today = kernel_source_hash("ag_gemm", "bsp")
+    current = dataclasses.replace(current, kernel_hash=today, env={}, params={})
+    with open_database(url) as db:
+        db.upsert_winner(current)
+    out = tmp_path / "stale.csv"
+    result = invoke("show", "--db", url, "--gpu", "nvidia-h200", "--world-size", "2", "--stale-out", out)
+    assert result.exit_code == 0, result.output
+    assert "wrote 2 stale ag_gemm shape(s)" in result.output
+    rows = load_shapes(out, world_size=2)  # what `autotaxer tune --shapes` reads
+    assert sorted(r.to_key("nvidia-h200", 2)["M"] for r in rows) == [16, 1024]  # not the current M=64
+
+
 @pytest.mark.parametrize("suffix", ["json", "csv"])
 def test_export_with_filters(tmp_path, url, suffix):
     out = tmp_path / f"h200.{suffix}"

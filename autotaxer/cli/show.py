@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from ._common import (
@@ -23,11 +26,20 @@ def show(
     gpu: GpuFilter = None,
     world_size: WorldSizeFilter = None,
     fmt: FormatOption = OutputFormat.human,
+    stale_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--stale-out",
+            help="Write the stale records' shapes (of --op, default ag_gemm) as a shapes.csv to re-tune.",
+        ),
+    ] = None,
 ) -> None:
     """Print the winner of every tuned problem."""
     with open_db(db) as database:
         recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
         url = database.display_url
+    if stale_out is not None:
+        _write_stale(recs, stale_out, op or "ag_gemm")
     if fmt is OutputFormat.json:
         print_json([r.to_dict() for r in recs])
         return
@@ -66,6 +78,16 @@ def show(
             stale.get((r.key, r.variant), "-"),
         )
     Console().print(t)
+
+
+def _write_stale(recs: list, path: Path, op: str) -> None:
+    """The shapes of ``recs``' stale records of ``op`` as a shapes.csv (to stderr: what was written)."""
+    from ..runtime.table import stale_report
+    from ..shapes import write_shapes
+
+    keys = [s.key for s in stale_report(recs) if s.key.op == op]
+    n = write_shapes(keys, path, op)
+    typer.echo(f"wrote {n} stale {op} shape(s) to {path}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,6 @@ is one miss of one run with its call count; :func:`read_misses` sums the counts 
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Iterable
@@ -118,31 +117,8 @@ def read_misses(path: str | os.PathLike) -> list[Miss]:
 
 
 def write_shapes_csv(misses: Iterable[Miss], path: str | os.PathLike, op: str = "ag_gemm") -> int:
-    """Write the distinct shapes of ``op`` among ``misses`` as a shapes.csv for ``autotaxer tune``.
+    """Write the distinct shapes of ``op`` among ``misses`` as a shapes.csv for ``autotaxer tune``
+    (most called first); returns the row count. See :func:`autotaxer.shapes.write_shapes`."""
+    from ..shapes import write_shapes
 
-    Columns: ``op,dtype,<shape fields>,<layout fields>``; most called first. Returns the row count.
-    """
-    from ..ops import get_op
-
-    opobj = get_op(op)
-    layout_names = list(opobj.layout_choices)
-    header = ["op", "dtype", *opobj.shape_fields, *layout_names]
-    rows: list[list] = []
-    seen: set[tuple] = set()
-    for m in misses:
-        if m.key.op != op:
-            continue
-        row = [op, m.key.dtype, *(m.key[f] for f in opobj.shape_fields)]
-        row += [m.key.get(n, opobj.layout_defaults()[n]) for n in layout_names]
-        if tuple(row) in seen:
-            continue
-        seen.add(tuple(row))
-        rows.append(row)
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
-    os.replace(tmp, p)
-    return len(rows)
+    return write_shapes((m.key for m in misses), path, op)
