@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from ._problem import DTYPES, ProblemKey
+from .measure import error_text
 
 #: Entries that every row has, in table order (``variants`` holds one entry per variant).
 BASE_COLUMNS = ("bsp", "allgather", "gemm")
@@ -166,10 +167,6 @@ def tuned_params(db: Any, cases: Iterable[Case], gpu_model: str, world_size: int
 # -- per-rank work ------------------------------------------------------------------------------------
 
 
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
-
-
 class RowTimings:
     """The entries of one row waiting to be timed side by side.
 
@@ -250,7 +247,7 @@ def _variant_entry(
             if best is None or t < best[0]:
                 best = (t, params, ws, out, err)
         except Exception as exc:
-            failed.append({"params": params, "error": _error_text(exc)})
+            failed.append({"params": params, "error": error_text(exc)})
     result.update(tried=tried, failed=failed)
     if best is not None:
         _, params, ws, out, err = best
@@ -280,7 +277,7 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
             return entry
         return timings.add(entry, partial(rt.dispatch, "ag_gemm", *inputs, out=out, gather_dim=gd))
     except Exception as exc:
-        return {"error": _error_text(exc)}
+        return {"error": error_text(exc)}
 
 
 def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dict[str, Any]:
@@ -304,7 +301,7 @@ def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dic
         err = relative_error(c, get_op("ag_gemm").reference(key, ctx.rank, ctx.device, cfg.seed))
         return timings.add({"err": err}, fn)
     except Exception as exc:
-        return {"error": _error_text(exc)}
+        return {"error": error_text(exc)}
 
 
 def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
@@ -324,7 +321,7 @@ def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
         rt.load(ctx.device)
         return rt, None
     except Exception as exc:
-        return None, _error_text(exc)
+        return None, error_text(exc)
 
 
 def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]:

@@ -154,9 +154,14 @@ def time_interleaved(
     return results
 
 
+def error_text(exc: BaseException) -> str:
+    """``exc`` as one short line for results files: its type and message, at most 300 characters."""
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def _failed(mode: str, exc: BaseException) -> dict[str, Any]:
     """A timing entry's result for ``mode`` when preparing or running it raised ``exc``."""
-    return {mode: None, f"{mode}_error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {mode: None, f"{mode}_error": error_text(exc)}
 
 
 def max_over_ranks(value: float, ctx: RunContext) -> float:

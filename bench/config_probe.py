@@ -18,7 +18,8 @@ import json
 from functools import partial
 from typing import Any
 
-from autotaxer.benchmark import BenchConfig, Case, RowTimings, _error_text, environment, write_json
+from autotaxer.benchmark import BenchConfig, Case, RowTimings, environment, write_json
+from autotaxer.measure import error_text
 
 Entry = tuple[str, str, dict]  # (variant, source, params)
 
@@ -74,7 +75,7 @@ def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table
                 else:
                     entry["error"] = f"relative error {entry['err']:.3g}"
             except Exception as exc:
-                entry["error"] = _error_text(exc)
+                entry["error"] = error_text(exc)
             timed.append(entry)
         timings.run(ctx, cfg)
         row["entries"] = timed
