@@ -6,7 +6,12 @@ problem, and with ``--table`` the table's record for the problem: each checked a
 reference (NaN-poisoned output, two fresh seeds), then all of them and BSP timed side by side
 (``autotaxer.measure.time_interleaved``: one sample of each in turn). For probing a
 change before it goes into a variant's seeds or search space; the tuner and ``ag_gemm_bench.py`` stay
-the record of what ships. Writes JSON and prints one line per timed configuration.
+the record of what ships. The all-gather alone (NCCL) and cuBLAS alone on the gathered A are timed in the
+same rounds (the ceiling), and with ``--producers`` each ``push``/``pull`` configuration's producer steps
+alone too (the same kernel launched with ``phase="producers"``: every program's, or the dedicated
+producers', stores and flag releases, no GEMM; in rounds of their own after the rest, since such a launch
+raises the next call's flags early), which tells the transfer's own time apart from what the GEMM hides
+of it. Writes JSON and prints one line per timed configuration.
 
     python bench/config_probe.py --configs probe.json --shapes 8192x8192 --m 256,512 --out probe_out.json
 """
@@ -45,10 +50,27 @@ def _entries(op, key, target, configs: dict[str, list[dict]], table: list[dict])
     return out
 
 
-def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table: list[dict]) -> list[dict]:
+def _producers(ws: Any, inputs: tuple, ctx: Any, out: Any) -> None:
+    """The producer steps of a ``push``/``pull`` workspace's kernel alone (``phase="producers"``)."""
+    a_shard, b = inputs
+    buf = ws.buffers
+    buf["launch"](
+        a_shard=a_shard, b=b, out=out, inbox=buf["data"], flags=buf["flags"], sync=buf["sync"],
+        heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
+        gather_dim=ws.key["gather_dim"], config=buf["config"], num_sms=ctx.target.num_sms, phase="producers",
+    )  # fmt: skip
+
+
+def probe_rank(
+    ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table: list[dict], producers: bool = False
+) -> list[dict]:
     """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
+    import torch
+
+    from autotaxer._problem import torch_dtype
     from autotaxer.measure import check_variant
     from autotaxer.ops import get_op
+    from autotaxer.ops.ag_gemm.bsp import all_gather_shards
 
     ctx.heap_size = cfg.heap_gib << 30
     op = get_op("ag_gemm")
@@ -62,7 +84,13 @@ def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table
         row: dict[str, Any] = dict(case.__dict__)
         timings = RowTimings()  # BSP and every accepted configuration, timed side by side
         row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
+        row["allgather"] = timings.add({}, partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx))
+        a_full = torch.randn((case.M, case.K), device=ctx.device).to(torch_dtype(case.dtype))
+        row["gemm"] = timings.add(
+            {}, partial(torch.matmul, a_full, inputs[1], out=op.empty_output(key, ctx.device))
+        )
         timed = []
+        alone = []  # (entry, producer steps of its workspace): timed after the rest
         for name, source, params in _entries(op, key, ctx.target, configs, table):
             entry: dict[str, Any] = {"variant": name, "source": source, "params": params}
             variant = op.variants[name]
@@ -72,12 +100,19 @@ def probe_rank(ctx: Any, cfg: BenchConfig, configs: dict[str, list[dict]], table
                 if entry["err"] <= op.tolerance(key):
                     vout = op.empty_output(key, ctx.device)
                     timings.add(entry, partial(variant.run, vws, inputs, ctx, out=vout))
+                    if producers and name in ("push", "pull"):
+                        alone.append((entry, partial(_producers, vws, inputs, ctx, vout)))
                 else:
                     entry["error"] = f"relative error {entry['err']:.3g}"
             except Exception as exc:
                 entry["error"] = error_text(exc)
             timed.append(entry)
         timings.run(ctx, cfg)
+        if alone:  # a producers-only launch raises the next call's flags early: never before a full call
+            producer_timings = RowTimings()
+            for entry, fn in alone:
+                entry["producers"] = producer_timings.add({}, fn)
+            producer_timings.run(ctx, cfg)
         row["entries"] = timed
         rows.append(row)
         if ctx.rank == 0:
@@ -94,6 +129,8 @@ def _line(row: dict, entry: dict) -> str:
     bsp = row["bsp"]
     body = f"bsp {us(bsp.get('eager'))} {us(bsp.get('graph'))} | {entry['variant']:<11} {entry['source']:<5}"
     times = f"{us(entry.get('eager'))} {us(entry.get('graph'))}"
+    if "producers" in entry:
+        times += f" (producers alone {us(entry['producers'].get('graph'))})"
     result = entry.get("error") or f"{times} err {entry.get('err', 0):.1e}"
     return f"{head} {body} {result} {json.dumps(entry['params'], separators=(',', ':'))}"
 
@@ -111,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--samples", type=int, default=9)
+    p.add_argument("--producers", action="store_true", help="push/pull: time the producer steps alone too")
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
     with open(a.configs) as f:
@@ -132,7 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     cfg.validate()
     timeout = 120 + 120 * len(cases)
-    rows = run_ranks(probe_rank, a.world_size, a.device, args=(cfg, configs, table), timeout=timeout)
+    rows = run_ranks(
+        probe_rank, a.world_size, a.device, args=(cfg, configs, table, a.producers), timeout=timeout
+    )
     report = {**environment(a.device), "world_size": a.world_size, "configs": configs, "rows": rows[0]}
     write_json(report, a.out)
 
