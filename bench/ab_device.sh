@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B a kernel change on 2 GPUs: this working tree ("b") against a reference tree ("a", $REF, made with
-# `git archive REV pyproject.toml README.md autotaxer kernels bench migrations tuning_db | tar -x -C ab_ref`
-# where ab_ref/ is an untracked folder in the repo so that it travels to the device), in one call:
+# `mkdir ab_ref && git archive REV pyproject.toml README.md autotaxer kernels bench migrations tuning_db |
+# tar -x -C ab_ref`; ab_ref/ is git-ignored: name it in the device call's carry, beside .whl), in one call:
 #   1. the push kernel at one rank against cuBLAS (bench/gemm_vs_cublas.py --fused), a on GPU 0 and b on
 #      GPU 1 at once, then swapped (each tree's numbers are the two GPUs' median);
 #   2. bench/config_probe.py with $PROBE on both GPUs: a, b, a again (drift check).
