@@ -3,7 +3,7 @@
 # `mkdir ab_ref && git archive REV pyproject.toml README.md autotaxer kernels bench migrations tuning_db |
 # tar -x -C ab_ref`; ab_ref/ is git-ignored: name it in the device call's carry, beside .whl), in one call:
 #   1. the push kernel at one rank against cuBLAS (bench/gemm_vs_cublas.py --fused), a on GPU 0 and b on
-#      GPU 1 at once, then swapped (each tree's numbers are the two GPUs' median);
+#      GPU 1 at once, then swapped (cublas_{a,b}{0,1}.json: tree, GPU);
 #   2. bench/config_probe.py with $PROBE on both GPUs: a, b, a again (drift check).
 # Usage (device, repo root): REF=ab_ref PROBE=bench/probes/lean_bookkeeping.json M=256,512,1024 bash bench/ab_device.sh
 set -u

@@ -115,6 +115,42 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured
 
 
+def test_warm_start_table_records_run_right_after_the_baseline(tmp_path: Path) -> None:
+    from autotaxer.records import WinnerRecord
+    from autotaxer.table_file import write_table
+
+    key = _key(2, 32, 16, 16, 0)
+    earlier = {"chunks": 4, "order": "ascending"}
+    table = tmp_path / "earlier.json"
+    write_table(
+        [WinnerRecord(key=key, variant="cpu_chunked", params=earlier, median_us=5.0, bsp_us=6.0, trials=9)],
+        table,
+    )
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n")
+    args = [
+        "--world-size",
+        "2",
+        "--shapes",
+        str(shapes),
+        "--db",
+        url,
+        "--trials",
+        "2",
+        "--warm-start",
+        str(table),
+    ]
+    proc = _tune([*args, "--jsonl"])
+    assert proc.returncode == 0, proc.stderr
+    notes = [json.loads(line) for line in proc.stdout.splitlines() if '"note"' in line]
+    assert any("1 earlier winner(s) queued first" in n["message"] for n in notes), notes
+    params = [t.params for t in _trials(url, key)]
+    assert params == [
+        {"variant": "bsp"},
+        {"variant": "cpu_chunked", **{f"cpu_chunked.{k}": v for k, v in earlier.items()}},
+    ]
+
+
 @pytest.mark.slow
 def test_world_size_3_and_a_finished_run_resumes_as_a_no_op(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
