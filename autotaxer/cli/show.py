@@ -38,8 +38,12 @@ def show(
     with open_db(db) as database:
         recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
         url = database.display_url
+    from ..runtime.table import stale_report
+
+    human = fmt is not OutputFormat.json and recs
+    report = stale_report(recs) if stale_out is not None or human else []
     if stale_out is not None:
-        _write_stale(recs, stale_out, op or "ag_gemm")
+        _write_stale(report, stale_out, op or "ag_gemm")
     if fmt is OutputFormat.json:
         print_json([r.to_dict() for r in recs])
         return
@@ -49,9 +53,7 @@ def show(
     from rich.console import Console
     from rich.table import Table
 
-    from ..runtime.table import stale_report
-
-    stale = {(s.key, s.variant): "; ".join(s.reasons) for s in stale_report(recs)}
+    stale = {(s.key, s.variant): "; ".join(s.reasons) for s in report}
     t = Table(title=f"winners in {url}")
     for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
         t.add_column(name)
@@ -80,12 +82,12 @@ def show(
     Console().print(t)
 
 
-def _write_stale(recs: list, path: Path, op: str) -> None:
-    """The shapes of ``recs``' stale records of ``op`` as a shapes.csv (to stderr: what was written)."""
-    from ..runtime.table import stale_report
+def _write_stale(report: list, path: Path, op: str) -> None:
+    """The shapes of the stale records of ``op`` in ``report`` (:func:`stale_report`) as a shapes.csv
+    (to stderr: what was written)."""
     from ..shapes import write_shapes
 
-    keys = [s.key for s in stale_report(recs) if s.key.op == op]
+    keys = [s.key for s in report if s.key.op == op]
     n = write_shapes(keys, path, op)
     typer.echo(f"wrote {n} stale {op} shape(s) to {path}", err=True)
 
