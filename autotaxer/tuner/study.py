@@ -226,14 +226,14 @@ def point_of(op: Op, space: SearchSpace, name: str, params: Mapping[str, Any]) -
 
 def enqueue_configs(study: Any, op: Op, space: SearchSpace, configs: Iterable[tuple[str, Mapping]]) -> int:
     """Queue the ``(variant, params)`` configurations that are points of ``space`` (``--warm-start``:
-    previous winners, re-measured first); the number queued."""
-    queued = 0
+    previous winners, re-measured first); the number of distinct points among them."""
+    points: list[dict[str, Any]] = []
     for name, params in configs:
         point = point_of(op, space, name, params)
-        if point is not None:
+        if point is not None and point not in points:  # e.g. one record in both timings' tables
             study.enqueue_trial(point, skip_if_exists=True)
-            queued += 1
-    return queued
+            points.append(point)
+    return len(points)
 
 
 def seed_points(op: Op, space: SearchSpace) -> list[dict[str, Any]]:
