@@ -567,7 +567,9 @@ def row_line(row: Mapping[str, Any]) -> str:
         t = best_us(entry)
         if "skipped" in entry:
             continue
-        if t is None:
+        if t is None and entry.get("valid_configs") == 0:
+            parts.append(f"{name}: n/a")  # no configuration of the variant is valid at this shape
+        elif t is None:
             parts.append(f"{name}: FAIL")
         else:
             times = f"{_fmt(entry.get('eager'))}/{_fmt(entry.get('graph'))}"

@@ -108,8 +108,8 @@ def summary(kernel) -> dict:
 
 
 def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dict, world_size: int = 2):
-    """Record the launch of the ``kind`` kernel (``push`` or ``pull``) for one problem and config; returns
-    ``(fn, args, kw)``."""
+    """Record the launch of the ``kind`` kernel (``push``, ``pull`` or ``push_tma``: push's arguments) for one
+    problem and config; returns ``(fn, args, kw)``."""
     import torch
     from autotaxer.kernels import _ag_fused
 
@@ -118,7 +118,7 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     dt = torch.bfloat16
     geo = _ag_fused.geometry(config, ms, ks)
     _, args, kw = _ag_fused._launch_args(
-        kind,
+        "push" if kind == "push_tma" else kind,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
@@ -133,6 +133,10 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         phase="all",
         buf=torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt),
     )
+    if kind == "push_tma":
+        from autotaxer.kernels.ag_gemm_push_tma import TMA_KERNEL
+
+        return TMA_KERNEL, args, kw
     return _ag_fused.KERNEL, args, kw
 
 

@@ -5,10 +5,11 @@ calls, after warm-up); the best config per shape is compared with cuBLAS. ``--fu
 ``push``/``pull`` kernel itself with the communication taken away: the same kernel launched for one
 rank (every row local, so no flag is ever waited on), with no dedicated producers (``comm_sms=0``) and
 with 16 (they find nothing to move and join the GEMM through the tile queue), at the same tiles as the
-persistent GEMM, the four (cuBLAS, GEMM, fused twice) timed side by side in rotating rounds.
-Writes JSON to ``--out``.
+persistent GEMM, the four (cuBLAS, GEMM, fused twice) timed side by side in rotating rounds. ``--tma``
+adds ``push_tma``'s kernel (TMA loads in the GEMM) at one rank the same two ways, in the same rounds,
+and a 5-stage 128x128 config TMA's registers allow. Writes JSON to ``--out``.
 
-    python bench/gemm_vs_cublas.py --out bench/results/gemm_vs_cublas.json [--fused]
+    python bench/gemm_vs_cublas.py --out bench/results/gemm_vs_cublas.json [--fused [--tma]]
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CONFIGS = [  # (block_m, block_n, block_k, group_m, num_warps, num_stages, num_p
     (16, 128, 128, 8, 4, 4, 0),
     (16, 64, 256, 8, 4, 3, 0),
 ]
+TMA_CONFIGS = [(128, 128, 64, 8, 4, 5, 0)]  # also timed with --tma
 
 
 def _interleaved(fns, reps: int = 50, rounds: int = 7) -> list[float]:
@@ -72,13 +74,16 @@ def _time(fn, reps: int = 50) -> float:
     return statistics.median(times)
 
 
-def fused_one_rank(a, b, out, cfg, comm_sms: int):
-    """A call of the fused ``push`` kernel for one rank (gather_dim=0, every row local) at ``cfg``'s tiles."""
+def fused_one_rank(a, b, out, cfg, comm_sms: int, kind: str = "push"):
+    """A call of the fused ``push`` (or ``push_tma``) kernel for one rank (gather_dim=0, every row local) at
+    ``cfg``'s tiles."""
     import torch
     from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
     from autotaxer.kernels.ag_gemm_push import ag_gemm_push
+    from autotaxer.kernels.ag_gemm_push_tma import ag_gemm_push_tma
     from autotaxer.kernels.gemm import num_sms
 
+    launch = ag_gemm_push_tma if kind == "push_tma" else ag_gemm_push
     m, k = a.shape
     config = FusedConfig(
         block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, group_m=cfg.group_m,
@@ -89,37 +94,51 @@ def fused_one_rank(a, b, out, cfg, comm_sms: int):
     sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=a.device)
     heap_bases = torch.tensor([inbox.data_ptr()], dtype=torch.int64, device=a.device)
     cache: dict = {}
-    return lambda: ag_gemm_push(
+    return lambda: launch(
         a_shard=a, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=0,
         world_size=1, gather_dim=0, config=config, num_sms=num_sms(a.device), cache=cache,
     )  # fmt: skip
 
 
-def fused_side_by_side(a, b, out, ref, cfg) -> dict:
+def fused_side_by_side(a, b, out, ref, cfg, tma: bool = False) -> dict:
     """cuBLAS, the persistent GEMM at ``cfg`` and the fused kernel at one rank (``comm_sms`` 0 and 16) at
-    ``cfg``'s tiles, each checked, then timed side by side (ms per call)."""
+    ``cfg``'s tiles (``tma``: ``push_tma``'s kernel too), each checked, then timed side by side (ms per
+    call)."""
     import torch
     from autotaxer.kernels.gemm import gemm
 
     label = f"M={a.shape[0]} N={b.shape[1]} K={a.shape[1]} {cfg}"
-    runs = {c: fused_one_rank(a, b, out, cfg, c) for c in (0, 16)}
-    for c, run in runs.items():
+    kinds = ("push", "push_tma") if tma else ("push",)
+    runs = {(kind, c): fused_one_rank(a, b, out, cfg, c, kind) for kind in kinds for c in (0, 16)}
+    for (kind, c), run in runs.items():
         out.fill_(float("nan"))
         run()
         err = ((out.float() - ref).norm() / ref.norm()).item()
         if not err <= 1e-2:
-            raise SystemExit(f"{label}: fused comm_sms={c} WRONG, relative error {err}")
+            raise SystemExit(f"{label}: {kind} comm_sms={c} WRONG, relative error {err}")
     fns = [lambda: torch.matmul(a, b, out=out), lambda: gemm(a, b, out, cfg), *runs.values()]
-    t_cb, t_gemm, t0, t16 = _interleaved(fns)
-    best = min(t0, t16)
-    print(
-        f"{label}: side by side cublas {t_cb * 1e3:.1f} us, gemm {t_gemm * 1e3:.1f}, fused comm_sms=0 "
-        f"{t0 * 1e3:.1f}, 16 {t16 * 1e3:.1f}; cublas/fused {t_cb / best:.3f}, gemm/fused {t_gemm / best:.3f}"
-    )
-    return {
-        "config": dict(cfg.__dict__), "cublas_ms": t_cb, "gemm_ms": t_gemm, "fused_comm0_ms": t0,
-        "fused_comm16_ms": t16, "ratio_cublas_over_fused": t_cb / best,
+    t_cb, t_gemm, *t_fused = _interleaved(fns)
+    t = dict(zip(runs, t_fused, strict=True))
+    best = min(t["push", 0], t["push", 16])
+    row = {
+        "config": dict(cfg.__dict__), "cublas_ms": t_cb, "gemm_ms": t_gemm, "fused_comm0_ms": t["push", 0],
+        "fused_comm16_ms": t["push", 16], "ratio_cublas_over_fused": t_cb / best,
     }  # fmt: skip
+    line = (
+        f"{label}: side by side cublas {t_cb * 1e3:.1f} us, gemm {t_gemm * 1e3:.1f}, fused comm_sms=0 "
+        f"{t['push', 0] * 1e3:.1f}, 16 {t['push', 16] * 1e3:.1f}; cublas/fused {t_cb / best:.3f}, "
+        f"gemm/fused {t_gemm / best:.3f}"
+    )
+    if tma:
+        best_tma = min(t["push_tma", 0], t["push_tma", 16])
+        row.update(tma_comm0_ms=t["push_tma", 0], tma_comm16_ms=t["push_tma", 16])
+        row["ratio_cublas_over_tma"] = t_cb / best_tma
+        line += (
+            f"; push_tma comm_sms=0 {t['push_tma', 0] * 1e3:.1f}, 16 {t['push_tma', 16] * 1e3:.1f}, "
+            f"cublas/push_tma {t_cb / best_tma:.3f}"
+        )
+    print(line)
+    return row
 
 
 def main() -> None:
@@ -128,6 +147,7 @@ def main() -> None:
     parser.add_argument("--ms", default=",".join(map(str, MS)))
     parser.add_argument("--shapes", default=None, help="comma list of NxK (default: the three LLM shapes)")
     parser.add_argument("--fused", action="store_true", help="also the fused kernel at one rank")
+    parser.add_argument("--tma", action="store_true", help="with --fused: push_tma's kernel too")
     args = parser.parse_args()
     import torch
     from autotaxer.kernels.gemm import GemmConfig, gemm
@@ -143,7 +163,7 @@ def main() -> None:
             t_cublas = _time(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
             best = None
             fused: list[dict] = []  # per fused-eligible config: cuBLAS, gemm and fused side by side
-            for bm, bn, bk, g, w, s, p in CONFIGS:
+            for bm, bn, bk, g, w, s, p in CONFIGS + (TMA_CONFIGS if args.tma else []):
                 if bm > max(16, 1 << (m - 1).bit_length()):
                     continue
                 cfg = GemmConfig(
@@ -162,7 +182,7 @@ def main() -> None:
                 if best is None or t < best[0]:
                     best = (t, cfg)
                 if args.fused and p == 0 and bm >= 64:  # the tiles the fused seeds use from M=128
-                    fused.append(fused_side_by_side(a, b, out, ref, cfg))
+                    fused.append(fused_side_by_side(a, b, out, ref, cfg, args.tma))
             row = {
                 "M": m,
                 "N": n,
@@ -175,9 +195,13 @@ def main() -> None:
             if fused:  # the best fused config, against cuBLAS timed beside it
                 row["fused"] = fused
                 row["ratio_cublas_over_fused"] = max(f["ratio_cublas_over_fused"] for f in fused)
+                if args.tma:
+                    row["ratio_cublas_over_tma"] = max(f["ratio_cublas_over_tma"] for f in fused)
             rows.append(row)
             tri = f"{best[0] * 1e3:8.1f} us  ratio {t_cublas / best[0]:.3f}" if best else "failed"
             fus = f"  fused ratio {row['ratio_cublas_over_fused']:.3f}" if fused else ""
+            if fused and args.tma:
+                fus += f"  push_tma ratio {row['ratio_cublas_over_tma']:.3f}"
             head = f"M={m:6d} N={n:6d} K={k:6d} cublas {t_cublas * 1e3:8.1f} us"
             print(f"{head}  triton {tri}{fus}  {row['config']}")
     with open(args.out, "w") as f:

@@ -5,8 +5,8 @@
 #   source bench/device_env.sh && SHAPES=stale.csv WARM="old_ws2.json old_ws2_graph.json" \
 #       bash bench/retune_warm_device.sh tune bench
 # (stale.csv from `autotaxer show --stale-out` on a database the shipped tables were imported into)
-# Steps: tune (both timings, $TRIALS trials, default 6) -> $OUT/warm_{eager,graph}.json and the merged
-# tables $OUT/nvidia-h200_ws$WS{,_graph}.json; bench (ag_gemm_bench.py, $BENCH_SHAPES (default 8192x8192), every M,
+# Steps: tune (both timings, $TRIALS trials, default 6, $VARIANTS, default bsp,copy_engine,push,pull) -> $OUT/warm_{eager,graph}.json and the merged
+# tables $OUT/nvidia-h200_ws$WS{,_graph}.json; bench (ag_gemm_bench.py, $BENCH_SHAPES (default 8192x8192), every M or $BENCH_M,
 # both layouts, dispatch from $OUT's merged graph table, else the shipped one; BENCH_LIMIT s) ->
 # $OUT/bench_$BENCH_NAME.json. Summary last.
 set -u
@@ -29,7 +29,7 @@ for s in "$@"; do
             [ "$timing" = graph ] && table=${TABLE}_graph.json
             rm -f "$STATE/warm_$timing.db"
             step "warm_$timing" "${LIMIT:-150}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "${SHAPES:?shapes csv}" \
-                --trials "${TRIALS:-6}" --variants bsp,copy_engine,push,pull --db "sqlite:///$STATE/warm_$timing.db" \
+                --trials "${TRIALS:-6}" --variants "${VARIANTS:-bsp,copy_engine,push,pull}" --db "sqlite:///$STATE/warm_$timing.db" \
                 --jsonl --trial-timeout 60 --seed 0 --timing "$timing" "${warm[@]}"
             at export --db "sqlite:///$STATE/warm_$timing.db" --gpu nvidia-h200 --world-size "$WS" --out "$OUT/warm_$timing.json"
             step "pick_$timing" 60 python3 -P bench/pick_retuned.py "$table" "$OUT/warm_$timing.json" --out "$STATE/pick_$timing.json"
@@ -45,7 +45,7 @@ for s in "$@"; do
         at import "$graph_table" --db "sqlite:///$STATE/graph.db" -q
         name=${BENCH_NAME:-8192x8192}
         step "bench_$name" "${BENCH_LIMIT:-330}" python3 -P bench/ag_gemm_bench.py --world-size "$WS" --shapes "${BENCH_SHAPES:-8192x8192}" --max-configs 3 \
-            --iters 10 --samples 7 --peer-timeout 1 --layouts "${LAYOUTS:-0,1}" --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
+            --iters 10 --samples 7 --peer-timeout 1 --layouts "${LAYOUTS:-0,1}" ${BENCH_M:+--m "$BENCH_M"} --db "sqlite:///$STATE/graph.db" --dispatch-timing graph \
             --out "$OUT/bench_$name.json"
         ;;
     *) summary+=("$s: unknown step") ;;

@@ -47,9 +47,11 @@ def _check_all(
     only: tuple[str, ...] = (),
     skip: tuple[str, ...] = (),
     seeds: bool | None = None,
+    shape: tuple[int, int] = (N, K),
 ) -> list[str]:
-    """Every selected variant at each case of ``CASES``: ``calls`` eager calls and three graph replays per
-    configuration; ``seeds`` (default: bf16 only) adds each variant's seed configurations."""
+    """Every selected variant at each case of ``CASES`` (``shape``: N, K): ``calls`` eager calls and three
+    graph replays per configuration; ``seeds`` (default: bf16 only) adds each variant's seed
+    configurations."""
     import torch
 
     from autotaxer.ops import get_op, iter_grid, relative_error
@@ -61,7 +63,7 @@ def _check_all(
         if (only and name not in only) or name in skip:
             continue
         for gd, m in CASES:
-            key = rank_key(ctx, m, N, K, gd, dtype)
+            key = rank_key(ctx, m, *shape, gd, dtype)
             space = variant.search_space(key, ctx.target)
             if space and not any(variant.check(key, ctx.target, p) is None for p in iter_grid(space)):
                 continue  # nothing valid at this world size (ce_fanout at 2 ranks)
@@ -119,7 +121,7 @@ def test_every_variant_matches_reference_on_two_gpus(dtype: str) -> None:
     assert not failures, "\n".join(failures[:20])
 
 
-_IRIS_FUSED = ("pull", "push")
+_IRIS_FUSED = ("pull", "push", "push_tma")
 
 
 @pytest.mark.gpu(world_size=4)
@@ -166,10 +168,9 @@ def _misaligned_inputs(ctx, variant_name: str) -> list[str]:
             err = relative_error(out, op.reference(key, ctx.rank, ctx.device, 100 + call))
             if not err < op.tolerance(key):
                 failures.append(f"{variant_name} gd={gd} call {call} shift {shift}: rel err {err}")
-        if len(ws.buffers["launch_cache"]) != 2:
-            failures.append(
-                f"{variant_name} gd={gd}: {len(ws.buffers['launch_cache'])} cached launches, not 2"
-            )
+        launches = [k for k in ws.buffers["launch_cache"] if isinstance(k, tuple)]  # (push_tma: + scratch)
+        if len(launches) != 2:
+            failures.append(f"{variant_name} gd={gd}: {len(launches)} cached launches, not 2")
     return failures
 
 
@@ -179,3 +180,37 @@ def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
     results = run_ranks(_misaligned_inputs, 2, "cuda", args=(variant,), timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures)
+
+
+def _check_push_tma(ctx) -> list[str]:
+    """``push_tma`` where TMA can address every tensor (K=1024: 16-byte K-slices at gather_dim=1; N=1000
+    still ragged), so its own kernel runs, not ``push``'s fallback: the cases, then a count of them."""
+    import torch
+    from autotaxer.kernels._ag_fused import FusedConfig
+    from autotaxer.kernels.ag_gemm_push_tma import tma_ready
+
+    from autotaxer.ops import get_op
+
+    failures = _check_all(ctx, "bf16", 2, ("push_tma",), shape=(1000, 1024))
+    op, tma_cases = get_op("ag_gemm"), 0
+    variant = op.variants["push_tma"]
+    for gd, m in CASES:
+        key = rank_key(ctx, m, 1000, 1024, gd, "bf16")
+        try:
+            params = variant.default_params(key, ctx.target)
+        except ValueError:  # no valid configuration (gather_dim=0 tiles straddling at M=8)
+            continue
+        a, b = op.make_inputs(key, ctx.rank, ctx.device, 1)
+        box = torch.empty(2, ctx.world_size, *a.shape, dtype=a.dtype, device=a.device)
+        tma_cases += tma_ready(a, b, box, gd, FusedConfig(**params)) is None
+    if tma_cases < 5:
+        failures.append(f"push_tma: TMA addressed only {tma_cases} of the {len(CASES)} cases")
+    return failures
+
+
+@pytest.mark.gpu(world_size=2)
+@pytest.mark.slow
+def test_push_tma_runs_its_own_kernel_on_two_gpus() -> None:
+    results = run_ranks(_check_push_tma, 2, "cuda", timeout=300)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])

@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotaxer.benchmark import BenchConfig, Case, best_us, ceiling_us, row_entries, tuned_params
+from autotaxer.benchmark import BenchConfig, Case, best_us, ceiling_us, row_entries, row_line, tuned_params
 from autotaxer.cli import app
 from autotaxer.storage import open_database
 
@@ -122,3 +122,20 @@ def test_bench_cli_bad_input_writes_nothing(tmp_path):
     res = runner.invoke(app, [*base, "--shapes", str(shapes), "--dispatch-timing", "replay"])
     assert res.exit_code == 2 and "--dispatch-timing" in res.output and "replay" in res.output
     assert not out.exists()
+
+
+def test_row_line_tells_no_valid_config_from_failure():
+    """A variant with no valid configuration at the shape reads "n/a"; one whose configurations all
+    failed reads "FAIL"; a timed one its speedup over the faster BSP."""
+    row = {
+        "N": 8192, "K": 8192, "gather_dim": 0, "M": 8,
+        "bsp": {"eager": 60.0, "graph": 40.0}, "allgather": {"eager": 12.0}, "gemm": {"graph": 30.0},
+        "variants": {
+            "push_tma": {"valid_configs": 0, "tried": []},
+            "pull": {"valid_configs": 3, "tried": [], "failed": ["rel err"]},
+            "push": {"valid_configs": 3, "eager": 50.0, "graph": 32.0},
+        },
+    }  # fmt: skip
+    line = row_line(row)
+    assert "push_tma: n/a" in line and "pull: FAIL" in line
+    assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line

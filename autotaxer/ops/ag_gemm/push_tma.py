@@ -1,0 +1,76 @@
+"""``push_tma``: ``push`` with TMA loads in the GEMM (NVIDIA sm_90 and later).
+
+The same producers, flags and inbox as ``push`` (so the same heap buffers); the consumer loads A and B
+tiles by tensor-memory access, which frees the registers ``push``'s ``cp.async`` addresses hold and
+lets 128x256 tiles and deeper pipelines fit. Its own variant, not a ``push`` parameter: ``push``'s
+records stay valid (its kernel sources are untouched), and AMD keeps ``push`` alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._problem import ProblemKey, Target
+from .._base import Params
+from ._op import shard_shape
+from .push import PushVariant
+
+
+def _sm(arch: str) -> int:
+    """``90`` for ``sm_90``; 0 when ``arch`` is not an NVIDIA compute capability."""
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+class PushTmaVariant(PushVariant):
+    name = "push_tma"
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        reason = super().unavailable_reason(target)
+        if reason is not None:
+            return reason
+        if target.is_amd or _sm(target.arch) < 90:
+            return f"{self.name}: TMA loads need an NVIDIA GPU of sm_90 or later (this is {target.arch})"
+        return None
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        space = dict(super().search_space(key, target))
+        space["num_stages"] = (4, 3, 5)
+        space["prefetch_k"] = (0,)  # the L2 prefetch of B belongs to push's pointer loads
+        return space
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """``push``'s starting points at small M; from M=256 the 128x128 tiles ``push`` uses and the
+        128x256 tiles (one wave of 8 warps at M=512 on 2 GPUs) TMA makes affordable."""
+        m = key["M"]
+        if m < 256:
+            return [dict(c, prefetch_k=0) for c in super().seed_configs(key, target)]
+
+        def cfg(bn, warps, stages, comm, rc, kc):
+            return dict(
+                block_m=128, block_n=bn, block_k=64, group_m=8, num_warps=warps, num_stages=stages,
+                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=0,
+            )  # fmt: skip
+
+        if m <= 512:
+            return [cfg(256, 8, 4, 0, 16, 8), cfg(128, 4, 4, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1)]
+        return [cfg(256, 8, 4, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1), cfg(256, 8, 4, 16, 64, 1)]
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        reason = super().check(key, target, params)
+        if reason is not None:
+            return reason
+        ms, _ = shard_shape(key)
+        if key["gather_dim"] == 0 and ms % params["block_m"]:
+            return f"block_m: {params['block_m']}-row tiles straddle {ms}-row shards (TMA reads one owner)"
+        if params.get("prefetch_k"):
+            return "prefetch_k: push_tma has no L2 prefetch"
+        return None
+
+    def launcher(self):
+        from autotaxer.kernels.ag_gemm_push_tma import ag_gemm_push_tma
+
+        return ag_gemm_push_tma
+
+
+VARIANTS = [PushTmaVariant()]
