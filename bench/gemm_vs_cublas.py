@@ -33,6 +33,8 @@ CONFIGS = [  # (block_m, block_n, block_k, group_m, num_warps, num_stages, num_p
     (16, 64, 256, 8, 4, 3, 0),
 ]
 TMA_CONFIGS = [(128, 128, 64, 8, 4, 5, 0)]  # also timed with --tma
+#: The row keys' name of each one-rank kernel (``fused_comm0_ms``, ``ratio_cublas_over_tma``, ...).
+_ROW_NAMES = {"push": "fused", "push_tma": "tma"}
 
 
 def _interleaved(fns, reps: int = 50, rounds: int = 7) -> list[float]:
@@ -100,15 +102,14 @@ def fused_one_rank(a, b, out, cfg, comm_sms: int, kind: str = "push"):
     )  # fmt: skip
 
 
-def fused_side_by_side(a, b, out, ref, cfg, tma: bool = False) -> dict:
-    """cuBLAS, the persistent GEMM at ``cfg`` and the fused kernel at one rank (``comm_sms`` 0 and 16) at
-    ``cfg``'s tiles (``tma``: ``push_tma``'s kernel too), each checked, then timed side by side (ms per
+def fused_side_by_side(a, b, out, ref, cfg, kinds: tuple[str, ...] = ("push",)) -> dict:
+    """cuBLAS, the persistent GEMM at ``cfg`` and each fused kernel of ``kinds`` (``push``, ``push_tma``) at
+    one rank (``comm_sms`` 0 and 16) at ``cfg``'s tiles, each checked, then timed side by side (ms per
     call)."""
     import torch
     from autotaxer.kernels.gemm import gemm
 
     label = f"M={a.shape[0]} N={b.shape[1]} K={a.shape[1]} {cfg}"
-    kinds = ("push", "push_tma") if tma else ("push",)
     runs = {(kind, c): fused_one_rank(a, b, out, cfg, c, kind) for kind in kinds for c in (0, 16)}
     for (kind, c), run in runs.items():
         out.fill_(float("nan"))
@@ -119,23 +120,16 @@ def fused_side_by_side(a, b, out, ref, cfg, tma: bool = False) -> dict:
     fns = [lambda: torch.matmul(a, b, out=out), lambda: gemm(a, b, out, cfg), *runs.values()]
     t_cb, t_gemm, *t_fused = _interleaved(fns)
     t = dict(zip(runs, t_fused, strict=True))
-    best = min(t["push", 0], t["push", 16])
-    row = {
-        "config": dict(cfg.__dict__), "cublas_ms": t_cb, "gemm_ms": t_gemm, "fused_comm0_ms": t["push", 0],
-        "fused_comm16_ms": t["push", 16], "ratio_cublas_over_fused": t_cb / best,
-    }  # fmt: skip
-    line = (
-        f"{label}: side by side cublas {t_cb * 1e3:.1f} us, gemm {t_gemm * 1e3:.1f}, fused comm_sms=0 "
-        f"{t['push', 0] * 1e3:.1f}, 16 {t['push', 16] * 1e3:.1f}; cublas/fused {t_cb / best:.3f}, "
-        f"gemm/fused {t_gemm / best:.3f}"
-    )
-    if tma:
-        best_tma = min(t["push_tma", 0], t["push_tma", 16])
-        row.update(tma_comm0_ms=t["push_tma", 0], tma_comm16_ms=t["push_tma", 16])
-        row["ratio_cublas_over_tma"] = t_cb / best_tma
+    row = {"config": dict(cfg.__dict__), "cublas_ms": t_cb, "gemm_ms": t_gemm}
+    line = f"{label}: side by side cublas {t_cb * 1e3:.1f} us, gemm {t_gemm * 1e3:.1f}"
+    for kind in kinds:
+        name = _ROW_NAMES[kind]
+        best = min(t[kind, 0], t[kind, 16])
+        row[f"{name}_comm0_ms"], row[f"{name}_comm16_ms"] = t[kind, 0], t[kind, 16]
+        row[f"ratio_cublas_over_{name}"] = t_cb / best
         line += (
-            f"; push_tma comm_sms=0 {t['push_tma', 0] * 1e3:.1f}, 16 {t['push_tma', 16] * 1e3:.1f}, "
-            f"cublas/push_tma {t_cb / best_tma:.3f}"
+            f"; {kind} comm_sms=0 {t[kind, 0] * 1e3:.1f}, 16 {t[kind, 16] * 1e3:.1f}, "
+            f"cublas/{kind} {t_cb / best:.3f}, gemm/{kind} {t_gemm / best:.3f}"
         )
     print(line)
     return row
@@ -149,6 +143,7 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="also the fused kernel at one rank")
     parser.add_argument("--tma", action="store_true", help="with --fused: push_tma's kernel too")
     args = parser.parse_args()
+    kinds = ("push", "push_tma") if args.tma else ("push",)
     import torch
     from autotaxer.kernels.gemm import GemmConfig, gemm
 
@@ -182,7 +177,7 @@ def main() -> None:
                 if best is None or t < best[0]:
                     best = (t, cfg)
                 if args.fused and p == 0 and bm >= 64:  # the tiles the fused seeds use from M=128
-                    fused.append(fused_side_by_side(a, b, out, ref, cfg, args.tma))
+                    fused.append(fused_side_by_side(a, b, out, ref, cfg, kinds))
             row = {
                 "M": m,
                 "N": n,
@@ -194,14 +189,13 @@ def main() -> None:
             }
             if fused:  # the best fused config, against cuBLAS timed beside it
                 row["fused"] = fused
-                row["ratio_cublas_over_fused"] = max(f["ratio_cublas_over_fused"] for f in fused)
-                if args.tma:
-                    row["ratio_cublas_over_tma"] = max(f["ratio_cublas_over_tma"] for f in fused)
+                for kind in kinds:
+                    key = f"ratio_cublas_over_{_ROW_NAMES[kind]}"
+                    row[key] = max(f[key] for f in fused)
             rows.append(row)
             tri = f"{best[0] * 1e3:8.1f} us  ratio {t_cublas / best[0]:.3f}" if best else "failed"
-            fus = f"  fused ratio {row['ratio_cublas_over_fused']:.3f}" if fused else ""
-            if fused and args.tma:
-                fus += f"  push_tma ratio {row['ratio_cublas_over_tma']:.3f}"
+            ratios = [(kind, row[f"ratio_cublas_over_{_ROW_NAMES[kind]}"]) for kind in kinds] if fused else []
+            fus = "".join(f"  {kind} ratio {r:.3f}" for kind, r in ratios)
             head = f"M={m:6d} N={n:6d} K={k:6d} cublas {t_cublas * 1e3:8.1f} us"
             print(f"{head}  triton {tri}{fus}  {row['config']}")
     with open(args.out, "w") as f:
