@@ -4,7 +4,8 @@
 #   [TABLE=tuning_db/nvidia-h200_ws2_graph.json] [TAG=name] bash bench/tma_device.sh
 # cublas:    the one-rank kernels beside cuBLAS on GPU 0 (gemm_vs_cublas.py --fused --tma, N=K=8192);
 # probe:     config_probe.py with $PROBE and $TABLE's record on $WS GPUs, plus push's producer steps alone;
-# gpu_tests: the push_tma GPU tests (2 GPUs); gpu_tests4: every variant on 4 GPUs; check4: the same
+# gpu_tests: the GPU tests matching $GPU_TESTS (-k; default push_tma) on 2 GPUs; gpu_tests4: every
+#            variant on 4 GPUs; check4: the same
 #            check for $VARIANTS (default ce_fanout,push_tma) only, on 4 GPUs.
 # Logs and JSON go to $OUT as ${TAG}step.*; prints the probe table and the step summary last.
 source bench/device_env.sh || exit 1
@@ -22,7 +23,7 @@ for s in $STEPS; do
     probe) step "${TAG}probe" 420 python3 -P bench/config_probe.py --configs "${PROBE:-bench/probes/push_tma.json}" \
         --table "${TABLE:-tuning_db/nvidia-h200_ws${WS}_graph.json}" --shapes 8192x8192 --m "$M" --producers \
         --world-size "$WS" --layouts "${LAYOUTS:-0,1}" --out "$OUT/${TAG}probe.json" ;;
-    gpu_tests) step "${TAG}gpu_tests" 400 python3 -P -m pytest -q -x tests/test_ag_gemm_gpu.py -k push_tma ;;
+    gpu_tests) step "${TAG}gpu_tests" 400 python3 -P -m pytest -q -x tests/test_ag_gemm_gpu.py -k "${GPU_TESTS:-push_tma}" ;;
     gpu_tests4) step "${TAG}gpu_tests4" 400 python3 -P -m pytest -q -x tests/test_ag_gemm_gpu.py -k four_gpus ;;
     check4) step "${TAG}check4" 300 python3 -P bench/check_variants_gpu.py --world-size 4 \
         --variants "${VARIANTS:-ce_fanout,push_tma}" ;;
