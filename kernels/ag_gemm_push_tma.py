@@ -11,6 +11,8 @@ workspace's launch cache, so repeated and graph-captured calls reuse it).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ._ag_fused import KERNEL, FusedConfig, _launch_args, _specialization
@@ -57,12 +59,15 @@ class _Scratch:
         return self.buf
 
 
-def _launch(kernel, grid: int, args: list[Any], options: dict[str, int], scratch: _Scratch):
+@contextmanager
+def _allocator(scratch: _Scratch) -> Iterator[None]:
+    """Triton's allocator set to ``scratch`` for the launches inside (a ContextVar, so graph capture and
+    other threads' launches are unaffected)."""
     from triton.runtime import _allocation
 
     token = _allocation._allocator.set(scratch)
     try:
-        return kernel[(grid,)](*args, **options)
+        yield
     finally:
         _allocation._allocator.reset(token)
 
@@ -78,15 +83,12 @@ class _CompiledTmaLaunch:
         self.scratch = scratch
 
     def __call__(self, a_shard: Any, b: Any, out: Any) -> None:
-        from triton.runtime import _allocation
-
         args = self.args
         args[0], args[1], args[2] = a_shard, b, out
-        token = _allocation._allocator.set(self.scratch)
         try:
-            self.runner(*args)
+            with _allocator(self.scratch):
+                self.runner(*args)
         finally:
-            _allocation._allocator.reset(token)
             args[0] = args[1] = args[2] = None
 
 
@@ -111,7 +113,8 @@ def ag_gemm_push_tma(
     ``ag_gemm_push`` (:func:`_ag_fused.fused_launcher`)."""
     fast = cache is not None and phase == "all"
     if fast:
-        compiled = cache.get(_specialization(a_shard, b, out))
+        spec = _specialization(a_shard, b, out)
+        compiled = cache.get(spec)
         if compiled is not None:
             compiled(a_shard, b, out)
             return out
@@ -126,9 +129,8 @@ def ag_gemm_push_tma(
     # (arrivals // grid) and the flags mean the same whichever kernel a call runs
     kernel = TMA_KERNEL if tma_ready(a_shard, b, inbox, gather_dim, config) is None else KERNEL
     scratch = cache.setdefault("tma_scratch", _Scratch()) if cache is not None else _Scratch()
-    handle = _launch(kernel, grid, args, options, scratch)
+    with _allocator(scratch):
+        handle = kernel[(grid,)](*args, **options)
     if fast and hasattr(handle, "run") and len(cache) < 64:
-        cache[_specialization(a_shard, b, out)] = _CompiledTmaLaunch(
-            handle, grid, [None, None, None, *args[3:]], scratch
-        )
+        cache[spec] = _CompiledTmaLaunch(handle, grid, [None, None, None, *args[3:]], scratch)
     return out
