@@ -4,9 +4,9 @@
 #   [TABLE=tuning_db/nvidia-h200_ws2_graph.json] [TAG=name] bash bench/tma_device.sh
 # cublas:    the one-rank kernels beside cuBLAS on GPU 0 (gemm_vs_cublas.py --fused --tma, N=K=8192);
 # probe:     config_probe.py with $PROBE and $TABLE's record on $WS GPUs, plus push's producer steps alone;
-# gpu_tests: the GPU tests matching $GPU_TESTS (-k; default push_tma) on 2 GPUs; gpu_tests4: every
-#            variant on 4 GPUs; check4: the same
-#            check for $VARIANTS (default ce_fanout,push_tma) only, on 4 GPUs.
+# gpu_tests: the GPU tests matching $GPU_TESTS (-k; default push_tma) on 2 GPUs;
+# gpu_tests4: every variant on 4 GPUs; check4: the same check for $VARIANTS (default
+#            ce_fanout,push_tma) only, on 4 GPUs.
 # Logs and JSON go to $OUT as ${TAG}step.*; prints the probe table and the step summary last.
 source bench/device_env.sh || exit 1
 source bench/_step.sh
