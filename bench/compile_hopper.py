@@ -61,13 +61,16 @@ def _specialise(fn, args, kwargs):
 
 
 def compile_for_hopper(fn, args, kwargs):
-    """Compile ``fn`` for sm_90 as launched with ``args``/``kwargs``; returns the compiled kernel."""
+    """Compile ``fn`` (a Triton or Gluon kernel) for sm_90 as launched with ``args``/``kwargs``; returns
+    the compiled kernel."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
     sig, consts, attrs, options = _specialise(fn, args, dict(kwargs))
-    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    src = source(fn, sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -138,6 +141,29 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
 
         return TMA_KERNEL, args, kw
     return _ag_fused.KERNEL, args, kw
+
+
+def ws_launch(m: int, n: int, k: int, gather_dim: int, config, world_size: int = 2, col_b: bool = False,
+              dtype: str = "bf16", produce: bool = False, rank: int = 0):  # fmt: skip
+    """The launch of ``push_ws``'s warp-specialised consumer (Gluon, ``kernels/ag_gemm_ws.py``) for one
+    problem and ``WsConfig``, as its launcher builds it (CPU tensors: only shapes and alignment matter;
+    ``produce``: the CTAs move the shard first, ``comm_sms=0``; ``rank`` 1 is specialised to a constant, as
+    at launch); returns ``(fn, args, kw)``."""
+    import torch
+    from autotaxer.kernels._ag_fused import inbox_shape, shard_dims
+    from autotaxer.kernels.ag_gemm_ws import KERNEL, launch_args
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    ms, ks = shard_dims(m, k, world_size, gather_dim)
+    b = torch.empty(n, k, dtype=dt).t() if col_b else torch.empty(k, n, dtype=dt)
+    _, args, kw = launch_args(
+        a_shard=torch.empty(ms, ks, dtype=dt), b=b, out=torch.empty(m, n, dtype=dt),
+        inbox=torch.empty(inbox_shape(ms, ks, world_size), dtype=dt),
+        flags=torch.zeros(64, dtype=torch.int32), sync=torch.zeros(2, dtype=torch.int64), arrivals=132,
+        rank=rank, world_size=world_size, gather_dim=gather_dim, geometry=(ms, 1, max(1, ks // 8), 8),
+        config=config, grid=128, heap_bases=torch.zeros(world_size, dtype=torch.int64) if produce else None,
+    )  # fmt: skip
+    return KERNEL, args, kw
 
 
 CONFIGS = [  # FusedConfig fields in order: block_m, block_n, block_k, group_m, warps, stages, comm_sms,

@@ -121,7 +121,7 @@ def test_every_variant_matches_reference_on_two_gpus(dtype: str) -> None:
     assert not failures, "\n".join(failures[:20])
 
 
-_IRIS_FUSED = ("pull", "push", "push_tma")
+_IRIS_FUSED = ("pull", "push", "push_tma", "push_ws")
 
 
 @pytest.mark.gpu(world_size=4)
@@ -182,18 +182,31 @@ def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
     assert not failures, "\n".join(failures)
 
 
-def _check_push_tma(ctx) -> list[str]:
-    """``push_tma`` where TMA can address every tensor (K=1024: 16-byte K-slices at gather_dim=1; N=1000
+def _own_kernel_ready(name: str, a, b, box, gd: int, params: dict) -> bool:
+    """Whether ``name`` (``push_tma``, ``push_ws``) runs its own kernel on these tensors, not ``push``'s."""
+    from autotaxer.kernels._ag_fused import FusedConfig
+
+    config = FusedConfig(**params)
+    if name == "push_tma":
+        from autotaxer.kernels.ag_gemm_push_tma import tma_ready
+
+        return tma_ready(a, b, box, gd, config) is None
+    from autotaxer.kernels.ag_gemm_push_ws import ws_config
+    from autotaxer.kernels.ag_gemm_ws import tensors_error, ws_config_error
+
+    return (ws_config_error(ws_config(config)) or tensors_error(a, b, box, gd, ws_config(config))) is None
+
+
+def _check_own_kernel(ctx, name: str) -> list[str]:
+    """``name`` where TMA can address every tensor (K=1024: 16-byte K-slices at gather_dim=1; N=1000
     still ragged), so its own kernel runs, not ``push``'s fallback: the cases, then a count of them."""
     import torch
-    from autotaxer.kernels._ag_fused import FusedConfig
-    from autotaxer.kernels.ag_gemm_push_tma import tma_ready
 
     from autotaxer.ops import get_op
 
-    failures = _check_all(ctx, "bf16", 2, ("push_tma",), shape=(1000, 1024))
-    op, tma_cases = get_op("ag_gemm"), 0
-    variant = op.variants["push_tma"]
+    failures = _check_all(ctx, "bf16", 2, (name,), shape=(1000, 1024))
+    op, own_cases = get_op("ag_gemm"), 0
+    variant = op.variants[name]
     for gd, m in CASES:
         key = rank_key(ctx, m, 1000, 1024, gd, "bf16")
         try:
@@ -202,15 +215,16 @@ def _check_push_tma(ctx) -> list[str]:
             continue
         a, b = op.make_inputs(key, ctx.rank, ctx.device, 1)
         box = torch.empty(2, ctx.world_size, *a.shape, dtype=a.dtype, device=a.device)
-        tma_cases += tma_ready(a, b, box, gd, FusedConfig(**params)) is None
-    if tma_cases < 5:
-        failures.append(f"push_tma: TMA addressed only {tma_cases} of the {len(CASES)} cases")
+        own_cases += _own_kernel_ready(name, a, b, box, gd, params)
+    if own_cases < 3:
+        failures.append(f"{name}: its own kernel ran in only {own_cases} of the {len(CASES)} cases")
     return failures
 
 
 @pytest.mark.gpu(world_size=2)
 @pytest.mark.slow
-def test_push_tma_runs_its_own_kernel_on_two_gpus() -> None:
-    results = run_ranks(_check_push_tma, 2, "cuda", timeout=300)
+@pytest.mark.parametrize("variant", ["push_tma", "push_ws"])
+def test_tma_variant_runs_its_own_kernel_on_two_gpus(variant: str) -> None:
+    results = run_ranks(_check_own_kernel, 2, "cuda", args=(variant,), timeout=300)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:20])

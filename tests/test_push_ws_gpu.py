@@ -1,0 +1,143 @@
+"""``push_ws`` on one Hopper GPU: two ranks emulated (``autotaxer.emulated_pair``), against fp32.
+
+Rank 1's real ``push`` producers (on a side stream, optionally started late) fill rank 0's inbox while
+rank 0's warp-specialised consumer runs; rank 0's output and inbox are NaN-poisoned before every call
+and each call draws fresh shards, three calls in a row (epochs and both inbox parities), then a CUDA
+graph of one call replayed on fresh shards. Both layouts, bf16 and fp16, ragged N and K, column-major
+B, one and two MMA warpgroups. The 2-GPU run with Iris is ``test_ag_gemm_gpu.py`` (every variant).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+# (M, N, K, gather_dim, dtype, column-major B, FusedConfig fields)
+CASES = [
+    (256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 16, 4, 8, 0)),
+    (1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 4, 6, 8, 4, 2, 0)),
+    (512, 4096, 8192, 0, "fp16", False, (128, 256, 64, 8, 8, 4, 16, 16, 8, 0)),
+    (127, 8000, 8192, 1, "bf16", False, (128, 256, 64, 8, 8, 3, 16, 1, 4, 0)),
+    (8, 4096, 4000, 1, "fp16", True, (128, 128, 64, 8, 4, 4, 4, 1, 2, 0)),
+    (4096, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 32, 16, 1, 0)),
+    # comm_sms=0: no producer kernel, each consumer CTA moves its share first
+    (256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 16, 8, 0)),
+    (1024, 8000, 4000, 1, "fp16", True, (128, 256, 64, 8, 8, 3, 0, 4, 4, 0)),
+]
+
+
+def _hopper() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no GPU"
+    if torch.cuda.get_device_capability() != (9, 0):
+        return f"push_ws needs sm_90, this is sm_{''.join(map(str, torch.cuda.get_device_capability()))}"
+    return None
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"M{c[0]}-N{c[1]}-K{c[2]}-gd{c[3]}-{c[4]}")
+@pytest.mark.parametrize("late", [False, True], ids=["concurrent", "late_producers"])
+def test_push_ws_matches_reference_on_an_emulated_pair(case, late: bool) -> None:
+    why = _hopper()
+    if why:
+        pytest.skip(why)
+    import torch
+    from autotaxer.kernels._ag_fused import FusedConfig
+    from autotaxer.kernels.gemm import num_sms
+
+    from autotaxer.emulated_pair import EmulatedPushPair
+
+    m, n, k, gd, dtype, col_b, fields = case
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    pair = EmulatedPushPair(
+        m, n, k, gd, dt, FusedConfig(*fields), num_sms(torch.device("cuda")), col_b, seed=m
+    )
+    delay = 2_000_000 if late else 0  # ~1 ms of GPU sleep before the producers start
+    for call in range(3):
+        pair.new_shards()
+        pair.poison()
+        pair.call(delay_cycles=delay)
+        torch.cuda.synchronize()
+        ref = pair.reference()
+        for rank in (0, 1) if pair.in_kernel else (0,):
+            err = ((pair.outs[rank].float() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, f"call {call}, rank {rank}: relative error {err}"  # NaN fails too
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        pair.call(delay_cycles=delay)
+    for replay in range(2):
+        pair.new_shards()
+        pair.poison()
+        torch.cuda.synchronize()
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = pair.reference()
+        for rank in (0, 1) if pair.in_kernel else (0,):
+            err = ((pair.outs[rank].float() - ref).norm() / ref.norm()).item()
+            assert err < 1e-2, f"graph replay {replay}, rank {rank}: relative error {err}"
+
+
+def test_launcher_caches_and_replays_at_one_rank() -> None:
+    """``ag_gemm_push_ws`` itself (the cached call, the side stream's fork and join) at one rank, where the
+    producers find no peer: eager calls on fresh inputs reuse one resolved call, calls switch to
+    ``push``'s kernel and back, then a graph replays."""
+    why = _hopper()
+    if why:
+        pytest.skip(why)
+    import torch
+    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
+    from autotaxer.kernels.ag_gemm_push_ws import ag_gemm_push_ws
+
+    m, n, k = 512, 4096, 4096
+    config = FusedConfig(128, 256, 64, 8, 8, 4, 4, 4, 8, 0)
+    dt = torch.bfloat16
+    inbox = torch.empty(inbox_shape(m, k, 1), device="cuda", dtype=dt)
+    flags = torch.zeros(flags_count(geometry(config, m, k), 1), device="cuda", dtype=torch.int32)
+    sync = torch.zeros(SYNC_WORDS, device="cuda", dtype=torch.int64)
+    heap_bases = torch.tensor([inbox.data_ptr()], device="cuda", dtype=torch.int64)
+    cache: dict = {}
+    a, b = torch.empty(m, k, device="cuda", dtype=dt), torch.empty(k, n, device="cuda", dtype=dt)
+    out = torch.empty(m, n, device="cuda", dtype=dt)
+
+    def call():
+        ag_gemm_push_ws(
+            a_shard=a, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=0,
+            world_size=1, gather_dim=0, config=config, num_sms=132, cache=cache,
+        )  # fmt: skip
+
+    def check(what: str) -> None:
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        assert err < 1e-2, f"{what}: relative error {err}"
+
+    for i in range(3):
+        a.normal_(), b.normal_(), out.fill_(float("nan"))
+        call()
+        check(f"call {i}")
+    assert sum(1 for key in cache if isinstance(key, tuple) and key[0] == "push_ws") == 1
+    # a misaligned shard (data_ptr % 16 == 2) runs push's kernel on the same buffers, then aligned again:
+    # epochs and push's tile queue must stay in step across the switches (dedicated producers join the
+    # GEMM through that queue)
+    store = torch.empty(a.numel() + 1, device="cuda", dtype=dt)
+    for i, shifted in enumerate((True, False, True, True, False)):
+        a.normal_(), b.normal_(), out.fill_(float("nan"))
+        if shifted:
+            aligned, a = a, store[1:].view(a.shape).copy_(a)
+        call()
+        check(f"switch {i} ({'push' if shifted else 'push_ws'})")
+        if shifted:
+            a = aligned
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        call()
+    for i in range(2):
+        a.normal_(), b.normal_(), out.fill_(float("nan"))
+        graph.replay()
+        check(f"replay {i}")
