@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -43,7 +42,7 @@ TRANSFERS = ((4, 4, 8), (2, 2, 8), (4, 1, 16), (8, 4, 8))
 
 def _graph_interleaved(fns, reps: int = 20, rounds: int = 7) -> list[float]:
     """Median ms per call of each of ``fns``: each captured ``reps`` times in a CUDA graph (GPU time, no
-    host launch cost), the replays timed side by side, the order rotated each round."""
+    host launch cost), the replays timed side by side by ``_interleaved``."""
     import torch
 
     graphs = []
@@ -60,19 +59,7 @@ def _graph_interleaved(fns, reps: int = 20, rounds: int = 7) -> list[float]:
             for _ in range(reps):
                 fn()
         graphs.append(g)
-    for g in graphs:
-        g.replay()
-    times: list[list[float]] = [[] for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(rounds):
-        for i in order[r % len(order) :] + order[: r % len(order)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[i].replay()
-            end.record()
-            torch.cuda.synchronize()
-            times[i].append(start.elapsed_time(end) / reps)
-    return [statistics.median(t) for t in times]
+    return [t / reps for t in _interleaved([g.replay for g in graphs], reps=1, rounds=rounds)]
 
 
 def _rel_err(out, ref) -> float:

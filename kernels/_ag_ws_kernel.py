@@ -39,6 +39,28 @@ def _cdiv(x, d):
 
 
 @gluon.jit
+def _schedule(M, N, K, Ms, Ks, rank, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+              GATHER_DIM: gl.constexpr):  # fmt: skip
+    """``(num_pid_m, num_pid_n, first_m, k_steps)``: the tile grid, the row block the rotation starts at
+    (gather_dim=0: this rank's rows first) and the K steps per source slice (gather_dim=1: one slice of
+    ``Ks`` columns per rank, local first; gather_dim=0: one slice of all ``K``)."""
+    first_m = 0
+    if GATHER_DIM == 0:
+        first_m = (rank * Ms) // BLOCK_M
+        k_steps = _cdiv(K, BLOCK_K)
+    else:
+        k_steps = _cdiv(Ks, BLOCK_K)
+    return _cdiv(M, BLOCK_M), _cdiv(N, BLOCK_N), first_m, k_steps
+
+
+@gluon.jit
+def _call_epoch(sync_ptr, arrivals):
+    """``(epoch, parity)`` of this call, from ``push``'s arrival count (counted before the launch)."""
+    epoch = (gl.load(sync_ptr, volatile=True) // arrivals + 1).to(gl.int32)
+    return epoch, epoch % 2
+
+
+@gluon.jit
 def _tile_of(t, num_pid_m, num_pid_n, group_m, first_m):
     """``(pid_m, pid_n)`` of the ``t``-th tile: grouped order, row blocks rotated by ``first_m``."""
     width = group_m * num_pid_n
@@ -87,19 +109,11 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1] if B_ROW_MAJOR else b_desc.block_type.shape[0]
     STAGES: gl.constexpr = a_bufs.shape[0]
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    # push's epoch: the call's arrivals were counted (stream-ordered) before the launch
-    epoch = (gl.load(sync_ptr, volatile=True) // arrivals + 1).to(gl.int32)
-    parity = epoch % 2
+    epoch, parity = _call_epoch(sync_ptr, arrivals)
     flags_ptr += parity * (WORLD_SIZE * n_rc * n_kc)
     slot0 = parity * WORLD_SIZE  # the inbox rows of this call: slots (parity, src)
-    num_pid_m = _cdiv(M, BLOCK_M)
-    num_pid_n = _cdiv(N, BLOCK_N)
-    first_m = 0
-    if GATHER_DIM == 0:
-        first_m = (rank * Ms) // BLOCK_M
-        k_steps = _cdiv(K, BLOCK_K)
-    else:
-        k_steps = _cdiv(Ks, BLOCK_K)
+    num_pid_m, num_pid_n, first_m, k_steps = _schedule(M, N, K, Ms, Ks, rank, BLOCK_M, BLOCK_N, BLOCK_K,
+                                                       GATHER_DIM)  # fmt: skip
     slices = 1 if GATHER_DIM == 0 else WORLD_SIZE
     it = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
@@ -190,8 +204,7 @@ def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sy
     """With ``PRODUCE``, this CTA's share of the transfer first (:func:`_push_share`; the load warp is
     already loading local tiles meanwhile); then every tile's MMAs and store (``MMA_WGS`` warpgroups)."""
     if PRODUCE:
-        epoch = (gl.load(sync_ptr, volatile=True) // arrivals + 1).to(gl.int32)
-        parity = epoch % 2
+        epoch, parity = _call_epoch(sync_ptr, arrivals)
         inbox = inbox_ptr + parity.to(gl.int64) * (WORLD_SIZE * Ms) * Ks
         flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
         _push_share(a_ptr, stride_am, inbox, flags, heap_bases, rank, epoch, Ms, Ks, rcw, n_rc, kcw, n_kc,
@@ -203,14 +216,9 @@ def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sy
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4 * MMA_WGS, 1], instr_shape=[16, BLOCK_N, 16]
     )
-    num_pid_m = _cdiv(M, BLOCK_M)
-    num_pid_n = _cdiv(N, BLOCK_N)
-    first_m = 0
-    if GATHER_DIM == 0:
-        first_m = (rank * Ms) // BLOCK_M
-        steps = _cdiv(K, BLOCK_K)
-    else:
-        steps = WORLD_SIZE * _cdiv(Ks, BLOCK_K)
+    num_pid_m, num_pid_n, first_m, k_steps = _schedule(M, N, K, Ms, Ks, rank, BLOCK_M, BLOCK_N, BLOCK_K,
+                                                       GATHER_DIM)  # fmt: skip
+    steps = k_steps if GATHER_DIM == 0 else WORLD_SIZE * k_steps
     it = 0
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, group_m, first_m)

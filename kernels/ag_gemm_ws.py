@@ -61,27 +61,14 @@ def ws_config_error(config: WsConfig, elem: int = 2) -> str | None:
 
 
 def tensors_error(a_shard: Any, b: Any, inbox: Any, gather_dim: int, config: WsConfig) -> str | None:
-    """Why TMA cannot address these tensors with ``config`` (``None`` when it can)."""
-    elem = a_shard.element_size()
-    ms, ks = a_shard.shape
-    if gather_dim == 0 and ms % config.block_m:
-        return f"gather_dim=0 tiles of {config.block_m} rows straddle {ms}-row shards"
+    """Why TMA cannot address these tensors with ``config`` (``None`` when it can): ``push_tma``'s rules
+    (16-byte bases and strides, no gather_dim=0 tile straddling two ranks' rows), plus a contiguous shard
+    row (this consumer's own share of the transfer reads it with vector loads)."""
+    from .ag_gemm_push_tma import tma_ready
+
     if a_shard.stride(1) != 1:
         return "a_shard: its last dimension is not contiguous"
-    if b.stride(1) != 1 and b.stride(0) != 1:
-        return "b: neither stride is 1"
-    b_lead = b.stride(0) if b.stride(1) == 1 else b.stride(1)
-    for what, value in (
-        ("a_shard's base", a_shard.data_ptr()),
-        ("a_shard's row stride", a_shard.stride(0) * elem),
-        ("b's base", b.data_ptr()),
-        ("b's leading stride", b_lead * elem),
-        ("the inbox's base", inbox.data_ptr()),
-        ("a shard row", ks * elem),
-    ):
-        if value % 16:
-            return f"{what} is not a multiple of 16 bytes"
-    return None
+    return tma_ready(a_shard, b, inbox, gather_dim, config)
 
 
 def _gl_dtype(dtype: Any) -> Any:

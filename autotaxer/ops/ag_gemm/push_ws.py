@@ -54,15 +54,14 @@ class PushWsVariant(PushVariant):
         MMA warpgroups up to M=256 and 128x256 tiles above; 16 producers for the largest shards
         (gather_dim=1 M=4096: 930 against 1126 us with 4)."""
 
-        def cfg(bn, warps, stages, comm, rc, kc):
-            return dict(
-                block_m=128, block_n=bn, block_k=64, group_m=8, num_warps=warps, num_stages=stages,
-                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=0,
-            )  # fmt: skip
-
-        if key["M"] <= 256:
-            return [cfg(128, 8, 5, 4, 4, 8), cfg(128, 4, 6, 4, 4, 8), cfg(128, 8, 5, 8, 4, 8)]
-        return [cfg(256, 8, 4, 4, 4, 8), cfg(128, 8, 5, 4, 4, 8), cfg(256, 8, 3, 16, 16, 8)]
+        fields = ("block_n", "num_warps", "num_stages", "comm_sms", "row_chunks", "k_chunks")
+        rows = [(128, 8, 5, 4, 4, 8), (128, 4, 6, 4, 4, 8), (128, 8, 5, 8, 4, 8)]
+        if key["M"] > 256:
+            rows = [(256, 8, 4, 4, 4, 8), (128, 8, 5, 4, 4, 8), (256, 8, 3, 16, 16, 8)]
+        return [
+            dict(block_m=128, block_k=64, group_m=8, prefetch_k=0, **dict(zip(fields, r, strict=True)))
+            for r in rows
+        ]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         reason = super().check(key, target, params)
