@@ -50,9 +50,9 @@ class PushWsVariant(PushVariant):
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
         """Four producer CTAs (the consumer keeps one wave of 128 tiles on 128 SMs; 2xH200, N=K=8192,
-        graph: 4 beat 8 and 16 at M = 256-1024) pushing 4 row x 8 K chunks, with 128x128 tiles on two
-        MMA warpgroups up to M=256 and 128x256 tiles above; 16 producers for the largest shards
-        (gather_dim=1 M=4096: 930 against 1126 us with 4)."""
+        graph: 4 beat 8 at M = 256-512 and at gather_dim=0 M=1024) pushing 4 row x 8 K chunks, with
+        128x128 tiles on two MMA warpgroups up to M=256 and 128x256 tiles above; 16 producers for the
+        largest shards (gather_dim=1 M=4096: 930 against 1126 us with 4)."""
 
         fields = ("block_n", "num_warps", "num_stages", "comm_sms", "row_chunks", "k_chunks")
         rows = [(128, 8, 5, 4, 4, 8), (128, 4, 6, 4, 4, 8), (128, 8, 5, 8, 4, 8)]
