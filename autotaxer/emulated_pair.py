@@ -12,6 +12,7 @@ parity slots and epochs of successive calls are exercised too.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 _ALIGN = 256
@@ -38,11 +39,11 @@ class EmulatedPushPair:
             self.b = torch.randn(k, n, device=dev, dtype=dtype, generator=self.gen)
         self.outs = [torch.empty(m, n, device=dev, dtype=dtype) for _ in range(2)]
         shape = inbox_shape(ms, ks, 2)
-        inbox_bytes = -(-shape[0] * shape[1] * shape[2] * shape[3] * dtype.itemsize // _ALIGN) * _ALIGN
+        elems = math.prod(shape)
+        inbox_bytes = -(-elems * dtype.itemsize // _ALIGN) * _ALIGN
         n_flags = flags_count(geometry(config, ms, ks), 2)
         self.heaps = [torch.zeros(inbox_bytes + 4 * n_flags, device=dev, dtype=torch.uint8) for _ in range(2)]
-        self.inboxes = [h[: inbox_bytes].view(dtype)[: shape[0] * shape[1] * shape[2] * shape[3]].view(shape)
-                        for h in self.heaps]  # fmt: skip
+        self.inboxes = [h[:inbox_bytes].view(dtype)[:elems].view(shape) for h in self.heaps]
         self.flags = [h[inbox_bytes:].view(torch.int32) for h in self.heaps]
         heap_bases = torch.tensor([h.data_ptr() for h in self.heaps], device=dev, dtype=torch.int64)
         self.syncs = [torch.zeros(SYNC_WORDS, device=dev, dtype=torch.int64) for _ in range(2)]

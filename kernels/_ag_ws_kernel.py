@@ -124,17 +124,15 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
             if GATHER_DIM == 0:
                 src = off_m // Ms
                 row = off_m - src * Ms  # in src's shard
-                row_hi = gl.minimum(row + BLOCK_M, Ms) - 1
-                inbox_row = (slot0 + src) * Ms + row
                 b_k0 = 0
                 k_len = K
             else:
                 src = (rank + step) % WORLD_SIZE
                 row = off_m
-                row_hi = gl.minimum(row + BLOCK_M, M) - 1
-                inbox_row = (slot0 + src) * M + row
                 b_k0 = src * Ks
                 k_len = Ks
+            row_hi = gl.minimum(row + BLOCK_M, Ms) - 1  # a shard has Ms rows (= M at gather_dim=1)
+            inbox_row = (slot0 + src) * Ms + row
             local = src == rank
             landed = 0  # leading K chunks of this tile's rows known to have landed
             for ks in range(0, k_steps):
@@ -166,7 +164,7 @@ def _push_share(a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, rank, epoch,
     shard (K-chunk major, as ``push``'s producers order them) stored into slot ``rank`` of every peer's
     inbox (``inbox_ptr`` is this call's parity half), each followed by a partition barrier and one release
     (system scope) of the chunk's flag in every peer. Peers' addresses are the heap translation that
-    ``iris.store`` does (``heap_bases``), hoisted out of the copy."""
+    ``iris.store`` does (``heap_bases``), as one element offset per peer and store."""
     P_ROWS: gl.constexpr = 64
     P_COLS: gl.constexpr = 128
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [NUM_WARPS, 1], [1, 0])

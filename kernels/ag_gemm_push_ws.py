@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._ag_fused import KERNEL, FusedConfig, _launch_args, _specialization
+from ._ag_fused import KERNEL, FusedConfig, _CompiledLaunch, _launch_args, _specialization
 from .ag_gemm_push import ag_gemm_push
 from .ag_gemm_ws import KERNEL as ws_kernel
 from .ag_gemm_ws import WsConfig, tensors_error, ws_config_error
@@ -71,7 +71,7 @@ class PushWsCall:
         )  # fmt: skip
         #: no producer kernel: the consumer's CTAs move the shard first (``comm_sms=0``)
         self.in_kernel = config.comm_sms == 0
-        self.args = [None, None, None, *args[3:]]  # push's kernel: a_ptr, b_ptr, c_ptr first
+        self.args = [None, None, None, *args[3:]]  # push's kernel: a_ptr, b_ptr, c_ptr first, per call
         # the consumer's a_desc and b_desc are rebuilt per call from these (layouts computed once, no
         # user tensor kept: the templates' base is a stand-in)
         self.a_template = dataclasses.replace(cargs[0], base=_Placeholder(a_shard.dtype))
@@ -88,17 +88,11 @@ class PushWsCall:
         as its kernel would have (:func:`_run_push` relies on both)."""
         count_call(self.sync, self.arrivals, self.draws)
 
-    def _bind(self, a_shard, b, out) -> None:
-        self.args[0], self.args[1], self.args[2] = a_shard, b, out
+    def _bind_consumer(self, a_shard, b, out) -> None:
         cargs = self.consumer_args
         cargs[0] = dataclasses.replace(self.a_template, base=a_shard)
         cargs[2] = dataclasses.replace(self.b_template, base=b if self.b_row_major else b.t())
         cargs[3], cargs[4] = out, a_shard
-
-    def _unbind(self) -> None:
-        self.args[0] = self.args[1] = self.args[2] = None  # hold no user tensor between calls
-        cargs = self.consumer_args
-        cargs[0] = cargs[2] = cargs[3] = cargs[4] = None
 
     def compile(self, a_shard, b, out) -> None:
         """Compile both kernels and load them onto the GPU without launching them. A module load can wait
@@ -106,35 +100,35 @@ class PushWsCall:
         for the one being loaded (two ranks emulated on one GPU), so both are loaded before either runs."""
         if self._consumer is not None:
             return
-        self._bind(a_shard, b, out)
+        if not self.in_kernel:
+            g = self.grid
+            compiled = KERNEL.warmup(a_shard, b, out, *self.args[3:], grid=(g,), **self.options)
+            self._producers = _CompiledLaunch(compiled, g, self.args)  # push's launch, tensors swapped in
+        self._bind_consumer(a_shard, b, out)
         try:
-            if not self.in_kernel:
-                g = self.grid
-                self._producers = KERNEL.warmup(*self.args, grid=(g,), **self.options)[(g, 1, 1)]
             g = self.consumer_grid
-            self._consumer = ws_kernel.warmup(*self.consumer_args, grid=(g,), **self.consumer_options)[
-                (g, 1, 1)
-            ]
+            compiled = ws_kernel.warmup(*self.consumer_args, grid=(g,), **self.consumer_options)
+            self._consumer = compiled[(g, 1, 1)]
         finally:
-            self._unbind()
+            self._unbind_consumer()
+
+    def _unbind_consumer(self) -> None:
+        cargs = self.consumer_args
+        cargs[0] = cargs[2] = cargs[3] = cargs[4] = None  # hold no user tensor between calls
 
     def producers(self, a_shard, b, out) -> None:
         if self.in_kernel:
             return
         self.compile(a_shard, b, out)
-        self._bind(a_shard, b, out)
-        try:
-            self._producers(*self.args)
-        finally:
-            self._unbind()
+        self._producers(a_shard, b, out)
 
     def consumer(self, a_shard, b, out) -> None:
         self.compile(a_shard, b, out)
-        self._bind(a_shard, b, out)
+        self._bind_consumer(a_shard, b, out)
         try:
             self._consumer(*self.consumer_args)
         finally:
-            self._unbind()
+            self._unbind_consumer()
 
 
 class _Placeholder:

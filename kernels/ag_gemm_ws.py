@@ -14,6 +14,7 @@ from typing import Any
 
 import triton
 
+from ._ag_fused import inbox_shape
 from ._ag_ws_kernel import ag_gemm_ws_kernel
 
 KERNEL = ag_gemm_ws_kernel
@@ -145,9 +146,10 @@ def launch_args(
             f"ag_gemm_ws: shard {tuple(a_shard.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)} do not "
             f"make gather_dim={gather_dim} over {world_size} ranks (out must be row-major)"
         )
-    if tuple(inbox.shape) != (2, world_size, ms, ks) or inbox.dtype != a_shard.dtype:
+    box = inbox_shape(ms, ks, world_size)
+    if tuple(inbox.shape) != box or inbox.dtype != a_shard.dtype:
         raise ValueError(
-            f"ag_gemm_ws: inbox {tuple(inbox.shape)} {inbox.dtype}, expected {(2, world_size, ms, ks)}"
+            f"ag_gemm_ws: inbox {tuple(inbox.shape)} {inbox.dtype}, expected {box} {a_shard.dtype}"
         )
     a_desc, inbox_desc, b_desc, row_major = descriptors(a_shard, b, inbox, config)
     group_m = config.group_m
