@@ -7,7 +7,9 @@ into a peer's mapping. Rank 0's consumer runs on this stream while rank 1's prod
 stream (optionally after a delay, so the consumer provably waits for them). Only rank 0's output is
 computed (with ``comm_sms=0``, where each rank's kernel moves its own shard, both ranks' kernels run at
 once on half of the SMs each, and both outputs are computed); each call can draw fresh shards, so the
-parity slots and epochs of successive calls are exercised too.
+parity slots and epochs of successive calls are exercised too. ``transport="forward"`` (``push_ws_fwd``):
+each rank's forward warp stores the boxes its local tiles load into the other's inbox, through the same
+translation.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ class EmulatedPushPair:
     """Ranks 0 and 1 of a two-rank ``push_ws`` problem (``M x N x K``, ``gather_dim``) on the current GPU."""
 
     def __init__(self, m: int, n: int, k: int, gather_dim: int, dtype: Any, config: Any, num_sms: int,
-                 col_b: bool = False, seed: int = 0) -> None:  # fmt: skip
+                 col_b: bool = False, seed: int = 0, transport: str = "sms") -> None:  # fmt: skip
         import torch
 
         from autotaxer.kernels._ag_fused import SYNC_WORDS, flags_count, geometry, inbox_shape, shard_dims
@@ -55,7 +57,7 @@ class EmulatedPushPair:
             PushWsCall(
                 a_shard=self.shards[r], b=self.b, out=self.outs[r], inbox=self.inboxes[r],
                 flags=self.flags[r], sync=self.syncs[r], heap_bases=heap_bases, rank=r, world_size=2,
-                gather_dim=gather_dim, config=config, num_sms=num_sms,
+                gather_dim=gather_dim, config=config, num_sms=num_sms, transport=transport,
             )
             for r in range(2)
         ]  # fmt: skip

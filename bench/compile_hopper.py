@@ -144,11 +144,12 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
 
 
 def ws_launch(m: int, n: int, k: int, gather_dim: int, config, world_size: int = 2, col_b: bool = False,
-              dtype: str = "bf16", produce: bool = False, rank: int = 0):  # fmt: skip
+              dtype: str = "bf16", produce: bool = False, rank: int = 0, forward: bool = False):  # fmt: skip
     """The launch of ``push_ws``'s warp-specialised consumer (Gluon, ``kernels/ag_gemm_ws.py``) for one
     problem and ``WsConfig``, as its launcher builds it (CPU tensors: only shapes and alignment matter;
     ``produce``: the CTAs move the shard first, ``comm_sms=0``; ``rank`` 1 is specialised to a constant, as
-    at launch); returns ``(fn, args, kw)``."""
+    at launch; ``forward``: the forward warp sends the boxes instead, one flag per box); returns
+    ``(fn, args, kw)``."""
     import torch
     from autotaxer.kernels._ag_fused import inbox_shape, shard_dims
     from autotaxer.kernels.ag_gemm_ws import KERNEL, launch_args
@@ -156,12 +157,16 @@ def ws_launch(m: int, n: int, k: int, gather_dim: int, config, world_size: int =
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     ms, ks = shard_dims(m, k, world_size, gather_dim)
     b = torch.empty(n, k, dtype=dt).t() if col_b else torch.empty(k, n, dtype=dt)
+    geometry = (ms, 1, max(1, ks // 8), 8)
+    if forward:
+        geometry = (config.block_m, -(-ms // config.block_m), config.block_k, -(-ks // config.block_k))
     _, args, kw = launch_args(
         a_shard=torch.empty(ms, ks, dtype=dt), b=b, out=torch.empty(m, n, dtype=dt),
         inbox=torch.empty(inbox_shape(ms, ks, world_size), dtype=dt),
         flags=torch.zeros(64, dtype=torch.int32), sync=torch.zeros(2, dtype=torch.int64), arrivals=132,
-        rank=rank, world_size=world_size, gather_dim=gather_dim, geometry=(ms, 1, max(1, ks // 8), 8),
-        config=config, grid=128, heap_bases=torch.zeros(world_size, dtype=torch.int64) if produce else None,
+        rank=rank, world_size=world_size, gather_dim=gather_dim, geometry=geometry, config=config, grid=128,
+        heap_bases=torch.zeros(world_size, dtype=torch.int64) if produce or forward else None,
+        forward=forward,
     )  # fmt: skip
     return KERNEL, args, kw
 

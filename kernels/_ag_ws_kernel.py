@@ -18,6 +18,16 @@ rows ``rc * rcw ..`` and K columns ``kc * kcw ..`` of ``A_src`` are in the inbox
 as in ``push``'s kernel; the launcher counts a call's arrivals before launching the producers and this
 kernel, so both read the same epoch, and graph replays advance it.
 
+With ``FORWARD`` (``push_ws_fwd``, two ranks) there is no producer at all: a third partition, the
+**forward** warp, TMA-stores each box of the local shard that a local tile has just loaded for its own
+MMAs straight from the ring slot into the peer's inbox (each box by one tile: the tile whose column
+block is the box's K step modulo the column blocks), and releases the box's flag (system scope) once
+it is written. The slot goes back to the loader only when both the MMA warps and the forward warp are
+done with it. The peer's tiles then trail this rank's by about one store's latency, no SM's threads copy,
+and the shard is read from memory once. The forwarding tiles never wait, so every box is sent: at
+gather_dim=0 the launcher orders all local tiles first when the tiles take more than one wave, and at
+gather_dim=1 (where every tile forwards and waits) it allows one wave only.
+
 gather_dim=0 tiles must not straddle two ranks' rows (``Ms % BLOCK_M == 0``); gather_dim=1 takes any M.
 Ragged K and N edges are zero-filled by TMA. NVIDIA sm_90 only (``wgmma``, TMA, ``setmaxnreg``).
 """
@@ -31,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 # names that moved between triton 3.6 and 3.9: the partition's barrier and the TMA load
 _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 
 @gluon.jit
@@ -195,6 +206,76 @@ def _push_share(a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, rank, epoch,
 
 
 @gluon.jit
+def _release_written(flag, epoch):
+    """Wait until this thread's bulk stores have been written (not just read), order them (made by the
+    async proxy) before a release of ``flag`` at ``epoch`` (system scope)."""
+    asm: gl.constexpr = "cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;\n\tmov.u32 $0, $1;"
+    done = gl.inline_asm_elementwise(asm, "=r,r", [epoch], dtype=gl.int32, is_pure=False, pack=1)
+    _partition_barrier()  # every lane's wait (the issuing lane's counts) before the release
+    gl.atomic_xchg(flag, done, sem="release", scope="sys")
+
+
+#: Ring steps a forwarded box's flag waits before its release (its store is then long written), unless
+#: the next forwarded box comes first.
+RELEASE_AFTER = gl.constexpr(4)
+
+
+@gluon.jit
+def _forward_partition(peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, flags_ptr, heap_bases, sync_ptr,
+                       arrivals, rank, M, N, K, Ms, Ks, n_rc, n_kc, group_m, GATHER_DIM: gl.constexpr,
+                       WORLD_SIZE: gl.constexpr, B_ROW_MAJOR: gl.constexpr):  # fmt: skip
+    """Walk the ring as the MMA warps do; for each box of the local shard this CTA is to forward (a local
+    tile's step ``ks`` with ``ks % num_pid_n == pid_n``: each box once), TMA-store the slot into this
+    rank's slot of the peer's inbox (``peer{parity}_desc``), wait until the store has read it, then hand
+    the slot back (every slot gets this warp's arrival). A box's flag ``[rank, row // BLOCK_M, ks]`` in the
+    peer is released once its store has been written, a few steps later or before the next store."""
+    BLOCK_M: gl.constexpr = a_bufs.shape[1]
+    BLOCK_K: gl.constexpr = a_bufs.shape[2]
+    BLOCK_N: gl.constexpr = b_bufs.shape[2] if B_ROW_MAJOR else b_bufs.shape[1]
+    STAGES: gl.constexpr = a_bufs.shape[0]
+    epoch, parity = _call_epoch(sync_ptr, arrivals)
+    peer = (rank + 1) % WORLD_SIZE
+    delta = (gl.load(heap_bases + peer) - gl.load(heap_bases + rank)) // 4
+    flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc) + rank * n_rc * n_kc + delta
+    num_pid_m, num_pid_n, first_m, k_steps = _schedule(M, N, K, Ms, Ks, rank, BLOCK_M, BLOCK_N, BLOCK_K,
+                                                       GATHER_DIM)  # fmt: skip
+    slices = 1 if GATHER_DIM == 0 else WORLD_SIZE
+    it = 0
+    pending = -1  # the flag of a forwarded box not yet released
+    pending_it = 0
+    for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+        pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, group_m, first_m)
+        off_m = pid_m * BLOCK_M
+        for step in range(0, slices):
+            if GATHER_DIM == 0:
+                src = off_m // Ms
+                row = off_m - src * Ms
+            else:
+                src = (rank + step) % WORLD_SIZE
+                row = off_m
+            for ks in range(0, k_steps):
+                s = it % STAGES
+                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                mine = (src == rank) & (ks % num_pid_n == pid_n)
+                if pending >= 0:
+                    if mine | (it - pending_it >= RELEASE_AFTER):
+                        _release_written(flags + pending, epoch)
+                        pending = -1
+                if mine:
+                    if parity == 0:
+                        _tma_store(peer0_desc, [row, ks * BLOCK_K], a_bufs.index(s))
+                    else:
+                        _tma_store(peer1_desc, [row, ks * BLOCK_K], a_bufs.index(s))
+                    tma.store_wait(0)  # the store has read the slot
+                    pending = (row // BLOCK_M) * n_kc + ks
+                    pending_it = it
+                mbarrier.arrive(empty.index(s))
+                it += 1
+    if pending >= 0:
+        _release_written(flags + pending, epoch)
+
+
+@gluon.jit
 def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sync_ptr, arrivals, a_bufs,
                    b_bufs, ready, empty, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, stride_cm, stride_cn,
                    group_m, GATHER_DIM: gl.constexpr, WORLD_SIZE: gl.constexpr, B_ROW_MAJOR: gl.constexpr,
@@ -248,30 +329,54 @@ def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sy
 
 
 @gluon.jit
-def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, c_ptr, a_ptr, inbox_ptr, heap_bases, flags_ptr, sync_ptr,
-                      arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, stride_am, stride_cm,
-                      stride_cn, GATHER_DIM: gl.constexpr, WORLD_SIZE: gl.constexpr, WAIT: gl.constexpr,
-                      B_ROW_MAJOR: gl.constexpr, STAGES: gl.constexpr, MMA_WGS: gl.constexpr,
-                      LOAD_REGS: gl.constexpr, PRODUCE: gl.constexpr):  # fmt: skip
-    """The persistent warp-specialised GEMM; launch with ``num_warps = 4 * MMA_WGS`` (the MMA partition)."""
+def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr, a_ptr, inbox_ptr, heap_bases,
+                      flags_ptr, sync_ptr, arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m,
+                      stride_am, stride_cm, stride_cn, GATHER_DIM: gl.constexpr, WORLD_SIZE: gl.constexpr,
+                      WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr, STAGES: gl.constexpr,
+                      MMA_WGS: gl.constexpr, LOAD_REGS: gl.constexpr, PRODUCE: gl.constexpr,
+                      FORWARD: gl.constexpr):  # fmt: skip
+    """The persistent warp-specialised GEMM; launch with ``num_warps = 4 * MMA_WGS`` (the MMA partition).
+    ``FORWARD``: with the forward warp (:func:`_forward_partition`; ``peer{0,1}_desc`` are this rank's
+    slot of the peer's inbox at each parity, unread otherwise)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    # the argument tuple is written inline: a tuple bound to a name first loses its constexprs
-    gl.warp_specialize(
-        [
-            (_mma_partition, (c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sync_ptr, arrivals,
-                              a_bufs, b_bufs, ready, empty, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc,
-                              stride_cm, stride_cn, group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS,
-                              PRODUCE)),
-            (_load_partition, (a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr,
-                            arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM,
-                            WORLD_SIZE, WAIT, B_ROW_MAJOR)),
-        ],
-        [1],
-        [LOAD_REGS],
-    )  # fmt: skip
+        mbarrier.init(empty.index(i), count=2 if FORWARD else 1)  # FORWARD: the forward warp's arrival too
+    # the argument tuples are written inline: a tuple bound to a name first loses its constexprs
+    if FORWARD:
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sync_ptr, arrivals, a_bufs,
+                    b_bufs, ready, empty, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, stride_cm, stride_cn,
+                    group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
+                (_load_partition, (
+                    a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
+                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
+                    B_ROW_MAJOR)),
+                (_forward_partition, (
+                    peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, flags_ptr, heap_bases, sync_ptr,
+                    arrivals, rank, M, N, K, Ms, Ks, n_rc, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
+                    B_ROW_MAJOR)),
+            ],
+            [1, 1],
+            [LOAD_REGS, LOAD_REGS],
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sync_ptr, arrivals, a_bufs,
+                    b_bufs, ready, empty, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, stride_cm, stride_cn,
+                    group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
+                (_load_partition, (
+                    a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
+                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
+                    B_ROW_MAJOR)),
+            ],
+            [1],
+            [LOAD_REGS],
+        )  # fmt: skip

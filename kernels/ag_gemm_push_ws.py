@@ -20,7 +20,10 @@ row stride off 16 bytes, gather_dim=0 tiles straddling two ranks' rows) runs ``p
 with the same config, its epoch kept in step (:func:`_run_push`), so ranks that take different paths in
 a call, or a rank that switches between calls, still agree. With ``comm_sms=0`` there is no producer
 kernel: every consumer CTA first moves its share of the shard (``push``'s ``comm_sms=0``), so the grid
-is one CTA per SM and all of it resident.
+is one CTA per SM and all of it resident. ``transport="forward"`` (``push_ws_fwd``, two ranks,
+``comm_sms=0``): no CTA moves the shard up front either; each box of it is sent by the consumer's
+forward warp from the ring slot a local tile has just loaded it into (TMA store into the peer's inbox),
+so the peer's tiles trail this rank's by about a store's latency.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from .ag_gemm_push import ag_gemm_push
 from .ag_gemm_ws import KERNEL as ws_kernel
 from .ag_gemm_ws import WsConfig, tensors_error, ws_config_error
 from .ag_gemm_ws import launch_args as ws_launch_args
+
+#: How a call's shard reaches the peer: ``push``'s producer CTAs or, with ``comm_sms=0``, the consumer's
+#: CTAs before their tiles (``"sms"``); or the consumer's forward warp, box by box (``"forward"``).
+TRANSPORTS = ("sms", "forward")
 
 
 def ws_config(config: FusedConfig) -> WsConfig:
@@ -51,7 +58,13 @@ class PushWsCall:
     launch and not kept. :func:`ag_gemm_push_ws` runs both halves; tests run two ranks' on one GPU."""
 
     def __init__(self, *, a_shard, b, out, inbox, flags, sync, heap_bases, rank: int, world_size: int,
-                 gather_dim: int, config: FusedConfig, num_sms: int) -> None:  # fmt: skip
+                 gather_dim: int, config: FusedConfig, num_sms: int,
+                 transport: str = "sms") -> None:  # fmt: skip
+        if transport not in TRANSPORTS or (transport == "forward" and config.comm_sms):
+            raise ValueError(
+                f"transport: {transport!r} with comm_sms={config.comm_sms} (expected one of {TRANSPORTS}; "
+                "forward sends the shard from the consumer's own loads: comm_sms=0)"
+            )
         self.grid, args, self.options = _launch_args(
             "push", a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
             rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
@@ -68,6 +81,7 @@ class PushWsCall:
             rank=rank, world_size=world_size, gather_dim=gather_dim,
             geometry=(named["rcw"], named["n_rc"], named["kcw"], named["n_kc"]), config=self.ws,
             grid=num_sms - config.comm_sms, heap_bases=None if config.comm_sms else heap_bases,
+            forward=transport == "forward",
         )  # fmt: skip
         #: no producer kernel: the consumer's CTAs move the shard first (``comm_sms=0``)
         self.in_kernel = config.comm_sms == 0
@@ -77,8 +91,8 @@ class PushWsCall:
         self.a_template = dataclasses.replace(cargs[0], base=_Placeholder(a_shard.dtype))
         self.b_template = dataclasses.replace(cargs[2], base=_Placeholder(b.dtype))
         self.b_row_major = b.stride(1) == 1
-        # per call: a_desc, b_desc, c_ptr, a_ptr (the inbox descriptor and pointer stay)
-        self.consumer_args = [None, cargs[1], None, None, None, *cargs[5:]]
+        # per call: a_desc, b_desc, c_ptr, a_ptr (the inbox's and the peer slots' descriptors stay)
+        self.consumer_args = [None, cargs[1], None, cargs[3], cargs[4], None, None, *cargs[7:]]
         self.sync = sync
         self._producers: Any = None
         self._consumer: Any = None
@@ -92,7 +106,7 @@ class PushWsCall:
         cargs = self.consumer_args
         cargs[0] = dataclasses.replace(self.a_template, base=a_shard)
         cargs[2] = dataclasses.replace(self.b_template, base=b if self.b_row_major else b.t())
-        cargs[3], cargs[4] = out, a_shard
+        cargs[5], cargs[6] = out, a_shard
 
     def compile(self, a_shard, b, out) -> None:
         """Compile both kernels and load them onto the GPU without launching them. A module load can wait
@@ -114,7 +128,7 @@ class PushWsCall:
 
     def _unbind_consumer(self) -> None:
         cargs = self.consumer_args
-        cargs[0] = cargs[2] = cargs[3] = cargs[4] = None  # hold no user tensor between calls
+        cargs[0] = cargs[2] = cargs[5] = cargs[6] = None  # hold no user tensor between calls
 
     def producers(self, a_shard, b, out) -> None:
         if self.in_kernel:
@@ -220,14 +234,15 @@ def ag_gemm_push_ws(
     num_sms: int,
     phase: str = "all",
     cache: dict | None = None,
+    transport: str = "sms",
 ):
     """``out = all_gather(a_shard, gather_dim) @ b``; arguments as ``ag_gemm_push`` (``phase`` must be
-    ``"all"``: the Gluon consumer has no interpreter path); collective."""
+    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`); collective."""
     import torch
 
     if phase != "all":
         raise ValueError(f"phase: push_ws runs whole calls only, got {phase!r}")
-    spec = ("push_ws", *_specialization(a_shard, b, out))
+    spec = ("push_ws", transport, *_specialization(a_shard, b, out))
     call = cache.get(spec) if cache is not None else None
     if call is None:
         consumer = ws_config(config)
@@ -241,6 +256,7 @@ def ag_gemm_push_ws(
         call = PushWsCall(
             a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
             rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
+            transport=transport,
         )  # fmt: skip
         if cache is not None and len(cache) < 64:
             cache[spec] = call

@@ -4,7 +4,8 @@
 buffers: its own shard in place, peer ``p``'s from ``inbox[parity, p]`` once the chunk flags say it has
 landed (``push``'s producers fill them; :mod:`.ag_gemm_push_ws` runs both). With ``wait=False`` it is a
 plain GEMM over the same schedule (the inbox must then hold the data already), which is how the GEMM
-alone is compared with cuBLAS.
+alone is compared with cuBLAS. With ``forward=True`` (two ranks) no producer runs: the kernel's forward
+warp sends the boxes of the local shard that its local tiles load (:func:`forward_error` says where).
 """
 
 from __future__ import annotations
@@ -106,6 +107,57 @@ def descriptors(a_shard: Any, b: Any, inbox: Any, config: WsConfig):
     return a_desc, inbox_desc, b_desc, row_major
 
 
+class _Mapped:
+    """A peer's memory as this process maps it (Iris' heap translation): what a descriptor needs."""
+
+    __slots__ = ("address", "dtype")
+
+    def __init__(self, address: int, dtype: Any) -> None:
+        self.address, self.dtype = address, dtype
+
+    def data_ptr(self) -> int:
+        return self.address
+
+
+def peer_slot_descriptors(a_shard: Any, inbox: Any, heap_bases: Any, rank: int, world_size: int,
+                          config: WsConfig) -> tuple[Any, Any]:  # fmt: skip
+    """The forward warp's store targets: this rank's slot of the peer's inbox at parity 0 and 1, each a
+    ``(Ms, Ks)`` matrix at the peer's heap address as this process maps it (``heap_bases``: every rank's
+    heap address, read once here), so a box's rows past the shard are clipped instead of landing in the
+    next slot. Two ranks only."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    if world_size != 2:
+        raise ValueError(f"ag_gemm_ws: forwarding serves one peer (world_size 2), got {world_size}")
+    bases = [int(x) for x in heap_bases.tolist()]
+    delta = bases[(rank + 1) % 2] - bases[rank]
+    ms, ks = a_shard.shape
+    box = [config.block_m, config.block_k]
+    layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(a_shard.dtype))
+    descs = []
+    for parity in (0, 1):
+        base = _Mapped(inbox[parity, rank].data_ptr() + delta, a_shard.dtype)
+        descs.append(TensorDescriptor(base, [ms, ks], [ks, 1], box, layout))
+    return descs[0], descs[1]
+
+
+def forward_error(geometry: tuple[int, int, int, int], config: WsConfig, gather_dim: int, tiles: int,
+                  grid: int) -> str | None:  # fmt: skip
+    """Why the forward warp cannot serve this call (``None`` when it can): one flag per box (row chunks of
+    ``block_m`` rows, K chunks of ``block_k`` columns), and at gather_dim=1, where every tile both forwards
+    and waits, one wave of tiles."""
+    rcw, n_rc, kcw, _ = geometry
+    if not (rcw == config.block_m or (n_rc == 1 and rcw <= config.block_m)) or kcw != config.block_k:
+        return (
+            f"chunks of {rcw} rows x {kcw} columns: forwarding raises one flag per {config.block_m}x"
+            f"{config.block_k} box (row_chunks = the shard's row blocks, k_chunks = its K steps)"
+        )
+    if gather_dim == 1 and tiles > grid:
+        return f"gather_dim=1: {tiles} tiles over {grid} CTAs; forwarding tiles wait too, so one wave only"
+    return None
+
+
 def launch_args(
     *,
     a_shard: Any,
@@ -123,6 +175,7 @@ def launch_args(
     grid: int,
     wait: bool = True,
     heap_bases: Any = None,
+    forward: bool = False,
 ) -> tuple[int, list[Any], dict[str, int]]:
     """Check one call; ``(grid, every kernel argument in signature order, launch options)``.
 
@@ -131,7 +184,9 @@ def launch_args(
     the caller before the launch. The grid is at most ``grid`` CTAs (each fills an SM). With
     ``heap_bases`` (Iris' per-rank heap addresses) the kernel also moves the local shard into the peers'
     inboxes first, each CTA its share (``push``'s ``comm_sms=0``): then every CTA of the grid must be
-    resident at once, which one CTA per SM and ``grid`` <= the SM count guarantee.
+    resident at once, which one CTA per SM and ``grid`` <= the SM count guarantee. With ``forward`` as well
+    (two ranks) nothing moves the shard up front: the forward warp sends each box a local tile loads
+    (:func:`forward_error` says which calls it can serve).
     """
     elem = a_shard.element_size()
     why = ws_config_error(config, elem) or tensors_error(a_shard, b, inbox, gather_dim, config)
@@ -152,21 +207,33 @@ def launch_args(
             f"ag_gemm_ws: inbox {tuple(inbox.shape)} {inbox.dtype}, expected {box} {a_shard.dtype}"
         )
     a_desc, inbox_desc, b_desc, row_major = descriptors(a_shard, b, inbox, config)
-    group_m = config.group_m
-    if gather_dim == 0:  # tile groups never straddle two ranks' rows: local tiles first, none waits
-        group_m = max(1, min(group_m, ms // config.block_m))
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    grid = min(grid, tiles)
+    group_m = config.group_m
+    # gather_dim=0: tile groups never straddle two ranks' rows: local tiles first. Forwarding in one wave
+    # keeps group_m's order (every tile is resident, so no order can hold up a forwarding tile; groups
+    # pair the local and the peer's tiles that read the same columns of B)
+    if gather_dim == 0 and not (forward and tiles <= grid):
+        group_m = max(1, min(group_m, ms // config.block_m))
     rcw, n_rc, kcw, n_kc = geometry
     produce = heap_bases is not None
     bases = heap_bases if produce else sync  # unread without producing
+    peer0 = peer1 = a_desc  # unread without forwarding
+    if forward:
+        why = forward_error(geometry, config, gather_dim, tiles, grid) if produce else "heap_bases missing"
+        if why is not None:
+            raise ValueError(f"ag_gemm_ws: forward: {why}")
+        peer0, peer1 = peer_slot_descriptors(a_shard, inbox, heap_bases, rank, world_size, config)
+        produce = False
     args = [
-        a_desc, inbox_desc, b_desc, out, a_shard, inbox, bases, flags, sync, arrivals,
+        a_desc, inbox_desc, b_desc, peer0, peer1, out, a_shard, inbox, bases, flags, sync, arrivals,
         rank, m, n, k, ms, ks, rcw, n_rc, kcw, n_kc, group_m, a_shard.stride(0), out.stride(0), out.stride(1),
         gather_dim, world_size, wait, row_major, config.stages, config.mma_wgs, config.load_regs, produce,
+        forward,
     ]  # fmt: skip
     if len(args) != len(KERNEL.arg_names):
         raise TypeError(f"{KERNEL.__name__}: parameters {KERNEL.arg_names} do not match the launcher's")
-    return min(grid, tiles), args, {"num_warps": 4 * config.mma_wgs}
+    return grid, args, {"num_warps": 4 * config.mma_wgs}
 
 
 def ag_gemm_ws(**kwargs: Any) -> Any:

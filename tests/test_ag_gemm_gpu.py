@@ -121,7 +121,7 @@ def test_every_variant_matches_reference_on_two_gpus(dtype: str) -> None:
     assert not failures, "\n".join(failures[:20])
 
 
-_IRIS_FUSED = ("pull", "push", "push_tma", "push_ws")
+_IRIS_FUSED = ("pull", "push", "push_tma", "push_ws", "push_ws_fwd")
 
 
 @pytest.mark.gpu(world_size=4)
@@ -183,7 +183,8 @@ def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
 
 
 def _own_kernel_ready(name: str, a, b, box, gd: int, params: dict) -> bool:
-    """Whether ``name`` (``push_tma``, ``push_ws``) runs its own kernel on these tensors, not ``push``'s."""
+    """Whether ``name`` (``push_tma``, ``push_ws``, ``push_ws_fwd``) runs its own kernel on these tensors,
+    not ``push``'s."""
     from autotaxer.kernels._ag_fused import FusedConfig
 
     config = FusedConfig(**params)
@@ -223,7 +224,7 @@ def _check_own_kernel(ctx, name: str) -> list[str]:
 
 @pytest.mark.gpu(world_size=2)
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["push_tma", "push_ws"])
+@pytest.mark.parametrize("variant", ["push_tma", "push_ws", "push_ws_fwd"])
 def test_tma_variant_runs_its_own_kernel_on_two_gpus(variant: str) -> None:
     results = run_ranks(_check_own_kernel, 2, "cuda", args=(variant,), timeout=300)
     failures = [f for per_rank in results for f in per_rank]

@@ -30,18 +30,23 @@ def _compile_hopper():
         (1, True, dict(block_n=128, stages=5, mma_wgs=2), False),
         (0, True, dict(block_n=128, stages=4, mma_wgs=1), False),
         (1, False, dict(block_n=256, stages=3, mma_wgs=2), True),
+        (0, False, dict(block_n=256, stages=4, mma_wgs=2), "forward"),
+        (1, True, dict(block_n=128, stages=5, mma_wgs=1), "forward"),
     ],
 )
 def test_consumer_compiles_for_hopper_warp_specialised(gather_dim: int, col_b: bool, config: dict,
-                                                      produce: bool) -> None:  # fmt: skip
+                                                      produce: bool | str) -> None:  # fmt: skip
     from autotaxer.kernels.ag_gemm_ws import SMEM_LIMIT, WsConfig
 
     ch = _compile_hopper()
     ws = WsConfig(**config)
     # rank 1: Triton turns an integer argument equal to 1 into a constant at launch
+    forward = produce == "forward"
+    m = 256 if forward and gather_dim == 1 else 512  # forwarding at gather_dim=1: one wave of tiles
     fn, args, kw = ch.ws_launch(
-        512, 8192, 8192, gather_dim, ws, col_b=col_b, produce=produce, rank=int(produce)
-    )
+        m, 8192, 8192, gather_dim, ws, col_b=col_b, produce=produce is True, rank=int(bool(produce)),
+        forward=forward,
+    )  # fmt: skip
     kernel = ch.compile_for_hopper(fn, args, kw)
     ptx = kernel.asm["ptx"]
     assert re.search(r"wgmma\.mma_async", ptx), "no wgmma: the MMA partition did not lower to Hopper MMAs"
@@ -52,7 +57,14 @@ def test_consumer_compiles_for_hopper_warp_specialised(gather_dim: int, col_b: b
     assert "fence.proxy.async.global" in ptx  # before TMA reads what the acquires made visible
     assert ws.smem_bytes() <= kernel.metadata.shared <= SMEM_LIMIT
     # the CTAs' own share of the transfer: releases at system scope into the peers' flags
-    assert bool(re.search(r"atom\.release\.sys|atom\.global\.sys\.release", ptx)) == produce
+    assert bool(re.search(r"atom\.release\.sys|atom\.global\.sys\.release", ptx)) == bool(produce)
+    # the forward warp: TMA stores from the ring into the peer, a box's flag released only after a bulk
+    # wait for its writes and a proxy fence
+    assert bool(re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", ptx)) == forward
+    if forward:
+        wait = ptx.index("cp.async.bulk.wait_group 0;")
+        release = re.search(r"atom\.global\.sys\.release|atom\.release\.sys", ptx[wait:])
+        assert release and "fence.proxy.async.global" in ptx[wait : wait + release.start()]
 
 
 def test_consumer_config_and_tensor_checks_name_the_problem() -> None:
@@ -179,3 +191,43 @@ def test_fallback_to_push_keeps_epoch_and_tile_queue_in_step(monkeypatch) -> Non
     epochs = [e for _, e in seen]
     assert epochs == list(range(2, 2 + len(epochs))), seen
     assert int(sync[0]) == len(epochs) * arrivals and int(sync[1]) == len(epochs) * draws
+
+
+def test_forward_variant_prunes_what_its_forward_warp_cannot_serve(monkeypatch) -> None:
+    """``push_ws_fwd``: two ranks, no producer CTAs, one flag per 128x64 box, and at gather_dim=1 one wave
+    of tiles only (there every tile forwards and waits); its seeds are valid and inside its space."""
+    from autotaxer.kernels.ag_gemm_ws import WsConfig, forward_error
+
+    from autotaxer import ProblemKey
+    from autotaxer._problem import Target
+    from autotaxer.ops import get_op
+    from autotaxer.ops.ag_gemm.push import PushVariant
+
+    monkeypatch.setattr(PushVariant, "unavailable_reason", lambda self, target: None)  # Iris importable
+    fwd = get_op("ag_gemm").variants["push_ws_fwd"]
+    assert fwd.experimental
+    hopper = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132)
+    assert fwd.unavailable_reason(hopper) is None
+
+    def key(m: int, gd: int, ws: int = 2, n: int = 8192) -> ProblemKey:
+        return ProblemKey.make("ag_gemm", "nvidia-h200", ws, "bf16", {"M": m, "N": n, "K": 8192},
+                               {"gather_dim": gd})  # fmt: skip
+
+    for m, gd in ((256, 0), (512, 0), (4096, 0), (256, 1), (127, 1), (512, 1)):
+        space = fwd.search_space(key(m, gd), hopper)
+        seeds = [c for c in fwd.seed_configs(key(m, gd), hopper) if fwd.check(key(m, gd), hopper, c) is None]
+        assert seeds, (m, gd)
+        assert all(all(c[f] in space[f] for f in c) and set(c) == set(space) for c in seeds)
+    good = fwd.seed_configs(key(512, 0), hopper)[0]  # a 256-row shard of 8192 columns
+    assert (good["row_chunks"], good["k_chunks"], good["comm_sms"]) == (2, 128, 0)
+    assert "row_chunks" in fwd.check(key(512, 0), hopper, dict(good, row_chunks=1))
+    assert "k_chunks" in fwd.check(key(512, 0), hopper, dict(good, k_chunks=64))
+    assert "comm_sms" in fwd.check(key(512, 0), hopper, dict(good, comm_sms=4))
+    assert "world_size" in fwd.check(key(1024, 0, ws=4), hopper, good)
+    # gather_dim=1, M=1024: 8 x 32 tiles of 128x256 are two waves on 132 SMs
+    wide = fwd.seed_configs(key(1024, 1), hopper)[0]
+    assert "one wave" in fwd.check(key(1024, 1), hopper, wide)
+    ws = WsConfig(block_m=128, block_k=64)
+    assert forward_error((128, 2, 64, 128), ws, 0, 512, 132) is None  # gather_dim=0: any number of waves
+    assert forward_error((127, 1, 64, 64), ws, 1, 32, 132) is None  # a shard shorter than a box
+    assert "box" in forward_error((64, 4, 64, 128), ws, 0, 64, 132)

@@ -26,6 +26,19 @@ CASES = [
     (1024, 8000, 4000, 1, "fp16", True, (128, 256, 64, 8, 8, 3, 0, 4, 4, 0)),
 ]
 
+# push_ws_fwd (comm_sms=0, one flag per 128x64 box): each rank's forward warp sends the boxes its local
+# tiles load. gather_dim=0 in one wave (any tile order) and in several (local tiles first, ragged N and
+# K); gather_dim=1 in one wave (each rank's kernel has half the SMs here), ragged M, M=8
+FORWARD_CASES = [
+    (256, 4096, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 1, 128, 0)),
+    (512, 4096, 8192, 0, "fp16", True, (128, 256, 64, 8, 8, 4, 0, 2, 128, 0)),
+    (1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 8, 5, 0, 4, 63, 0)),
+    (256, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 2, 64, 0)),
+    (127, 8000, 8192, 1, "bf16", True, (128, 256, 64, 8, 8, 4, 0, 1, 64, 0)),
+    (8, 4096, 4000, 1, "fp16", False, (128, 128, 64, 1, 4, 4, 0, 1, 32, 0)),
+]
+ALL_CASES = [(c, "sms") for c in CASES] + [(c, "forward") for c in FORWARD_CASES]
+
 
 def _hopper() -> str | None:
     import torch
@@ -37,9 +50,13 @@ def _hopper() -> str | None:
     return None
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"M{c[0]}-N{c[1]}-K{c[2]}-gd{c[3]}-{c[4]}")
+def _case_id(c) -> str:
+    return f"M{c[0]}-N{c[1]}-K{c[2]}-gd{c[3]}-{c[4]}" if isinstance(c, tuple) else c
+
+
+@pytest.mark.parametrize("case, transport", ALL_CASES, ids=_case_id)
 @pytest.mark.parametrize("late", [False, True], ids=["concurrent", "late_producers"])
-def test_push_ws_matches_reference_on_an_emulated_pair(case, late: bool) -> None:
+def test_push_ws_matches_reference_on_an_emulated_pair(case, transport: str, late: bool) -> None:
     why = _hopper()
     if why:
         pytest.skip(why)
@@ -51,9 +68,8 @@ def test_push_ws_matches_reference_on_an_emulated_pair(case, late: bool) -> None
 
     m, n, k, gd, dtype, col_b, fields = case
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    pair = EmulatedPushPair(
-        m, n, k, gd, dt, FusedConfig(*fields), num_sms(torch.device("cuda")), col_b, seed=m
-    )
+    sms = num_sms(torch.device("cuda"))
+    pair = EmulatedPushPair(m, n, k, gd, dt, FusedConfig(*fields), sms, col_b, seed=m, transport=transport)
     delay = 2_000_000 if late else 0  # ~1 ms of GPU sleep before the producers start
     for call in range(3):
         pair.new_shards()
