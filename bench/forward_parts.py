@@ -14,7 +14,14 @@ import json
 
 def _rank(ctx, problems: list[tuple[int, int]], iters: int, samples: int) -> list[dict]:
     import torch
-    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
+    from autotaxer.kernels._ag_fused import (
+        SYNC_WORDS,
+        FusedConfig,
+        flags_count,
+        geometry,
+        inbox_shape,
+        shard_dims,
+    )
     from autotaxer.kernels.ag_gemm_push_ws import ws_config
     from autotaxer.kernels.ag_gemm_ws import KERNEL, launch_args
 
@@ -25,7 +32,7 @@ def _rank(ctx, problems: list[tuple[int, int]], iters: int, samples: int) -> lis
     rows = []
     for m, gd in problems:
         n = k = 8192
-        ms, ks = (m // 2, k) if gd == 0 else (m, k // 2)
+        ms, ks = shard_dims(m, k, 2, gd)
         gen = torch.Generator(device=ctx.device).manual_seed(ctx.rank)
         shard = torch.randn(ms, ks, device=ctx.device, dtype=torch.bfloat16, generator=gen)
         b = torch.randn(k, n, device=ctx.device, dtype=torch.bfloat16, generator=gen)
