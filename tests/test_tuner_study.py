@@ -199,3 +199,39 @@ def test_other_timing_mode_is_refused_before_any_trial(db) -> None:
     result, executor = _run(db, trials=2)  # the same mode goes on
     assert result.trials == 2 and len(executor.requests) == 2  # a fresh study, stamped eager
     assert optuna.load_study(study_name=KEY.text, storage=db.optuna_storage()).user_attrs["timing"] == "eager"
+
+
+def test_a_baseline_running_in_another_tuner_is_awaited_before_the_winner_is_stored(db) -> None:
+    import threading
+
+    import optuna
+
+    from autotaxer.ops import get_op
+    from autotaxer.tuner.study import SearchSpace, enqueue_baseline, suggest
+
+    # Another tuner on the same database has taken the baseline and is still running it.
+    op = get_op("ag_gemm")
+    space = SearchSpace.build(op, KEY, cpu_target(), None)
+    study = open_study(db.optuna_storage(), KEY, optuna.samplers.RandomSampler(seed=0))
+    enqueue_baseline(study, op, space)
+    theirs = study.ask()
+    theirs.set_user_attr("owner", "elsewhere:7")
+    theirs.set_user_attr("heartbeat", time.time())
+    name, _ = suggest(theirs, space)
+    assert name == space.baseline
+
+    def finish_later() -> None:
+        time.sleep(1.0)
+        study.tell(theirs, 1e6)  # slower than anything this tuner finds
+
+    other = threading.Thread(target=finish_later)
+    other.start()
+    try:
+        result, executor = _run(db, trials=3)
+    finally:
+        other.join()
+    assert all(r.variant != space.baseline for r in executor.requests)  # this tuner never ran it
+    assert result.stored and result.bsp_us == 1e6, result.note
+    assert "waited" in result.note
+    (winner,) = db.winners()
+    assert winner.bsp_us == 1e6 and winner.trials == 3
