@@ -221,6 +221,14 @@ def test_a_baseline_running_in_another_tuner_is_awaited_before_the_winner_is_sto
     assert name == space.baseline
 
     def finish_later() -> None:
+        # Only once this tuner's own two trials are told (its loop then ends and it starts waiting),
+        # and a second after that, so the wait is certain whatever the machine's speed.
+        give_up = time.monotonic() + 120
+        while time.monotonic() < give_up:
+            done = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
+            if len(done) >= 2:
+                break
+            time.sleep(0.05)
         time.sleep(1.0)
         study.tell(theirs, 1e6)  # slower than anything this tuner finds
 

@@ -182,10 +182,9 @@ class _ShapeTuner:
                 break
             asks += 1
             self._one_trial(study, target, TrialState)
-        if best_trial(study, self.space.baseline) is None:
-            waited = self._await_baseline_elsewhere(study, deadline)
-            if waited:
-                note = (note + "; " if note else "") + waited
+        waited = self._await_baseline_elsewhere(study, deadline)
+        if waited:
+            note = (note + "; " if note else "") + waited
         self._store_winner(study, final=True)
         c = counts(study)
         best = best_trial(study)
@@ -215,9 +214,9 @@ class _ShapeTuner:
 
         Two tuners on one database split a shape's trials; the baseline may be the other's, still
         running when this one's budget is spent. Its result decides whether a winner can be stored, so
-        wait for it: at most one trial timeout (beyond that its tuner is stuck or gone), less when the
-        shape's ``--timeout`` ends first. Dead tuners' trials are marked failed as they are found.
-        Returns a note when it waited, else "".
+        wait for it: at most one trial timeout and 30 s (beyond that its tuner is stuck or gone), less
+        when the shape's ``--timeout`` ends first. Dead tuners' trials are marked failed as they are
+        found. Returns a note when it waited, else "" (also when a baseline has already completed).
         """
         from optuna.trial import TrialState
 
@@ -225,6 +224,7 @@ class _ShapeTuner:
         limit = t0 + self.config.trial_timeout_s + 30.0
         if deadline is not None:
             limit = min(limit, deadline)
+        slept = False
         while best_trial(study, self.space.baseline) is None:
             fail_stale_trials(study)
             running = [
@@ -235,8 +235,8 @@ class _ShapeTuner:
             if not running or time.monotonic() >= limit:
                 break
             time.sleep(0.2)
-        waited = time.monotonic() - t0
-        return f"waited {waited:.1f} s for another tuner's trials" if waited >= 0.2 else ""
+            slept = True
+        return f"waited {time.monotonic() - t0:.1f} s for another tuner's trials" if slept else ""
 
     def _one_trial(self, study: Any, target: int, TrialState: Any) -> None:
         self.executor.ensure_started()  # relaunch after a fault here, outside the trial's overhead
