@@ -10,16 +10,29 @@ __version__ = "0.1.0"
 
 from ._problem import DTYPES, ProblemKey, Target
 
-__all__ = ["DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "dispatch", "init"]
+__all__ = [
+    "DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "dispatch",
+    "fused_all_gather_matmul", "init", "nn",
+]  # fmt: skip
 
-_LAZY = {"dispatch", "init", "Runtime", "RuntimeConfig"}  # from .runtime.dispatch (imports torch)
+# name -> module it comes from; imported on first use (they import torch)
+_LAZY = {
+    "dispatch": ".runtime.dispatch",
+    "init": ".runtime.dispatch",
+    "Runtime": ".runtime.dispatch",
+    "RuntimeConfig": ".runtime.dispatch",
+    "fused_all_gather_matmul": ".functional",
+}
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from .runtime import dispatch as _dispatch_module
+    import importlib
 
-        value = getattr(_dispatch_module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name == "nn":
+        value = importlib.import_module(".nn", __name__)
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value

@@ -3,13 +3,28 @@
 A problem key is ``(op, gpu_model, world_size, dtype, shape..., layout...)``. Shape and layout are
 stored as sorted-by-declaration tuples of ``(name, value)`` so a key is hashable, comparable and has
 one canonical text form (``ProblemKey.text``) that the database's unique constraint and exported
-tables use.
+tables use. Shape values are integers; layout values are integers (``gather_dim=0``) or short names
+(``b_layout=nk``).
+
+A layout field added after tables were shipped keeps their keys: its default value
+(:data:`IMPLICIT_LAYOUT`, e.g. ``b_layout=kn``) is left out of the key, so a key without the field and
+one that names its default are the same key, with the same text, and ``key["b_layout"]`` reads the
+default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+#: Layout fields whose default is implied when absent (and dropped when given): tables written before the
+#: field existed hold exactly these keys. ``b_layout``: ``kn`` = B row-major ``(K, N)``; ``nk`` = B is the
+#: transpose of a row-major ``(N, K)`` weight (``linear.weight.t()``).
+IMPLICIT_LAYOUT: dict[str, str | int] = {"b_layout": "kn"}
+
+LayoutValue = int | str
+
+_SHORT = {"gather_dim": "gd"}  # layout names in ProblemKey.short_text
 
 #: Short dtype names accepted in shapes files, tables and on the command line.
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
@@ -66,7 +81,7 @@ class ProblemKey:
     world_size: int
     dtype: str
     shape: tuple[tuple[str, int], ...]
-    layout: tuple[tuple[str, int], ...] = ()
+    layout: tuple[tuple[str, LayoutValue], ...] = ()
 
     @classmethod
     def make(
@@ -76,25 +91,32 @@ class ProblemKey:
         world_size: int,
         dtype: str,
         shape: Mapping[str, int],
-        layout: Mapping[str, int] | None = None,
+        layout: Mapping[str, LayoutValue] | None = None,
     ) -> ProblemKey:
-        """Build a key from mappings, keeping the order in which fields are given."""
+        """Build a key from mappings, keeping the order in which fields are given; layout fields equal
+        to their :data:`IMPLICIT_LAYOUT` default are left out."""
         return cls(
             op=op,
             gpu_model=gpu_model,
             world_size=int(world_size),
             dtype=dtype,
             shape=tuple((k, int(v)) for k, v in shape.items()),
-            layout=tuple((k, int(v)) for k, v in (layout or {}).items()),
+            layout=tuple(
+                (k, _layout_value(v))
+                for k, v in (layout or {}).items()
+                if not (k in IMPLICIT_LAYOUT and _layout_value(v) == IMPLICIT_LAYOUT[k])
+            ),
         )
 
-    def __getitem__(self, name: str) -> int:
+    def __getitem__(self, name: str) -> LayoutValue:
         for k, v in self.shape + self.layout:
             if k == name:
                 return v
+        if name in IMPLICIT_LAYOUT:
+            return IMPLICIT_LAYOUT[name]
         raise KeyError(name)
 
-    def get(self, name: str, default: int | None = None) -> int | None:
+    def get(self, name: str, default: LayoutValue | None = None) -> LayoutValue | None:
         try:
             return self[name]
         except KeyError:
@@ -107,6 +129,13 @@ class ProblemKey:
     @property
     def layout_text(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.layout)
+
+    @property
+    def short_text(self) -> str:
+        """A compact form for narrow tables: ``bf16 M=8 N=8192 K=8192 gd=0 nk`` (the op, GPU and world
+        size are the table's title)."""
+        layout = [v if isinstance(v, str) else f"{_SHORT.get(k, k)}={v}" for k, v in self.layout]
+        return " ".join([self.dtype, *(f"{k}={v}" for k, v in self.shape), *layout])
 
     @property
     def text(self) -> str:
@@ -136,11 +165,16 @@ class ProblemKey:
         )
 
 
-def _parse_pairs(text: str) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _layout_value(value: LayoutValue) -> LayoutValue:
+    """A layout value as stored: names stay strings, everything else becomes an int."""
+    return value if isinstance(value, str) else int(value)
+
+
+def _parse_pairs(text: str) -> dict[str, LayoutValue]:
+    out: dict[str, LayoutValue] = {}
     if not text:
         return out
     for item in text.split(","):
         name, _, value = item.partition("=")
-        out[name] = int(value)
+        out[name] = int(value) if value.lstrip("+-").isdigit() else value
     return out

@@ -52,13 +52,18 @@ def cuda_target(device_index: int = 0) -> Target:
     )
 
 
+def visible_gpus() -> int:
+    """GPUs torch can use in this process (0 without CUDA/ROCm)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def detect_target(device: str = "auto", world_size: int = 1) -> Target:
     """Pick the target for ``device`` in ``auto|cuda|cpu``; ``auto`` needs ``world_size`` visible GPUs."""
     if device == "cpu":
         return cpu_target()
-    import torch
-
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = visible_gpus()
     if device == "cuda":
         if visible < world_size:
             raise RuntimeError(

@@ -49,6 +49,7 @@ class Case:
     K: int
     gather_dim: int = 0
     dtype: str = "bf16"
+    b_layout: str = "kn"
 
     def key(self, gpu_model: str, world_size: int) -> ProblemKey:
         """The problem key of this case on ``gpu_model`` with ``world_size`` ranks."""
@@ -58,7 +59,7 @@ class Case:
             world_size,
             self.dtype,
             {"M": self.M, "N": self.N, "K": self.K},
-            {"gather_dim": self.gather_dim},
+            {"gather_dim": self.gather_dim, "b_layout": self.b_layout},
         )
 
 
@@ -111,6 +112,8 @@ class BenchConfig:
                 raise ValueError(f"dtype: unknown dtype {c.dtype!r} (expected one of {', '.join(DTYPES)})")
             if c.gather_dim not in (0, 1):
                 raise ValueError(f"gather_dim: must be 0 or 1, got {c.gather_dim}")
+            if c.b_layout not in ("kn", "nk"):
+                raise ValueError(f"b_layout: must be kn or nk, got {c.b_layout!r}")
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -125,7 +128,14 @@ Tuned = Mapping[int, Mapping[str, Mapping[str, Any]]]
 def cases_from_shapes(rows: Iterable[Any]) -> tuple[Case, ...]:
     """Cases of the ``ag_gemm`` rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`)."""
     return tuple(
-        Case(r.shape["M"], r.shape["N"], r.shape["K"], r.layout.get("gather_dim", 0), r.dtype)
+        Case(
+            r.shape["M"],
+            r.shape["N"],
+            r.shape["K"],
+            r.layout.get("gather_dim", 0),
+            r.dtype,
+            r.layout.get("b_layout", "kn"),
+        )  # fmt: skip
         for r in rows
         if r.op == "ag_gemm"
     )
@@ -551,7 +561,7 @@ def _fmt(us: float | None) -> str:
 
 def row_line(row: Mapping[str, Any]) -> str:
     """One printable line: shape, BSP eager/graph, AG and GEMM alone, each entry with its speedup."""
-    head = f"{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row['M']:>5}"
+    head = f"{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row.get('b_layout', 'kn')} {row['M']:>5}"
     if "error" in row:
         return f"{head} | {row['error']}"
     bsp = best_us(row["bsp"])

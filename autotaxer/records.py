@@ -147,7 +147,7 @@ class WinnerRecord:
             world_size=p.integer(d, "world_size", minimum=1),
             dtype=p.string(d, "dtype"),
             shape=p.pairs(d, "shape"),
-            layout=p.pairs(d, "layout", required=False),
+            layout=p.pairs(d, "layout", required=False, names=True),
         )
         try:
             return cls(
@@ -217,18 +217,24 @@ class _Parser:
             raise self.fail(name, f"not a number: {value!r}")
         return float(value)
 
-    def pairs(self, d: Mapping[str, Any], name: str, required: bool = True) -> dict[str, int]:
+    def pairs(
+        self, d: Mapping[str, Any], name: str, required: bool = True, names: bool = False
+    ) -> dict[str, Any]:
+        """``name: integer`` pairs (``names``: a value may also be a short name, e.g. ``b_layout: nk``)."""
         value = d.get(name, None if required else {})
         if self.text and isinstance(value, str):
-            value = _parse_pairs_text(value, lambda problem: self.fail(name, problem))
+            value = _parse_pairs_text(value, lambda problem: self.fail(name, problem), names)
         if not isinstance(value, Mapping):
             raise self.fail(name, f"expected an object of name: integer, got {value!r}")
         if required and not value:
             raise self.fail(name, "must not be empty")
-        out: dict[str, int] = {}
+        out: dict[str, Any] = {}
         for k, v in value.items():
             if not isinstance(k, str) or not _NAME_RE.match(k):
                 raise self.fail(name, f"bad field name {k!r}")
+            if names and isinstance(v, str) and _NAME_RE.match(v):
+                out[k] = v
+                continue
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.fail(name, f"{k}: not an integer: {v!r}")
             out[k] = v
@@ -259,13 +265,17 @@ class _Parser:
             raise self.fail(name, f"not an ISO 8601 timestamp: {value!r}") from None
 
 
-def _parse_pairs_text(text: str, fail) -> dict[str, int]:
-    out: dict[str, int] = {}
+def _parse_pairs_text(text: str, fail, names: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     if not text.strip():
         return out
     for item in text.split(","):
         name, eq, value = item.partition("=")
-        if not eq or not _INT_RE.match(value.strip()):
+        value = value.strip()
+        if eq and names and _NAME_RE.match(value):
+            out[name.strip()] = value
+            continue
+        if not eq or not _INT_RE.match(value):
             raise fail(f"expected name=integer pairs separated by ',', got {text!r}")
         out[name.strip()] = int(value)
     return out
@@ -335,5 +345,9 @@ def _check_key(key: ProblemKey, fail) -> None:
         for name, value in getattr(key, part):
             if not _NAME_RE.match(name):
                 raise fail(part, f"bad field name {name!r}")
+            if part == "layout" and isinstance(value, str):
+                if not _NAME_RE.match(value):
+                    raise fail(part, f"{name}: bad value {value!r}")
+                continue
             if value < minimum:
                 raise fail(part, f"{name}: must be >= {minimum}, got {value}")

@@ -257,8 +257,8 @@ def _ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1e3:.3f}"
 
 
-def _group_label(dtype: Any, n: Any, k: Any, gd: Any) -> str:
-    return f"{dtype} N={n} K={k} gd={gd}"
+def _group_label(dtype: Any, n: Any, k: Any, gd: Any, b_layout: Any = "kn") -> str:
+    return f"{dtype} N={n} K={k} gd={gd}" + ("" if b_layout == "kn" else f" {b_layout}")
 
 
 def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
@@ -272,7 +272,14 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         names += [n for n, e in row_entries(row).items() if n not in names and "skipped" not in e]
     table_rows, groups, wins = [], {}, []
     for row in run.rows:
-        head = [row.get("dtype", "?"), row["N"], row["K"], row["gather_dim"], row["M"]]
+        head = [
+            row.get("dtype", "?"),
+            row["N"],
+            row["K"],
+            row["gather_dim"],
+            row.get("b_layout", "kn"),
+            row["M"],
+        ]
         if "error" in row:
             table_rows.append([*head, f"error: {row['error']}", *[""] * (3 + len(names))])
             continue
@@ -287,7 +294,7 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         table_rows.append([*head, *cells])
         if not bsp:
             continue
-        g = groups.setdefault(_group_label(*head[:4]), {"series": {}, "ceiling": []})
+        g = groups.setdefault(_group_label(*head[:5]), {"series": {}, "ceiling": []})
         if ceiling:
             g["ceiling"].append((row["M"], bsp / ceiling))
         timed = {"bsp": bsp}
@@ -296,8 +303,8 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
             if t is not None:
                 g["series"].setdefault(n, []).append((row["M"], bsp / t))
                 timed[n] = t
-        wins.append((_group_label(*head[:4]), row["M"], min(timed, key=timed.get)))
-    header = ("dtype", "N", "K", "gd", "M", "BSP ms", "AG ms", "GEMM ms", "ceiling", *names)
+        wins.append((_group_label(*head[:5]), row["M"], min(timed, key=timed.get)))
+    header = ("dtype", "N", "K", "gd", "B", "M", "BSP ms", "AG ms", "GEMM ms", "ceiling", *names)
     parts = [f"<h2>Bench results: {_esc(os.path.basename(run.path))}</h2>", meta, _table(header, table_rows)]
     base = _slug("bench", index, Path(run.path).stem)
     for label, g in groups.items():
@@ -347,7 +354,9 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
             m = r.key.get("M")
             if m is None:
                 continue
-            label = _group_label(r.key.dtype, r.key.get("N"), r.key.get("K"), r.key.get("gather_dim"))
+            label = _group_label(
+                r.key.dtype, r.key.get("N"), r.key.get("K"), r.key.get("gather_dim"), r.key["b_layout"]
+            )
             if r.key.op != "ag_gemm":
                 label = f"{r.key.op} {r.key.dtype} {r.key.shape_text} {r.key.layout_text}"
             groups.setdefault(label, {}).setdefault(r.variant, []).append((m, r.speedup))

@@ -2,8 +2,9 @@
 
 A header names the columns: the op's shape fields (``M,N,K`` for ``ag_gemm``) are required; ``op``
 (default ``ag_gemm``), ``dtype`` (default ``bf16``) and the op's layout fields (``gather_dim``, default
-``0``) are optional. Blank lines and lines starting with ``#`` are ignored. Every problem raises
-:class:`ShapesError` naming the file, line and field; duplicate rows are warned about and dropped.
+``0``; ``b_layout``, default ``kn``, or ``nk`` for nn.Linear's transposed weight) are optional. Blank
+lines and lines starting with ``#`` are ignored. Every problem raises :class:`ShapesError` naming the
+file, line and field; duplicate rows are warned about and dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ._problem import DTYPES, ProblemKey
+from ._problem import DTYPES, IMPLICIT_LAYOUT, ProblemKey
 
 DEFAULT_OP = "ag_gemm"
 DEFAULT_DTYPE = "bf16"
@@ -47,7 +48,7 @@ class ShapeRow:
     op: str
     dtype: str
     shape: dict[str, int]
-    layout: dict[str, int]
+    layout: dict[str, int | str]
     line: int
 
     def to_key(self, gpu_model: str, world_size: int) -> ProblemKey:
@@ -177,11 +178,17 @@ class _Parser:
         layout = {}
         for f, choices in op.layout_choices.items():
             text_value = cells.get(f, "")
-            value = choices[0] if text_value == "" else self.integer(lineno, f, text_value)
+            if text_value == "":
+                value = choices[0]
+            elif isinstance(choices[0], str):
+                value = text_value
+            else:
+                value = self.integer(lineno, f, text_value)
             if value not in choices:
                 allowed = ", ".join(str(c) for c in choices)
                 raise self.fail(lineno, f, f"must be one of {allowed}, got {value}")
-            layout[f] = value
+            if IMPLICIT_LAYOUT.get(f) != value:  # as in ProblemKey: an implied default is left out
+                layout[f] = value
         return ShapeRow(op=op_name, dtype=dtype, shape=shape, layout=layout, line=lineno)
 
     def integer(self, lineno: int, field: str, text: str) -> int:

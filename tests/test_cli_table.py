@@ -64,8 +64,10 @@ def test_show_human_and_json(url):
     result = invoke("show", "--db", url, "--gpu", "nvidia-h200", "--world-size", "2")
     assert result.exit_code == 0, result.output
     assert "1.50×" in result.output and "1.25×" in result.output  # speedup vs BSP
-    assert "M=16,N=8192,K=8192" in result.output and "pull" in result.output
+    assert "M=16 N=8192 K=8192" in result.output and "pull" in result.output  # compact by default
     assert "nvidia-h100" not in result.output
+    wide = invoke("show", "--db", url, "--gpu", "nvidia-h200", "--world-size", "2", "--wide")
+    assert "M=16,N=8192,K=8192" in wide.output and "pull" in wide.output
     result = invoke("show", "--db", url, "--format", "json", "--op", "ag_gemm")
     rows = json.loads(result.output)
     assert len(rows) == 4 and {r["speedup"] for r in rows} >= {1.5, 1.25}

@@ -166,7 +166,8 @@ def test_world_size_3_and_a_finished_run_resumes_as_a_no_op(tmp_path: Path) -> N
     before = len(_trials(url, key))
     again = _tune(args)  # finished: nothing runs, nothing changes
     assert again.returncode == 0, again.stderr
-    assert "launched 0" in again.stderr
+    assert "1 shape(s) already tuned, no trial to run (--retune to start over)" in again.stderr
+    assert f"database: {url}" in again.stderr
     assert len(_trials(url, key)) == before and _winners(url) == [first]
 
 

@@ -28,7 +28,7 @@ DbOption = Annotated[
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.")]
+QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.", metavar="")]
 OpFilter = Annotated[str | None, typer.Option("--op", help="Only this op, e.g. ag_gemm.")]
 GpuFilter = Annotated[
     str | None,

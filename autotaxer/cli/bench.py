@@ -31,8 +31,12 @@ def bench_command(
     max_configs: Annotated[
         int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
     ] = 8,
-    peers: Annotated[bool, typer.Option("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
-    dispatch: Annotated[bool, typer.Option("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
+    peers: Annotated[
+        bool, typer.Option("--peers/--no-peers", help="PyTorch and Iris stock kernels.", metavar="")
+    ] = True,
+    dispatch: Annotated[
+        bool, typer.Option("--dispatch/--no-dispatch", help="Time dispatch().", metavar="")
+    ] = True,
     peer_timeout: Annotated[
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
@@ -153,10 +157,10 @@ def _print_table(report: dict[str, Any]) -> None:
         "xSpeedup over the faster BSP"
     )
     table = Table(title=title)
-    for col in ("N", "K", "gd", "M", "dtype", "BSP", "AG", "GEMM", "ceiling", *names):
+    for col in ("N", "K", "gd", "B", "M", "dtype", "BSP", "AG", "GEMM", "ceiling", *names):
         table.add_column(col, justify="right")
     for row in report["rows"]:
-        head = [str(row[f]) for f in ("N", "K", "gather_dim", "M", "dtype")]
+        head = [str(row.get(f, "kn")) for f in ("N", "K", "gather_dim", "b_layout", "M", "dtype")]
         if "error" in row:
             table.add_row(*head, row["error"], *[""] * (3 + len(names)))
             continue

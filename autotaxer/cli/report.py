@@ -18,7 +18,7 @@ def report_command(
     out: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")] = Path("report"),
     db: DbOption = None,
     no_db: Annotated[
-        bool, typer.Option("--no-db", help="Bench results only; do not read a database.")
+        bool, typer.Option("--no-db", help="Bench results only; do not read a database.", metavar="")
     ] = False,
 ) -> None:
     """Write OUT/index.html (PNGs embedded) and OUT/*.png from RESULTS and the tuning database."""

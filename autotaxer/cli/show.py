@@ -33,8 +33,14 @@ def show(
             help="Write the stale records' shapes (of --op, default ag_gemm) as a shapes.csv to re-tune.",
         ),
     ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide", help="Every field: full keys, parameters, BSP time, trials, dates.", metavar=""
+        ),
+    ] = False,
 ) -> None:
-    """Print the winner of every tuned problem."""
+    """Print the winner of every tuned problem (``--wide``: every field; ``--format json``: for programs)."""
     with open_db(db) as database:
         recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
         url = database.display_url
@@ -54,6 +60,9 @@ def show(
     from rich.table import Table
 
     stale = {(s.key, s.variant): "; ".join(s.reasons) for s in report}
+    if not wide:
+        _print_compact(recs, stale, url)
+        return
     t = Table(title=f"winners in {url}")
     for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
         t.add_column(name)
@@ -80,6 +89,32 @@ def show(
             stale.get((r.key, r.variant), "-"),
         )
     Console().print(t)
+
+
+def _print_compact(recs: list, stale: dict, url: str) -> None:
+    """One table per (op, GPU, world size): problem, winner, time and speedup over BSP (fits 80
+    columns); stale records marked ``*``."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"winners in {url}")
+    groups: dict[tuple[str, str, int], list] = {}
+    for r in recs:
+        groups.setdefault((r.key.op, r.key.gpu_model, r.key.world_size), []).append(r)
+    for (op, gpu, ws), group in sorted(groups.items()):
+        t = Table(title=f"{op} on {gpu}, world size {ws}", box=box.SIMPLE_HEAD)
+        t.add_column("problem", no_wrap=True)
+        t.add_column("winner", no_wrap=True)
+        t.add_column("µs", justify="right", no_wrap=True)
+        t.add_column("×BSP", justify="right", no_wrap=True)
+        for r in group:
+            mark = "*" if (r.key, r.variant) in stale else ""
+            t.add_row(r.key.short_text, r.variant + mark, f"{r.median_us:,.1f}", f"{r.speedup:.2f}×")
+        console.print(t)
+    if stale:
+        console.print(f"* {len(stale)} stale: tuned with other kernel sources or versions (--wide says why)")
 
 
 def _write_stale(report: list, path: Path, op: str) -> None:

@@ -44,7 +44,8 @@ def import_table(
     file: Annotated[Path, typer.Argument(help="A table written by `autotaxer export` (.json or .csv).")],
     db: DbOption = None,
     replace: Annotated[
-        bool, typer.Option("--replace", help="Overwrite stored records even when they are faster.")
+        bool,
+        typer.Option("--replace", help="Overwrite stored records even when they are faster.", metavar=""),
     ] = False,
     quiet: QuietOption = False,
 ) -> None:

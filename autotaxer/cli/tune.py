@@ -38,11 +38,18 @@ def tune_command(
     variants: Annotated[
         str | None, typer.Option("--variants", help="Comma-separated variants (bsp is always in).")
     ] = None,
-    retune: Annotated[bool, typer.Option("--retune", help="Delete the studies and winners first.")] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", help="Plain log lines instead of the live display.")
+    retune: Annotated[
+        bool, typer.Option("--retune", help="Delete the studies and winners first.", metavar="")
     ] = False,
-    jsonl: Annotated[bool, typer.Option("--jsonl", help="JSON lines on stdout, one per event.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", help="Plain log lines instead of the live display.", metavar="")
+    ] = False,
+    jsonl: Annotated[
+        bool, typer.Option("--jsonl", help="JSON lines on stdout, one per event.", metavar="")
+    ] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Summary with full keys, BSP times and parameters.", metavar="")
+    ] = False,
     timing: Annotated[
         str, typer.Option("--timing", help="eager (back-to-back calls) or graph (CUDA graph).")
     ] = "eager",
@@ -68,10 +75,11 @@ def tune_command(
     selected = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None
     warm = _warm_start(warm_start or [])
     options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm)
+    output = (quiet, jsonl, wide)
     if launch is None:
-        _tune_spawned(keys_rows, world_size, device, db, options, quiet, jsonl)
+        _tune_spawned(keys_rows, world_size, device, db, options, output)
     else:
-        _tune_launched(keys_rows, launch, device, db, options, quiet, jsonl)
+        _tune_launched(keys_rows, launch, device, db, options, output)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -150,12 +158,18 @@ def _keys(rows: list[Any], target: Any, world_size: int, config: Any) -> list[An
     return keys
 
 
-def _reporter(quiet: bool, jsonl: bool) -> Any:
+def _reporter(quiet: bool, jsonl: bool, wide: bool) -> Any:
+    """JSON lines, plain shape lines (``--quiet``), the live display on a terminal, else (a log, a pipe)
+    plain lines for every trial, so a long run shows progress where no live display can."""
+    import sys
+
     from ..tuner.progress import JsonlReporter, PlainReporter, RichReporter
 
     if jsonl:
         return JsonlReporter()
-    return PlainReporter() if quiet else RichReporter()
+    if quiet:
+        return PlainReporter()
+    return RichReporter(wide) if sys.stdout.isatty() else PlainReporter(sys.stdout, trials=True)
 
 
 def _open_db(url: str | None) -> Any:
@@ -188,23 +202,33 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
         _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
 
 
-def _tune_spawned(rows, world_size, device, db_url, options, quiet, jsonl) -> None:
-    from .._target import detect_target
+def _tune_spawned(rows, world_size, device, db_url, options, output) -> None:
+    from .._target import detect_target, visible_gpus
     from ..tuner import SpawnedGroup
+    from ._estimate import announcement
 
+    if device == "auto" and 0 < (visible := visible_gpus()) < world_size:
+        _fail(
+            f"--world-size {world_size} needs {world_size} GPUs, {visible} visible; tune at "
+            f"--world-size {visible} or less, or pass --device cpu for the CPU pipeline (its records are "
+            "stored for gpu_model 'cpu' and never served to GPUs)"
+        )
     try:
         target = detect_target(device, world_size)
     except (RuntimeError, ValueError) as e:
         _fail(str(e))
     config = _config(*options, target.device_type)
-    reporter = _reporter(quiet, jsonl)
+    reporter = _reporter(*output)
     if device == "auto" and target.device_type == "cpu":
         reporter.note(
-            f"--device auto: fewer than {world_size} GPUs visible, running the CPU pipeline "
+            "--device auto: no GPU visible, running the CPU pipeline "
             "(records are stored for gpu_model 'cpu' and never served to GPUs)"
         )
     keys = _keys(rows, target, world_size, config)
+    if target.device_type == "cpu" and (warning := announcement(keys, config.trials, world_size)):
+        reporter.note(warning)
     database = _open_db(db_url)
+    reporter.note(f"database: {database.display_url}")
     group = SpawnedGroup(world_size, target.device_type)
     try:
         _run(keys, target, database, config, group, reporter)
@@ -213,7 +237,7 @@ def _tune_spawned(rows, world_size, device, db_url, options, quiet, jsonl) -> No
         database.close()
 
 
-def _tune_launched(rows, launch, device, db_url, options, quiet, jsonl) -> None:
+def _tune_launched(rows, launch, device, db_url, options, output) -> None:
     import torch
 
     from ..tuner.distributed import LaunchedGroup, follow, init_launched
@@ -228,8 +252,9 @@ def _tune_launched(rows, launch, device, db_url, options, quiet, jsonl) -> None:
         return
     config = _config(*options, device)
     keys = _keys(rows, ctx.target, launch.world_size, config)
-    reporter = _reporter(quiet, jsonl)
+    reporter = _reporter(*output)
     database = _open_db(db_url)
+    reporter.note(f"database: {database.display_url}")
     group = LaunchedGroup(ctx)
     try:
         _run(keys, ctx.target, database, config, group, reporter)

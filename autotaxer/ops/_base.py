@@ -106,7 +106,14 @@ class Variant(ABC):
 
     @abstractmethod
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
-        """Compute the op on this rank's ``inputs``; collective. Returns the output tensor."""
+        """Compute the op on this rank's ``inputs``; collective. Returns the output tensor: ``out`` when
+        given, else a fresh tensor that no later call writes (never a workspace buffer)."""
+
+    def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
+        """``(output, saved)``, both fresh tensors, where ``saved`` is what the op's backward needs that
+        the forward communicated (``ag_gemm``: the gathered A), so backward never communicates it again;
+        ``None`` when this variant cannot hand it out (autograd then runs the baseline's)."""
+        return None
 
 
 class Op(ABC):
@@ -116,7 +123,9 @@ class Op(ABC):
     #: Shape fields in key order, e.g. ``("M", "N", "K")``.
     shape_fields: ClassVar[tuple[str, ...]]
     #: Layout fields with defaults and allowed values, e.g. ``{"gather_dim": (0, 1)}``.
-    layout_choices: ClassVar[dict[str, tuple[int, ...]]] = {}
+    layout_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
+    #: Layout fields that a call's tensors decide (not keyword arguments of dispatch).
+    derived_layout: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         self._variants: dict[str, Variant] = {}
@@ -146,6 +155,20 @@ class Op(ABC):
     # -- problems -------------------------------------------------------------------------------
     def layout_defaults(self) -> dict[str, int]:
         return {k: v[0] for k, v in self.layout_choices.items()}
+
+    def key_from_inputs(
+        self, tensors: tuple, layout: dict[str, Any], world_size: int, gpu_model: str
+    ) -> ProblemKey:
+        """The problem key of a dispatch call with these tensors and (defaulted) layout."""
+        raise ValueError(f"{self.name}: dispatch does not know how to build a problem key from its inputs")
+
+    def canonical_inputs(self, tensors: tuple) -> tuple:
+        """The inputs in a memory layout every variant reads (copies only what must change)."""
+        return tensors
+
+    def needs_canonical(self, tensors: tuple) -> bool:
+        """True when :meth:`canonical_inputs` would copy one of ``tensors``."""
+        return False
 
     @abstractmethod
     def validate(self, key: ProblemKey) -> None:

@@ -6,6 +6,12 @@ eager dispatch (table lookup + the tuned variant). Process groups cross the op b
 ``""`` is the default group, other groups are registered by :func:`group_name`.
 
     torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, group_name) -> Tensor (M, N)
+    torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, group_name) -> (C, gathered A)
+    torch.ops.autotaxer.reduce_scatter_grad(full, gather_dim, group_name) -> Tensor
+
+``ag_gemm_saving`` is what a compiled region calls when an input requires grad: it has an autograd
+registration (:mod:`.autograd`'s backward, its reduce-scatter the opaque op ``reduce_scatter_grad``),
+so ``torch.compile`` traces forward and backward around the two opaque communicating calls.
 """
 
 from __future__ import annotations
@@ -50,11 +56,73 @@ def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name:
     return dispatch("ag_gemm", a_shard, b, gather_dim=gather_dim, group=_resolve(group_name))
 
 
+def _gathered_shape(a_shard: torch.Tensor, gather_dim: int, group_name: str) -> tuple[int, int]:
+    ws = _world_size(group_name)
+    if gather_dim == 0:
+        return a_shard.shape[0] * ws, a_shard.shape[1]
+    return a_shard.shape[0], a_shard.shape[1] * ws
+
+
 @ag_gemm.register_fake
 def _ag_gemm_fake(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
-    ws = _world_size(group_name)
-    m = a_shard.shape[0] * ws if gather_dim == 0 else a_shard.shape[0]
+    m, _ = _gathered_shape(a_shard, gather_dim, group_name)
     return a_shard.new_empty((m, b.shape[1]))
+
+
+@torch.library.custom_op("autotaxer::ag_gemm_saving", mutates_args=())
+def ag_gemm_saving(
+    a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(C, gathered A)``: :func:`ag_gemm` that also returns the gathered A it communicated (fresh)."""
+    from .dispatch import get_runtime, init
+
+    group = _resolve(group_name)
+    rt = get_runtime(group) or init(None, group)
+    with torch.no_grad():
+        return rt.dispatch_saving("ag_gemm", a_shard, b, gather_dim=gather_dim)
+
+
+@ag_gemm_saving.register_fake
+def _ag_gemm_saving_fake(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str):
+    m, k = _gathered_shape(a_shard, gather_dim, group_name)
+    return a_shard.new_empty((m, b.shape[1])), a_shard.new_empty((m, k))
+
+
+@torch.library.custom_op("autotaxer::reduce_scatter_grad", mutates_args=())
+def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
+    """This rank's shard of the sum over ranks of ``full`` along ``gather_dim``."""
+    from .autograd import reduce_scatter_grad as _reduce_scatter
+
+    out = _reduce_scatter(full, gather_dim, _resolve(group_name), _world_size(group_name))
+    return out.clone() if out is full else out  # a custom op never returns its input
+
+
+@reduce_scatter_grad.register_fake
+def _reduce_scatter_grad_fake(full: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
+    ws = _world_size(group_name)
+    m, k = full.shape
+    return full.new_empty((m // ws, k) if gather_dim == 0 else (m, k // ws))
+
+
+def _saving_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
+    a_shard, b, gather_dim, group_name = inputs
+    ctx.save_for_backward(output[1], b)
+    ctx.gather_dim, ctx.group_name = gather_dim, group_name
+
+
+def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: torch.Tensor | None):
+    from .autograd import ag_gemm_grads
+
+    gathered, b = ctx.saved_tensors
+
+    def reduce_scatter(full: torch.Tensor) -> torch.Tensor:
+        return torch.ops.autotaxer.reduce_scatter_grad(full, ctx.gather_dim, ctx.group_name)
+
+    needs = ctx.needs_input_grad[:2]
+    return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter), None, None)
+
+
+ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
 
 
 def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int], group: Any) -> Any:
@@ -65,7 +133,12 @@ def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int],
         if name != "gather_dim":
             raise ValueError(f"{name}: not a layout field of ag_gemm (known: gather_dim)")
     a_shard, b = tensors
-    result = torch.ops.autotaxer.ag_gemm(a_shard, b, int(layout.get("gather_dim", 0)), group_name(group))
+    gather_dim, name = int(layout.get("gather_dim", 0)), group_name(group)
+    if (a_shard.requires_grad or b.requires_grad) and torch.is_grad_enabled():
+        if out is not None:
+            raise RuntimeError("dispatch(out=...): an output buffer cannot be differentiated through")
+        return torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, name)[0]
+    result = torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, name)
     if out is not None:
         out.copy_(result)
         return out

@@ -9,6 +9,15 @@ dispatch itself. With ``out=None`` the output is allocated by the variant throug
 allocator (no synchronisation; pass ``out=`` to avoid even that); it is never a workspace buffer that a
 later call would overwrite.
 
+Layouts: ``b`` may be row-major ``(K, N)`` or an nn.Linear weight passed as ``weight.t()``; the key's
+``b_layout`` (``kn``/``nk``) comes from its strides, so each layout is served its own tuned record.
+Inputs in other layouts (a non-contiguous ``a_shard``, a strided slice of B) are copied to one of those.
+
+Autograd: when an input requires grad (and grad mode is on), the forward also keeps the gathered A that
+it communicated (``Variant.run_for_backward``; variants that cannot hand it out run the baseline's), and
+backward computes ``grad_b = gathered_Aᵀ · grad_C`` and ``grad_a = reduce-scatter(grad_C · Bᵀ)`` along
+the gather dimension (:mod:`.autograd`). Every rank must call with the same ``requires_grad``.
+
 CUDA graphs: call each shape once before capturing (the first call allocates and talks to the other
 ranks, which capture forbids: it raises a clear error instead); replays then launch the captured
 kernels, whose flags advance by device-side epochs. Workspaces of shapes used in a captured graph must
@@ -30,7 +39,8 @@ from typing import Any
 
 import torch
 
-from .._problem import ProblemKey, Target, dtype_name
+from .._problem import ProblemKey, Target
+from .autograd import AgGemmFunction
 from .custom_op import compiled_dispatch
 from .lookup import Decision, decide
 from .misses import Miss, append_misses, default_misses_path
@@ -41,14 +51,15 @@ _is_compiling = torch.compiler.is_compiling
 
 
 def _signature(op: str, tensors: tuple, layout: dict) -> tuple:
-    """A call's full cache key: the op, each tensor's shape and dtype, then the layout's items.
+    """A call's full cache key: the op, each tensor's shape, strides and dtype, then the layout's items.
 
-    Two-tensor calls (``ag_gemm``) are first looked up by the op, shapes and dtypes alone (the hot
-    index, see :meth:`Runtime.dispatch`), then their layout is compared with the plan's.
+    Two-tensor calls (``ag_gemm``) are first looked up by the op, shapes, strides and dtypes alone (the
+    hot index, see :meth:`Runtime.dispatch`), then their layout is compared with the plan's. Strides
+    are part of it: they decide ``b_layout`` and whether the inputs must be copied first.
     """
     sig: list = [op]
     for t in tensors:
-        sig += (t.shape, t.dtype)
+        sig += (t.shape, t.stride(), t.dtype)
     return (*sig, *layout.items())
 
 
@@ -57,7 +68,7 @@ def _hot_key(op: str, tensors: tuple) -> tuple | None:
     if len(tensors) != 2:
         return None
     x, y = tensors
-    return (op, x.shape, x.dtype, y.shape, y.dtype)
+    return (op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype)
 
 
 @dataclass(frozen=True)
@@ -122,11 +133,17 @@ class ConsensusError(RuntimeError):
 class Plan:
     """What the hot path needs for one call signature: ``run(workspace, inputs, ctx, out)`` and its state.
 
-    ``layout`` is the layout the plan was made for: the hot index finds a plan by op, shapes and dtypes,
-    and the call's layout must equal it (else the full signature decides).
+    ``layout`` is the layout the plan was made for: the hot index finds a plan by op, shapes, strides and
+    dtypes, and the call's layout must equal it (else the full signature decides). ``run`` copies inputs
+    into a layout the variants read first where the signature needs it. ``run_saving(inputs)`` returns
+    ``(output, saved)`` for autograd (the variant's :meth:`~autotaxer.ops.Variant.run_for_backward`, else
+    the baseline's, whose workspace is prepared on first use).
     """
 
-    __slots__ = ("run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used")
+    __slots__ = (
+        "run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used", "variant", "opobj",
+        "_saving",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -136,6 +153,8 @@ class Plan:
         key: ProblemKey,
         decision: Decision,
         layout: dict[str, Any] | None = None,
+        variant: Any = None,
+        opobj: Any = None,
     ) -> None:
         self.run = run
         self.workspace = workspace
@@ -145,50 +164,54 @@ class Plan:
         self.layout = dict(layout) if layout is not None else {}
         self.calls = 0
         self.last_used = 0  # a tick of the runtime's clock: the least recently used plan is evicted first
+        self.variant = variant
+        self.opobj = opobj
+        self._saving: Any = None  # (variant, workspace) that hands out what backward needs
+
+    def run_saving(self, tensors: tuple) -> tuple[Any, Any]:
+        """``(output, saved)`` as fresh tensors: the forward of an autograd call."""
+        if self.opobj is not None and self.opobj.needs_canonical(tensors):
+            tensors = self.opobj.canonical_inputs(tensors)
+        if self._saving is None:
+            self._saving = (self.variant, self.workspace)
+        variant, ws = self._saving
+        result = variant.run_for_backward(ws, tensors, self.ctx)
+        if result is None:  # this variant cannot hand out the gathered input: the baseline's forward
+            base = self.opobj.baseline()
+            params = base.default_params(self.key, self.ctx.target)
+            self._saving = (base, base.prepare(self.key, params, self.ctx))
+            variant, ws = self._saving
+            result = variant.run_for_backward(ws, tensors, self.ctx)
+            if result is None:
+                raise NotImplementedError(f"{self.key.op}: no variant supports autograd")
+        return result
+
+
+def _canonicalizing(run: Any, opobj: Any) -> Any:
+    """``run`` with the inputs first copied to a layout every variant reads (:meth:`Op.canonical_inputs`)."""
+
+    def run_canonical(ws: Any, tensors: tuple, ctx: Any, out: Any = None) -> Any:
+        return run(ws, opobj.canonical_inputs(tensors), ctx, out)
+
+    return run_canonical
 
 
 # -- problem keys from tensors ----------------------------------------------------------------------
-def _ag_gemm_key(tensors: tuple, layout: dict[str, int], world_size: int, gpu_model: str) -> ProblemKey:
-    if len(tensors) != 2:
-        raise ValueError(f"ag_gemm: expected 2 tensors (a_shard, b), got {len(tensors)}")
-    a, b = tensors
-    if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"ag_gemm: a_shard and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype != b.dtype:
-        raise ValueError(f"dtype: a_shard is {a.dtype} but b is {b.dtype}")
-    if a.device != b.device:
-        raise ValueError(f"device: a_shard is on {a.device} but b is on {b.device}")
-    gd = layout["gather_dim"]
-    m, k = (a.shape[0] * world_size, a.shape[1]) if gd == 0 else (a.shape[0], a.shape[1] * world_size)
-    if b.shape[0] != k:
-        raise ValueError(
-            f"K: b has {b.shape[0]} rows but the gathered A has K={k} "
-            f"(a_shard {tuple(a.shape)}, gather_dim={gd}, world size {world_size})"
-        )
-    return ProblemKey.make(
-        "ag_gemm", gpu_model, world_size, dtype_name(a.dtype), {"M": m, "N": b.shape[1], "K": k}, layout
-    )
-
-
-_KEY_BUILDERS = {"ag_gemm": _ag_gemm_key}
-
-
 def problem_key(
     op: Any, tensors: tuple, layout: dict[str, Any], world_size: int, target: Target
 ) -> ProblemKey:
     """The problem key of a call; ``ValueError`` naming the field for bad inputs or layout."""
     full = op.layout_defaults()
     for name, value in layout.items():
+        if name in op.derived_layout:
+            raise ValueError(f"{name}: decided by the tensors' strides, not an argument of dispatch")
         if name not in op.layout_choices:
-            known = ", ".join(op.layout_choices) or "none"
+            known = ", ".join(n for n in op.layout_choices if n not in op.derived_layout) or "none"
             raise ValueError(f"{name}: not a layout field of {op.name} (known: {known})")
         if value not in op.layout_choices[name]:
             raise ValueError(f"{name}: must be one of {op.layout_choices[name]}, got {value!r}")
         full[name] = int(value)
-    builder = _KEY_BUILDERS.get(op.name) or getattr(op, "key_from_inputs", None)
-    if builder is None:
-        raise ValueError(f"{op.name}: dispatch does not know how to build a problem key from its inputs")
-    key = builder(tensors, full, world_size, target.gpu_model)
+    key = op.key_from_inputs(tensors, full, world_size, target.gpu_model)
     op.validate(key)
     return key
 
@@ -228,14 +251,26 @@ class Runtime:
         # into the key cost more than comparing two small dicts); the layout must equal the plan's.
         if len(tensors) == 2:
             x, y = tensors
-            plan = self._hot.get((op, x.shape, x.dtype, y.shape, y.dtype))
+            plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
             if plan is None or plan.layout != layout:
                 plan = self._find(op, tensors, layout)
+            if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
+                plan.calls += 1
+                plan.last_used = next(self._clock)
+                return _autograd_call(plan, tensors, out)
         else:
             plan = self._find(op, tensors, layout)
         plan.calls += 1
         plan.last_used = next(self._clock)
         return plan.run(plan.workspace, tensors, plan.ctx, out)
+
+    def dispatch_saving(self, op: str, *tensors: Any, **layout: int) -> tuple[Any, Any]:
+        """``(output, saved)``: the call as :meth:`dispatch` makes it, plus what its backward keeps
+        (``ag_gemm``: the gathered A, fresh); differentiable in both when an input requires grad."""
+        plan = self._find(op, tensors, layout)
+        plan.calls += 1
+        plan.last_used = next(self._clock)
+        return AgGemmFunction.apply(*tensors, plan)
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -366,7 +401,8 @@ class Runtime:
             self._note_miss(key, decision)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
-        plan = Plan(variant.run, ws, self.ctx, key, decision, layout)
+        run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
+        plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj)
         plan.last_used = next(self._clock)  # newest: never the one evicted to make room for itself
         self._plans[sig] = plan
         self._evict()
@@ -558,11 +594,28 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
     # dtypes; the layout (names and values) must equal the plan's, else the full signature decides.
     if len(tensors) == 2:
         x, y = tensors
-        plan = rt._hot.get((op, x.shape, x.dtype, y.shape, y.dtype))
+        plan = rt._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
         if plan is None or plan.layout != layout:
             plan = rt._find(op, tensors, layout)
+        if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
+            plan.calls += 1
+            plan.last_used = next(rt._clock)
+            return _autograd_call(plan, tensors, out)
     else:
         plan = rt._find(op, tensors, layout)
     plan.calls += 1
     plan.last_used = next(rt._clock)
     return plan.run(plan.workspace, tensors, plan.ctx, out)
+
+
+def _autograd_call(plan: Plan, tensors: tuple, out: Any) -> Any:
+    """A differentiable call: the forward keeps what backward needs (:class:`AgGemmFunction`)."""
+    if plan.key.op != "ag_gemm":
+        raise NotImplementedError(f"dispatch({plan.key.op!r}): autograd is implemented for 'ag_gemm' only")
+    if out is not None:
+        raise RuntimeError(
+            "dispatch(out=...): an output buffer cannot be differentiated through (in-place into a "
+            "tensor autograd does not track); call without out= when an input requires grad"
+        )
+    result, _ = AgGemmFunction.apply(*tensors, plan)
+    return result

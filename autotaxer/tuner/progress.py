@@ -167,15 +167,29 @@ class JsonlReporter(Reporter):
 
 
 class PlainReporter(Reporter):
-    """One line per shape and the summary, for logs (``--quiet``)."""
+    """One line per shape and the summary, for logs (``--quiet``); with ``trials`` also a line as each
+    shape starts and one per trial (progress where no live display can be drawn: a log, a pipe)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, trials: bool = False) -> None:
         self.stream = stream or sys.stderr
+        self.trials = trials
 
     def note(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
 
+    def shape_start(self, index: int, n_shapes: int, key: str, trials: int, done: int) -> None:
+        if self.trials:
+            print(f"[{index}/{n_shapes}] {key}: {done} of {trials} trials done", file=self.stream, flush=True)
+
     def trial(self, ev: TrialEvent) -> None:
+        if self.trials and ev.state != "FAIL":
+            time = _us(ev.median_us) if ev.state == "COMPLETE" else ev.state.lower()
+            print(
+                f"  trial {ev.trial}/{ev.trials} {ev.variant} {time}; best {_us(ev.best_us)} "
+                f"({_x(ev.speedup)} vs bsp)",
+                file=self.stream,
+                flush=True,
+            )
         if ev.state == "FAIL":
             print(
                 f"  {ev.key} trial {ev.number} {ev.variant} failed: {ev.failure}",
@@ -197,6 +211,8 @@ class PlainReporter(Reporter):
 
 
 def _summary_line(s: Summary) -> str:
+    if s.trials_run == 0:
+        return f"{s.shapes} shape(s) already tuned, no trial to run (--retune to start over)"
     over = (
         "-"
         if s.mean_overhead_ms is None
@@ -212,7 +228,7 @@ def _summary_line(s: Summary) -> str:
 class RichReporter(Reporter):
     """Live progress (shape i of n, trial j of T, best so far and its speedup) and a summary table."""
 
-    def __init__(self) -> None:
+    def __init__(self, wide: bool = False) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -228,6 +244,7 @@ class RichReporter(Reporter):
         )
         self.shapes_task = None
         self.trials_task = None
+        self.wide = wide
         self.progress.start()
 
     def note(self, text: str) -> None:
@@ -256,25 +273,36 @@ class RichReporter(Reporter):
         )
 
     def finish(self, results: list[ShapeResult], summary: Summary) -> None:
-        from rich.table import Table
 
         self.close()
-        table = Table(title="autotaxer tune")
-        for col in ("problem", "winner", "params", "time", "bsp", "speedup", "trials", "failed"):
-            table.add_column(col)
-        for r in results:
-            table.add_row(
-                r.key,
-                r.variant or "-",
-                json.dumps(r.params),
-                _us(r.median_us),
-                _us(r.bsp_us),
-                _x(r.speedup),
-                str(r.trials),
-                str(r.failed),
-            )
-        self.out.print(table)
+        self.out.print(summary_table(results, self.wide))
         self.out.print(_summary_line(summary))
 
     def close(self) -> None:
         self.progress.stop()
+
+
+def summary_table(results: list[ShapeResult], wide: bool = False) -> Any:
+    """The winners of a run: problem, winner, time and speedup (fits 80 columns); ``wide`` adds BSP's
+    time, the trial counts and the parameters, with the full key text."""
+    from rich import box
+    from rich.table import Table
+
+    from .._problem import ProblemKey
+
+    keys = [ProblemKey.from_text(r.key) for r in results]
+    where = sorted({f"{k.op} on {k.gpu_model}, world size {k.world_size}" for k in keys})
+    table = Table(title=f"autotaxer tune: {'; '.join(where)}", box=box.SIMPLE_HEAD)
+    table.add_column("problem", no_wrap=True)
+    table.add_column("winner", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("×BSP", justify="right", no_wrap=True)
+    if wide:
+        for col in ("bsp", "trials", "failed", "params"):
+            table.add_column(col)
+    for key, r in zip(keys, results, strict=True):
+        row = [key.text if wide else key.short_text, r.variant or "-", _us(r.median_us), _x(r.speedup)]
+        if wide:
+            row += [_us(r.bsp_us), str(r.trials), str(r.failed), json.dumps(r.params)]
+        table.add_row(*row)
+    return table

@@ -181,7 +181,7 @@ class IrisFusedVariant(Variant):
             "flags": heap.zeros(flags_count(geo, ctx.world_size), dtype=torch.int32),
             "sync": torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
-            "out": torch.empty((key["M"], key["N"]), dtype=dtype, device=ctx.device),
+            "grid": _launch_grid(config, key["M"], key["N"], ctx.target.num_sms),
             "config": config,
             "launch": self.launcher(),
             "launch_cache": {},  # compiled launches of this workspace (see the launcher's ``cache``)
@@ -190,9 +190,12 @@ class IrisFusedVariant(Variant):
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
         a_shard, b = inputs
         buf = ws.buffers
-        out = buf["out"] if out is None else out
+        if out is None:  # fresh from the caching allocator: no later call writes it
+            out = torch.empty((ws.key["M"], ws.key["N"]), dtype=a_shard.dtype, device=a_shard.device)
         buf["launch"](
             a_shard=a_shard,
             b=b,
@@ -209,3 +212,35 @@ class IrisFusedVariant(Variant):
             inbox=buf["data"],
         )
         return out
+
+    def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
+        """``(C, gathered A)``: after the kernel, the peers' shards of this call are in the inbox's parity
+        slot; it is copied out (with the local shard in its place) before the next call can reuse it."""
+        out = self.run(ws, inputs, ctx)
+        return out, inbox_gathered(ws, inputs[0], ctx.rank)
+
+
+def _launch_grid(config: Any, m: int, n: int, num_sms: int) -> int:
+    """Programs of the fused kernel's launch: the dedicated producers plus one consumer per SM left, at
+    most one per tile (``kernels._ag_fused._launch_args``, phase ``all``)."""
+    tiles = -(-m // config.block_m) * -(-n // config.block_n)
+    return config.comm_sms + min(num_sms - config.comm_sms, tiles)
+
+
+def inbox_gathered(ws: Workspace, a_shard: Any, rank: int) -> Any:
+    """The gathered ``(M, K)`` A of the call that just ran on ``ws``, as a fresh tensor.
+
+    Call ``e`` leaves ``e * grid`` arrivals in ``sync[0]`` and its data in inbox slot ``e % 2``; the
+    slot is chosen on the device (no synchronisation, and right under CUDA-graph replay). Stream order
+    puts this copy before this rank's next call, and no peer writes the slot again before that call
+    has sent its own data, so the copy always sees this call's shards.
+    """
+    import torch
+
+    buf, key = ws.buffers, ws.key
+    slot = torch.div(buf["sync"][:1], buf["grid"], rounding_mode="floor").remainder_(2)
+    shards = buf["data"].index_select(0, slot)[0]  # (world_size, Ms, Ks), a copy
+    shards[rank].copy_(a_shard)  # push never writes its own slot
+    if key["gather_dim"] == 0:
+        return shards.view(key["M"], key["K"])
+    return shards.permute(1, 0, 2).reshape(key["M"], key["K"])

@@ -54,5 +54,19 @@ class BspVariant(Variant):
             a.view(m, ctx.world_size, kr).copy_(gathered.permute(1, 0, 2))
         return torch.matmul(a, b, out=out)
 
+    def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
+        """``(C, gathered A)``: the all-gather lands in a fresh ``(M, K)`` tensor that backward keeps."""
+        import torch
+
+        a_shard, b = inputs
+        key = ws.key
+        shards = torch.empty((ctx.world_size, *shard_shape(key)), dtype=a_shard.dtype, device=a_shard.device)
+        all_gather_shards(a_shard, shards, ctx)
+        if key["gather_dim"] == 0:
+            a = shards.view(key["M"], key["K"])
+        else:
+            a = shards.permute(1, 0, 2).reshape(key["M"], key["K"])
+        return torch.matmul(a, b), a
+
 
 VARIANTS = [BspVariant()]

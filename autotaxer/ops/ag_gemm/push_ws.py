@@ -86,6 +86,11 @@ class PushWsVariant(PushVariant):
 
         return ag_gemm_push_ws
 
+    def run_for_backward(self, ws, inputs, ctx):
+        """None: its launches count arrivals on their own grids, so the inbox slot of a call is not
+        ``push``'s; autograd runs the baseline."""
+        return None
+
 
 class PushWsFwdVariant(PushWsVariant):
     """``push_ws`` with no producer at all: the consumer's forward warp TMA-stores each box of the local

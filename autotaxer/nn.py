@@ -1,0 +1,78 @@
+"""Tensor-parallel layers served by :func:`autotaxer.dispatch`.
+
+:class:`ColumnParallelLinear` is the column-parallel linear layer of sequence-parallel tensor parallelism
+(Megatron's ``ColumnParallelLinear`` with ``sequence_parallel=True``): each rank holds a slice of the
+sequence of the input, ``(s / world_size, *, in_features)``, and the rows ``out_features / world_size``
+of the weight; the forward all-gathers the input along the sequence (dim 0) and multiplies it by the
+weight shard, as one tuned ``ag_gemm`` (``b_layout=nk``: the weight is nn.Linear's ``(out, in)``),
+giving ``(s, *, out_features / world_size)``. Backward: the weight's gradient from the gathered input the
+forward kept, the input's by a reduce-scatter (:mod:`autotaxer.runtime.autograd`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .functional import _world_size, resolve_group
+
+
+class ColumnParallelLinear(nn.Module):
+    """``y = all_gather(x, dim=0) @ weightᵀ + bias`` with this rank's weight shard; collective.
+
+    ``out_features`` is the layer's full width (divisible by the world size); each rank keeps
+    ``out_features / world_size`` rows of the weight (and of the bias). ``group``: a process group, its
+    name, or None for the default group. Every rank of the group calls ``forward`` with the same shapes.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        group: Any = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.group = resolve_group(group)
+        ws = _world_size(self.group)
+        if out_features % ws:
+            raise ValueError(f"out_features: {out_features} is not divisible by the world size {ws}")
+        shard = nn.Linear(in_features, out_features // ws, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features, self.world_size = in_features, out_features, ws
+        self.weight = shard.weight
+        self.bias = shard.bias
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group: Any = None) -> ColumnParallelLinear:
+        """The layer whose shard on this rank is ``linear`` (its parameters are shared, not copied)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.group = resolve_group(group)
+        layer.world_size = _world_size(layer.group)
+        layer.in_features = linear.in_features
+        layer.out_features = linear.out_features * layer.world_size
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from .runtime.dispatch import dispatch
+
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x: last dimension {x.shape[-1]}, expected in_features={self.in_features}")
+        rows = x.reshape(-1, self.in_features)
+        y = dispatch("ag_gemm", rows, self.weight.t(), gather_dim=0, group=self.group)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(x.shape[0] * self.world_size, *x.shape[1:-1], y.shape[-1])
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features} "
+            f"({self.out_features // self.world_size} on this rank), bias={self.bias is not None}"
+        )

@@ -1,0 +1,109 @@
+"""What a user meets first: ``tune`` refuses a world size the visible GPUs cannot hold, warns before a
+long CPU run, shows progress outside a terminal; ``show`` and the tune summary fit 80 columns; flags
+read as flags in ``--help``."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from _factories import make_record
+from typer.testing import CliRunner
+
+from autotaxer.cli import app
+from autotaxer.storage import open_database
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_fewer_gpus_than_the_world_size_is_refused_unless_cpu_is_asked(tmp_path, monkeypatch) -> None:
+    import autotaxer._target
+
+    monkeypatch.setattr(autotaxer._target, "visible_gpus", lambda: 1)
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("M,N,K\n64,8,8\n")
+    db = tmp_path / "t.sqlite"
+    args = ["tune", "--world-size", "2", "--shapes", str(shapes), "--db", f"sqlite:///{db}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--world-size 2 needs 2 GPUs, 1 visible" in result.output and "--device cpu" in result.output
+    assert "Traceback" not in result.output and not db.exists()
+
+
+def test_show_fits_80_columns_and_wide_shows_every_field(tmp_path) -> None:
+    from autotaxer import ProblemKey
+
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    nk = make_record(16384, median_us=2222.2, bsp_us=3333.3, variant="copy_engine")
+    nk = type(nk)(**{**nk.__dict__, "key": ProblemKey.make(
+        "ag_gemm", "nvidia-h200", 8, "bf16", {"M": 16384, "N": 28672, "K": 8192},
+        {"gather_dim": 1, "b_layout": "nk"})})  # fmt: skip
+    with open_database(url) as db:
+        db.upsert_winners([make_record(16, median_us=20.0, bsp_us=30.0), nk])
+    runner = CliRunner(env={"COLUMNS": "80", "AUTOTAXER_DB": None})
+    result = runner.invoke(app, ["show", "--db", url])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "…" not in result.output and max(map(len, lines)) <= 80, result.output
+    assert any("M=16384 N=28672 K=8192 gd=1 nk" in line and "copy_engine" in line for line in lines)
+    assert any("M=16 N=8192 K=8192 gd=0" in line and "1.50×" in line for line in lines)
+    wide = CliRunner(env={"COLUMNS": "250", "AUTOTAXER_DB": None}).invoke(
+        app, ["show", "--db", url, "--wide"]
+    )
+    assert "gather_dim=1,b_layout=nk" in wide.output and "BLOCK_M=128" in wide.output
+
+
+def test_tune_summary_fits_80_columns() -> None:
+    from rich.console import Console
+
+    from autotaxer.tuner.progress import ShapeResult, summary_table
+
+    text = "ag_gemm|nvidia-h200|8|bf16|M=16384,N=28672,K=8192|gather_dim=1,b_layout=nk"
+    params = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "comm_sms": 16}
+    result = ShapeResult(text, "copy_engine", params, 2222.2, 3333.3, 40, 1, 0, 40, 12.0, True)
+    out = io.StringIO()
+    Console(file=out, width=80).print(summary_table([result]))
+    assert "…" not in out.getvalue() and "1.50×" in out.getvalue() and "nk" in out.getvalue()
+    wide = io.StringIO()
+    Console(file=wide, width=250).print(summary_table([result], wide=True))
+    assert '"comm_sms": 16' in wide.getvalue()
+
+
+def test_flags_read_as_flags_in_help() -> None:
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["tune", "--help"])
+    for flag in ("--retune", "--quiet", "--jsonl", "--wide"):
+        (line,) = [line for line in result.output.splitlines() if f" {flag} " in line]
+        assert "<bool>" not in line, line
+
+
+def test_a_long_cpu_run_is_announced_and_a_short_one_is_not() -> None:
+    from autotaxer.cli._estimate import announcement
+    from autotaxer.shapes import load_shapes
+
+    def keys(name: str) -> list:
+        return [row.to_key("cpu", 2) for row in load_shapes(ROOT / "examples" / name)]
+
+    warning = announcement(keys("shapes_llm.csv"), 16, 2)
+    assert warning is not None and "min for these" in warning and "shapes_cpu.csv" in warning
+    assert announcement(keys("shapes_cpu.csv"), 8, 2) is None
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])
+def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: bool) -> None:
+    import sys
+
+    from autotaxer.cli.tune import _reporter
+    from autotaxer.tuner.progress import PlainReporter, RichReporter, TrialEvent
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
+    reporter = _reporter(False, False, False)
+    reporter.close()
+    assert isinstance(reporter, RichReporter if tty else PlainReporter)
+    out = io.StringIO()
+    plain = PlainReporter(out, trials=True)
+    plain.shape_start(1, 3, "ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0", 8, 2)
+    plain.trial(TrialEvent(1, 3, "k", 3, 8, 5, "bsp", {}, "COMPLETE", 12.5, 0.0, None, 12.5, 12.5))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[1/3] ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0: 2 of 8 trials done"
+    assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs (1.00× vs bsp)")
