@@ -71,9 +71,14 @@ def fused_all_gather_matmul(
         raise ValueError(f"gather_dim: {gather_dim} is not a dimension of a {A_shard.dim()}-D A_shard")
     gather_dim %= A_shard.dim()
     group = resolve_group(group_name)
-    rt = get_runtime(group) or init(None, group)
     a2d, gd = _to_matrix(A_shard, gather_dim)
-    first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
+    if torch.compiler.is_compiling():  # the custom op with its autograd registration
+        from .runtime.custom_op import group_name as name_of
+
+        first, gathered = torch.ops.autotaxer.ag_gemm_saving(a2d, Bs[0], gd, name_of(group))
+    else:
+        rt = get_runtime(group) or init(None, group)
+        first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
     outs = [first] + [gathered @ b for b in Bs[1:]]
     ws = _world_size(group)
     outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]

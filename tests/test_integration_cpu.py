@@ -201,6 +201,41 @@ def test_fused_all_gather_matmul_has_pytorchs_contract() -> None:
         assert per_rank["shape"] == per_rank["full"]
 
 
+def _compiled_symm_mem(ctx) -> dict:
+    """``fused_all_gather_matmul`` inside ``torch.compile`` (aot_eager, one graph): values and grads."""
+    import torch
+
+    import autotaxer
+
+    _runtime()
+    ws, r = ctx.world_size, ctx.rank
+    full = _rand(7, 4 * ws, 8)
+    shard = _shard(full, r, ws, 0).requires_grad_()
+    bs = [_weight(q, 6, 8, "nk").detach().requires_grad_() for q in range(2)]
+
+    def f(x, b0, b1):
+        a, outs = autotaxer.fused_all_gather_matmul(x, [b0, b1], 0)
+        return a, outs[0] + 2 * outs[1]
+
+    a, y = torch.compile(f, backend="aot_eager", fullgraph=True)(shard, *bs)
+    y.sum().backward()
+    ref = full.clone().requires_grad_()
+    ref_bs = [b.detach().clone().requires_grad_() for b in bs]
+    (ref @ ref_bs[0] + 2 * (ref @ ref_bs[1])).sum().backward()
+    return {
+        "a": (a - full).abs().max().item(),
+        "y": (y - (full @ bs[0] + 2 * (full @ bs[1])).detach()).abs().max().item(),
+        "grad_x": (shard.grad - ws * _shard(ref.grad, r, ws, 0)).abs().max().item(),
+        "grad_b": max((b.grad - rb.grad).abs().max().item() for b, rb in zip(bs, ref_bs, strict=True)),
+    }
+
+
+@pytest.mark.slow
+def test_fused_all_gather_matmul_under_torch_compile() -> None:
+    for per_rank in run_ranks(_compiled_symm_mem, 2, "cpu", timeout=300):
+        assert max(per_rank.values()) < 1e-4, per_rank
+
+
 def _column_parallel(ctx) -> dict:
     """``ColumnParallelLinear.from_linear`` of each rank's shard and one built from sizes: outputs and
     gradients against the unsharded nn.Linear on the full sequence."""
@@ -261,6 +296,13 @@ def test_one_process_dispatch_is_differentiable_and_refuses_out_with_grad() -> N
     torch.nn.functional.linear(a2, w2).square().sum().backward()
     assert torch.allclose(a.grad, a2.grad, atol=1e-5) and torch.allclose(w.grad, w2.grad, atol=1e-5)
     assert w.grad.is_contiguous()
+    # the custom op (what torch.compile calls): two results of one shape, both kept
+    x1, x2 = _rand(3, 6, 5), _rand(4, 6, 5)
+    c1 = torch.ops.autotaxer.ag_gemm(x1, w.detach().t(), 0, "")
+    c2 = torch.ops.autotaxer.ag_gemm(x2, w.detach().t(), 0, "")
+    assert torch.allclose(c1, x1 @ w.detach().t(), atol=1e-5) and torch.allclose(
+        c2, x2 @ w.detach().t(), atol=1e-5
+    )
     with pytest.raises(RuntimeError, match="out="):
         autotaxer.dispatch("ag_gemm", a, w.t(), gather_dim=0, out=torch.empty(6, 3))
     with pytest.raises(ValueError, match="b_layout: decided by the tensors' strides"):

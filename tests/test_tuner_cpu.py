@@ -101,7 +101,9 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
     summary = events[-1]
     assert summary["event"] == "summary" and summary["shapes"] == 2 and summary["trials_run"] == 16
     assert summary["mean_overhead_ms"] > 0 and summary["trials_per_min"] > 0
-    assert [e["trial"] for e in events if e["event"] == "trial" and e["key"] == events[0]["key"]][-1] == 8
+    assert events[0] == {"event": "note", "message": f"database: {url}"}  # where the results go
+    first = next(e for e in events if e["event"] == "shape_start")
+    assert [e["trial"] for e in events if e["event"] == "trial" and e["key"] == first["key"]][-1] == 8
     winners = {w.key: w for w in _winners(url)}
     for key in (_key(2, 32, 16, 16, 0), _key(2, 16, 8, 16, 1)):
         trials = _trials(url, key)
@@ -365,3 +367,35 @@ def test_inside_torchrun_rank_0_tunes_and_the_others_follow(tmp_path: Path) -> N
     assert len(finished) == 4
     (winner,) = _winners(url)
     assert winner.trials == 4
+
+
+@pytest.mark.slow
+def test_both_weight_layouts_are_tuned_exported_and_imported_apart(tmp_path: Path) -> None:
+    """A shapes file with ``b_layout``: one study and one winner per layout, the nn.Linear layout's
+    inputs made as ``weight.t()``; export and import keep the field."""
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim,b_layout\n32,16,16,fp32,0,nk\n32,16,16,fp32,0,kn\n")
+    proc = _tune(["--world-size", "2", "--shapes", str(shapes), "--db", url, "--trials", "4", "--quiet"])
+    assert proc.returncode == 0, proc.stderr
+    kn = _key(2, 32, 16, 16, 0)
+    nk = ProblemKey.make(
+        "ag_gemm", "cpu", 2, "fp32", {"M": 32, "N": 16, "K": 16}, {"gather_dim": 0, "b_layout": "nk"}
+    )
+    winners = {w.key: w for w in _winners(url)}
+    assert (
+        set(winners) == {kn, nk} and nk.text.endswith("gather_dim=0,b_layout=nk") and kn.text.endswith("=0")
+    )
+    for key in (kn, nk):
+        assert len([t for t in _trials(url, key) if t.state.name in ("COMPLETE", "FAIL")]) == 4
+    out = tmp_path / "table.json"
+    runner = CliRunner()
+    from autotaxer.cli import app
+
+    assert runner.invoke(app, ["export", "--db", url, "--out", str(out)]).exit_code == 0
+    assert '"b_layout": "nk"' in out.read_text()
+    from autotaxer.table_file import read_table
+
+    assert {r.key for r in read_table(out)} == {kn, nk}
+    copy_url = f"sqlite:///{tmp_path}/copy.sqlite"
+    assert runner.invoke(app, ["import", str(out), "--db", copy_url]).exit_code == 0
+    assert {w.key for w in _winners(copy_url)} == {kn, nk}
