@@ -243,3 +243,71 @@ def test_a_baseline_running_in_another_tuner_is_awaited_before_the_winner_is_sto
     assert "waited" in result.note
     (winner,) = db.winners()
     assert winner.bsp_us == 1e6 and winner.trials == 3
+
+
+class InterruptingExecutor(InlineExecutor):
+    """Raises KeyboardInterrupt (Ctrl-C) in the trial whose variant is ``variant``, ``times`` times."""
+
+    def __init__(self, variant: str, times: int = 1) -> None:
+        super().__init__()
+        self.variant, self.left = variant, times
+
+    def run(self, req: TrialRequest, timeout_s: float, on_wait=None) -> list[RankReply]:
+        if req.variant == self.variant and self.left:
+            self.left -= 1
+            raise KeyboardInterrupt
+        return super().run(req, timeout_s, on_wait)
+
+
+def test_an_interrupted_baseline_runs_again_on_resume_and_the_winner_is_stored(db) -> None:
+    """Ctrl-C during the BSP baseline: the trial is interrupted, not failed; the resumed run measures the
+    baseline again, stores the winner, and ends with as many finished trials as an uninterrupted run."""
+    config = TuneConfig(trials=4, timing=FAST)
+    with pytest.raises(KeyboardInterrupt):
+        tune([KEY], cpu_target(), db, config, InterruptingExecutor("bsp"))
+    (first,) = _trials(db)
+    assert first.state.name == "FAIL" and first.user_attrs["interrupted"] is True
+    assert first.user_attrs["failure"].startswith("interrupted: KeyboardInterrupt")
+    result, executor = _run(db)
+    assert executor.requests[0].variant == "bsp"  # the interrupted configuration first
+    assert result.stored and result.bsp_us is not None and result.trials == 4
+    states = [t.state.name for t in _trials(db)]
+    assert states.count("COMPLETE") == 4 and states.count("FAIL") == 1
+    assert db.get_winner(KEY).trials == 4
+
+
+def test_a_configuration_interrupted_max_times_is_not_run_again(db) -> None:
+    from autotaxer.tuner.study import MAX_INTERRUPTIONS
+
+    config = TuneConfig(trials=4, timing=FAST)
+    for _ in range(MAX_INTERRUPTIONS):
+        with pytest.raises(KeyboardInterrupt):
+            tune([KEY], cpu_target(), db, config, InterruptingExecutor("bsp"))
+    result, executor = _run(db)
+    assert "bsp" not in [r.variant for r in executor.requests]
+    assert not result.stored and "baseline never completed" in result.note
+
+
+def test_a_trial_without_an_owner_is_interrupted_after_a_minute(db) -> None:
+    """A kill between taking a queued trial and recording its owner: RUNNING with no owner. Marked
+    interrupted once ``OWNERLESS_AFTER_S`` have passed since its start, not after the 10-minute
+    heartbeat limit; a fresh owner-less trial (another tuner's, just taken) is left alone."""
+    from autotaxer.tuner.study import OWNERLESS_AFTER_S, counts
+
+    study = open_study(db.optuna_storage(), KEY, None)
+    study.enqueue_trial({"variant": "bsp"})
+    trial = study.ask()  # RUNNING, no owner
+    start = trial.datetime_start.timestamp()
+    assert fail_stale_trials(study, now=start + 5) == []
+    assert fail_stale_trials(study, now=start + OWNERLESS_AFTER_S + 1) == [trial.number]
+    assert counts(study) == {"INTERRUPTED": 1}
+
+
+def test_a_new_trial_is_created_with_its_owner(db) -> None:
+    from autotaxer.tuner.study import ask_owned, owner_tag
+
+    study = open_study(db.optuna_storage(), KEY, None)
+    trial = ask_owned(study, owner_tag())
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert frozen.state.name == "RUNNING" and frozen.number == trial.number == 0
+    assert frozen.user_attrs["owner"] == owner_tag() and frozen.user_attrs["heartbeat"] > 0

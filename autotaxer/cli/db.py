@@ -24,8 +24,16 @@ def _report(database, fmt: OutputFormat) -> None:
 
 @db_app.command("upgrade")
 def upgrade(db: DbOption = None, fmt: FormatOption = OutputFormat.human, quiet: QuietOption = False) -> None:
-    """Create the database or migrate it to the newest schema (also done whenever it is opened)."""
+    """Create the database or migrate it to the newest schema (also done whenever it is opened), with
+    Optuna's tables: any number of tuners can then start on it at once."""
+    from autotaxer.storage import DatabaseError
+
     with open_db(db, upgrade=True) as database:
+        try:
+            database.optuna_storage().engine.dispose()
+        except DatabaseError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
         if not quiet:
             _report(database, fmt)
 

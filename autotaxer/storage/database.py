@@ -33,6 +33,8 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _RACE_RETRIES = 5
 _WINNERS = WinnerRow.__table__
+#: PostgreSQL advisory-lock id held while Optuna's schema is created (autotaxer's migrations use 2087413).
+_OPTUNA_SCHEMA_LOCK = 2087414
 _LIMITS = {"op": 64, "gpu_model": 128, "dtype": 16, "shape": 255, "layout": 255, "variant": 64, "arch": 64}
 
 
@@ -202,13 +204,56 @@ class Database:
             return bool(session.execute(_WINNERS.delete().where(_key_clause(key))).rowcount)
 
     def optuna_storage(self):
-        """Optuna's RDB storage on the same database (its tables sit beside autotaxer's)."""
+        """Optuna's RDB storage on the same database (its tables sit beside autotaxer's).
+
+        Optuna creates its tables and stamps its schema version the first time; that runs under a lock
+        held across processes (an advisory lock on the SQLite file, or PostgreSQL's advisory lock), so
+        tuners started at once on a new database neither collide nor fail. On SQLite its transactions
+        begin ``IMMEDIATE`` like autotaxer's, so two tuners never take the same queued trial. A schema
+        written by a newer Optuna is refused by name.
+        """
         import optuna
 
-        kwargs: dict[str, Any] = {}
-        if self.engine.dialect.name == "sqlite":
-            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
-        return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
+        sqlite = self.engine.dialect.name == "sqlite"
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
+        with self._schema_lock():
+            try:
+                storage = optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
+            except RuntimeError as e:  # Optuna's schema check: the tables were written by another version
+                raise DatabaseError(
+                    f"{self.display_url}: Optuna's tables do not fit the installed optuna "
+                    f"{optuna.__version__} ({e}); the database was not modified"
+                ) from None
+            except sa_exc.DBAPIError as e:
+                raise DatabaseError(f"{self.display_url}: {e.orig}") from e
+        if sqlite:
+            _serialize_sqlite_transactions(storage.engine)
+        return storage
+
+    @contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """Hold a lock shared by every process using this database (SQLite file, PostgreSQL)."""
+        name = self.engine.dialect.name
+        if name == "postgresql":
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql(f"SELECT pg_advisory_lock({_OPTUNA_SCHEMA_LOCK})")
+                try:
+                    yield
+                finally:
+                    conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_OPTUNA_SCHEMA_LOCK})")
+            return
+        path = _sqlite_file(make_url(self.url)) if name == "sqlite" else None
+        if path is None or not path.exists():
+            yield
+            return
+        import fcntl
+
+        with path.open("rb") as f:  # flock is advisory and separate from SQLite's own (fcntl) locks
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -280,6 +325,22 @@ def _ensure_wal(cur) -> None:
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _serialize_sqlite_transactions(engine: Engine) -> None:
+    """Make ``engine`` (Optuna's) begin every transaction ``IMMEDIATE``, as autotaxer's engine does: a
+    read-then-write (taking a queued trial) then holds the write lock from its read on."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners: replaced by new ones
 
 
 def _create_engine(url: str, sqlite: bool) -> Engine:

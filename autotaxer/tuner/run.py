@@ -22,6 +22,7 @@ from .progress import Reporter, ShapeResult, Summary, TrialEvent, summarize
 from .study import (
     SAMPLERS,
     SearchSpace,
+    ask_owned,
     best_trial,
     check_space,
     check_timing,
@@ -35,8 +36,10 @@ from .study import (
     fail_stale_trials,
     finished,
     make_sampler,
+    mark_interrupted,
     open_study,
     owner_tag,
+    requeue_interrupted,
     split_params,
     suggest,
 )
@@ -151,7 +154,12 @@ class _ShapeTuner:
             study.set_user_attr("timing", cfg.timing.mode)
         stale = fail_stale_trials(study)
         if stale:
-            self.reporter.note(f"{self.key.text}: marked interrupted trial(s) {stale} as failed")
+            self.reporter.note(f"{self.key.text}: marked trial(s) {stale} interrupted")
+        again = requeue_interrupted(study)
+        if again:
+            self.reporter.note(
+                f"{self.key.text}: {len(again)} interrupted configuration(s) queued to run again"
+            )
         enqueue_baseline(study, self.op, self.space)
         if cfg.sampler != "grid":
             queued = enqueue_configs(study, self.op, self.space, warm)
@@ -239,13 +247,13 @@ class _ShapeTuner:
         return f"waited {time.monotonic() - t0:.1f} s for another tuner's trials" if slept else ""
 
     def _one_trial(self, study: Any, target: int, TrialState: Any) -> None:
+        from optuna.exceptions import UpdateFinishedTrialError
+
         self.executor.ensure_started()  # relaunch after a fault here, outside the trial's overhead
         t0 = time.perf_counter()
-        trial = study.ask()
+        trial = ask_owned(study, self.owner)
         told = False
         try:
-            trial.set_user_attr("owner", self.owner)
-            trial.set_user_attr("heartbeat", time.time())
             name, params = suggest(trial, self.space)
             reason = self.op.variants[name].check(self.key, self.target, params)
             dup = duplicate_of(study, trial.params, trial.number) if reason is None else None
@@ -283,12 +291,16 @@ class _ShapeTuner:
             if not math.isnan(rel):
                 trial.set_user_attr("rel_err", rel)
             trial.set_user_attr("overhead_ms", overhead_ms)
-            if failure is None:
-                trial.set_user_attr("median_us", median)
-                study.tell(trial, median)
-            else:
-                trial.set_user_attr("failure", failure)
-                study.tell(trial, state=TrialState.FAIL)
+            try:
+                if failure is None:
+                    trial.set_user_attr("median_us", median)
+                    study.tell(trial, median)
+                else:
+                    trial.set_user_attr("failure", failure)
+                    study.tell(trial, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:  # another tuner took it for abandoned: its result is dropped
+                self.reporter.note(f"{self.key.text}: trial {trial.number} was ended by another tuner")
+                return
             told = True
             if failure is None:
                 self._store_winner(study, final=False)
@@ -301,9 +313,8 @@ class _ShapeTuner:
             )  # fmt: skip
         except BaseException as exc:
             if not told:  # Ctrl-C, SIGTERM, a database error: never leave this trial RUNNING
-                try:
-                    trial.set_user_attr("failure", f"interrupted: {type(exc).__name__}: {exc}")
-                    study.tell(trial, state=TrialState.FAIL)
+                try:  # interrupted, not failed: resume runs its configuration again
+                    mark_interrupted(study, trial._trial_id, f"interrupted: {type(exc).__name__}: {exc}")
                 except Exception:  # the database may be what failed; resume marks it stale then
                     pass
             raise

@@ -25,6 +25,13 @@ from ..ops._base import Op, Variant, iter_grid
 SAMPLERS = ("tpe", "random", "grid")
 #: A RUNNING trial of another host whose heartbeat is older than this is considered abandoned.
 STALE_AFTER_S = 600.0
+#: A RUNNING trial with no owner yet is abandoned after this long: a live tuner records its owner right
+#: after taking the trial (a kill between the two leaves it without one).
+OWNERLESS_AFTER_S = 60.0
+#: User attribute marking a FAIL trial as interrupted (a killed tuner, Ctrl-C, a database error): it says
+#: nothing about its configuration, which runs again on resume, at most :data:`MAX_INTERRUPTIONS` times.
+INTERRUPTED = "interrupted"
+MAX_INTERRUPTIONS = 3
 
 
 class StudyError(RuntimeError):
@@ -264,15 +271,91 @@ def enqueue_grid(study: Any, op: Op, space: SearchSpace) -> int:
     return len(points)
 
 
+def ask_owned(study: Any, owner: str) -> Any:
+    """``study.ask()`` that records ``owner`` and a first heartbeat with the trial: a new trial is created
+    with them in one transaction; a queued one gets them right after it is taken (a kill in between
+    leaves it without an owner, which :func:`fail_stale_trials` treats after :data:`OWNERLESS_AFTER_S`)."""
+    from datetime import datetime
+
+    import optuna
+    from optuna.trial import FrozenTrial, TrialState
+
+    attrs = {"owner": owner, "heartbeat": time.time()}
+    storage = study._storage
+    study._thread_local.cached_all_trials = None  # as ask() does: read the storage afresh
+    trial_id = study._pop_waiting_trial_id()
+    if trial_id is None:
+        template = FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=datetime.now(),
+            datetime_complete=None, params={}, distributions={}, user_attrs=attrs, system_attrs={},
+            intermediate_values={}, trial_id=-1,
+        )  # fmt: skip
+        trial_id = storage.create_new_trial(study._study_id, template_trial=template)
+    else:
+        for name, value in attrs.items():
+            storage.set_trial_user_attr(trial_id, name, value)
+    return optuna.Trial(study, trial_id)
+
+
+def is_interrupted(trial: Any) -> bool:
+    """True for a FAIL trial that was interrupted rather than failing on its own."""
+    return trial.state.name == "FAIL" and bool(trial.user_attrs.get(INTERRUPTED))
+
+
 def duplicate_of(study: Any, params: dict[str, Any], number: int) -> int | None:
-    """Number of an earlier launched trial (finished or running) with exactly ``params``, or None."""
+    """Number of an earlier launched trial with exactly ``params`` (finished or running; an interrupted
+    one only once the configuration was interrupted :data:`MAX_INTERRUPTIONS` times), or None."""
     from optuna.trial import TrialState
 
     states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+    interrupted = []
     for t in study.get_trials(deepcopy=False, states=states):
-        if t.number != number and t.params == params:
+        if t.number == number or t.params != params:
+            continue
+        if not is_interrupted(t):
             return t.number
-    return None
+        interrupted.append(t.number)
+    return interrupted[-1] if len(interrupted) >= MAX_INTERRUPTIONS else None
+
+
+def mark_interrupted(study: Any, trial_id: int, why: str) -> bool:
+    """Record ``why`` and end the trial ``FAIL`` + interrupted; False when it had already finished."""
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    try:
+        storage.set_trial_user_attr(trial_id, "failure", why)
+        storage.set_trial_user_attr(trial_id, INTERRUPTED, True)
+        return bool(storage.set_trial_state_values(trial_id, TrialState.FAIL))
+    except RuntimeError:  # finished meanwhile (UpdateFinishedTrialError): nothing to repair
+        return False
+
+
+def requeue_interrupted(study: Any) -> list[dict[str, Any]]:
+    """Queue again every configuration whose trials were all interrupted (fewer than
+    :data:`MAX_INTERRUPTIONS` times) and that is neither queued, running nor finished otherwise; returns
+    the configurations queued."""
+    from optuna.trial import TrialState
+
+    interrupted: dict[tuple, int] = {}
+    taken: set[tuple] = set()
+    params_of: dict[tuple, dict[str, Any]] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.PRUNED:
+            continue
+        params = t.system_attrs.get("fixed_params", t.params) if t.state == TrialState.WAITING else t.params
+        point = tuple(sorted(params.items()))
+        params_of[point] = dict(params)
+        if is_interrupted(t):
+            interrupted[point] = interrupted.get(point, 0) + 1
+        else:
+            taken.add(point)
+    queued = []
+    for point, n in interrupted.items():
+        if point not in taken and n < MAX_INTERRUPTIONS:
+            study.enqueue_trial(params_of[point])
+            queued.append(params_of[point])
+    return queued
 
 
 def _pid_alive(pid: int) -> bool:
@@ -286,10 +369,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 def fail_stale_trials(study: Any, now: float | None = None) -> list[int]:
-    """Mark ``FAIL`` the RUNNING trials whose tuner is gone; the numbers of the trials marked.
+    """Mark interrupted (``FAIL`` + :data:`INTERRUPTED`) the RUNNING trials whose tuner is gone; the
+    numbers of the trials marked.
 
-    Gone = same host and the owner's pid no longer exists, or no heartbeat (else no start) for
-    :data:`STALE_AFTER_S`.
+    Gone = same host and the owner's pid no longer exists; no heartbeat (else no start) for
+    :data:`STALE_AFTER_S`; or no owner recorded :data:`OWNERLESS_AFTER_S` after its start.
     """
     from optuna.trial import TrialState
 
@@ -306,32 +390,30 @@ def fail_stale_trials(study: Any, now: float | None = None) -> list[int]:
         if o_host == host and o_pid.isdigit():
             gone = int(o_pid) != os.getpid() and not _pid_alive(int(o_pid))
             why = f"interrupted: tuner process {o_pid} ended during this trial"
+        elif not owner:
+            gone = now - started > OWNERLESS_AFTER_S
+            why = f"interrupted: its tuner ended before recording itself ({now - started:.0f} s ago)"
         else:
             gone = now - beat > STALE_AFTER_S
-            why = f"interrupted: no heartbeat from {owner or 'an unknown tuner'} for {now - beat:.0f} s"
-        if not gone:
-            continue
-        storage = study._storage
-        trial_id = t._trial_id  # FrozenTrial keeps the storage id privately; Optuna's own helpers use it
-        try:
-            storage.set_trial_user_attr(trial_id, "failure", why)
-            if storage.set_trial_state_values(trial_id, TrialState.FAIL):
-                marked.append(t.number)
-        except RuntimeError:  # finished meanwhile (UpdateFinishedTrialError): nothing to repair
-            continue
+            why = f"interrupted: no heartbeat from {owner} for {now - beat:.0f} s"
+        if gone and mark_interrupted(study, t._trial_id, why):  # FrozenTrial's storage id (private)
+            marked.append(t.number)
     return marked
 
 
 def counts(study: Any) -> dict[str, int]:
-    """Number of trials per state name (``COMPLETE``, ``FAIL``, ``PRUNED``, ``RUNNING``, ``WAITING``)."""
+    """Number of trials per state name (``COMPLETE``, ``FAIL``, ``PRUNED``, ``RUNNING``, ``WAITING``),
+    interrupted ``FAIL`` trials counted apart as ``INTERRUPTED``."""
     out: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        out[t.state.name] = out.get(t.state.name, 0) + 1
+        name = "INTERRUPTED" if is_interrupted(t) else t.state.name
+        out[name] = out.get(name, 0) + 1
     return out
 
 
 def finished(c: dict[str, int]) -> int:
-    """Launched trials that ended: ``COMPLETE`` + ``FAIL`` (pruned ones never launched)."""
+    """Launched trials that ended: ``COMPLETE`` + ``FAIL`` (pruned ones never launched; interrupted ones
+    run again)."""
     return c.get("COMPLETE", 0) + c.get("FAIL", 0)
 
 
