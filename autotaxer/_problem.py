@@ -26,6 +26,13 @@ LayoutValue = int | str
 
 _SHORT = {"gather_dim": "gd"}  # layout names in ProblemKey.short_text
 
+#: Largest shape or layout value anywhere (shapes files, tables, the database): torch's and Triton's
+#: 32-bit index range; a larger problem cannot run, so it is refused where it is read.
+MAX_DIM = 2**31 - 1
+#: Largest world size (and SM count) a key or record may name.
+MAX_WORLD_SIZE = 65536
+MAX_SMS = 1 << 20
+
 #: Short dtype names accepted in shapes files, tables and on the command line.
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
 

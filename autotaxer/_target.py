@@ -59,6 +59,17 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def memory_per_rank(target: Target, world_size: int) -> int:
+    """Bytes of memory one rank may use: the GPU's (one GPU per rank), or on CPU the machine's physical
+    memory shared by the ranks."""
+    if target.device_type == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total // max(world_size, 1)
+
+
 def detect_target(device: str = "auto", world_size: int = 1) -> Target:
     """Pick the target for ``device`` in ``auto|cuda|cpu``; ``auto`` needs ``world_size`` visible GPUs."""
     if device == "cpu":

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._problem import DTYPES, ProblemKey
+from ._problem import DTYPES, MAX_DIM, MAX_SMS, MAX_WORLD_SIZE, ProblemKey
 
 #: Device types a record can be measured on; ``cpu`` records are never served to GPUs.
 DEVICE_TYPES: tuple[str, ...] = ("cuda", "cpu")
@@ -144,7 +144,7 @@ class WinnerRecord:
         key = ProblemKey.make(
             op=p.name_text(d, "op"),
             gpu_model=p.name_text(d, "gpu_model"),
-            world_size=p.integer(d, "world_size", minimum=1),
+            world_size=p.integer(d, "world_size", minimum=1, maximum=MAX_WORLD_SIZE),
             dtype=p.string(d, "dtype"),
             shape=p.pairs(d, "shape"),
             layout=p.pairs(d, "layout", required=False, names=True),
@@ -156,9 +156,9 @@ class WinnerRecord:
                 params=p.mapping(d, "params", required=False),
                 median_us=p.number(d, "median_us"),
                 bsp_us=p.number(d, "bsp_us"),
-                trials=p.integer(d, "trials", minimum=0),
+                trials=p.integer(d, "trials", minimum=0, maximum=MAX_DIM),
                 arch=p.string(d, "arch", default=""),
-                num_sms=p.integer(d, "num_sms", minimum=0, default=0),
+                num_sms=p.integer(d, "num_sms", minimum=0, default=0, maximum=MAX_SMS),
                 env=p.mapping(d, "env", required=False),
                 kernel_hash=p.optional_string(d, "kernel_hash"),
                 measured_at=p.timestamp(d, "measured_at"),
@@ -196,7 +196,14 @@ class _Parser:
             raise self.fail(name, f"must be non-empty without '|', ',', '=' or spaces, got {value!r}")
         return value
 
-    def integer(self, d: Mapping[str, Any], name: str, minimum: int, default: int | None = None) -> int:
+    def integer(
+        self,
+        d: Mapping[str, Any],
+        name: str,
+        minimum: int,
+        default: int | None = None,
+        maximum: int = MAX_DIM,
+    ) -> int:
         value = d.get(name, default)
         if self.text and isinstance(value, str) and _INT_RE.match(value.strip()):
             value = int(value)
@@ -204,6 +211,8 @@ class _Parser:
             raise self.fail(name, f"not an integer: {value!r}")
         if value < minimum:
             raise self.fail(name, f"must be >= {minimum}, got {value}")
+        if value > maximum:
+            raise self.fail(name, f"must be <= {maximum}, got {value}")
         return value
 
     def number(self, d: Mapping[str, Any], name: str) -> float:
@@ -237,6 +246,8 @@ class _Parser:
                 continue
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.fail(name, f"{k}: not an integer: {v!r}")
+            if not 0 <= v <= MAX_DIM:
+                raise self.fail(name, f"{k}: must be <= {MAX_DIM}, got {v}")
             out[k] = v
         return out
 
@@ -311,10 +322,12 @@ def _check_record(r: WinnerRecord, where: str) -> None:
             raise fail(name, f"not a number: {value!r}")
         if not math.isfinite(value) or value <= 0:
             raise fail(name, f"must be a positive finite number, got {value!r}")
-    for name in ("trials", "num_sms"):
+    for name, maximum in (("trials", MAX_DIM), ("num_sms", MAX_SMS)):
         value = getattr(r, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise fail(name, f"must be an integer >= 0, got {value!r}")
+        if value > maximum:
+            raise fail(name, f"must be <= {maximum}, got {value}")
     if not isinstance(r.arch, str):
         raise fail("arch", f"expected a string, got {r.arch!r}")
     if not isinstance(r.env, Mapping):
@@ -335,8 +348,11 @@ def _check_key(key: ProblemKey, fail) -> None:
         value = getattr(key, name)
         if not isinstance(value, str) or not _KEY_TEXT_RE.match(value):
             raise fail(name, f"must be non-empty without '|', ',', '=' or spaces, got {value!r}")
-    if isinstance(key.world_size, bool) or not isinstance(key.world_size, int) or key.world_size < 1:
-        raise fail("world_size", f"must be an integer >= 1, got {key.world_size!r}")
+    ws = key.world_size
+    if isinstance(ws, bool) or not isinstance(ws, int) or ws < 1:
+        raise fail("world_size", f"must be an integer >= 1, got {ws!r}")
+    if ws > MAX_WORLD_SIZE:
+        raise fail("world_size", f"must be <= {MAX_WORLD_SIZE}, got {ws}")
     if key.dtype not in DTYPES:
         raise fail("dtype", f"must be one of {', '.join(DTYPES)}, got {key.dtype!r}")
     if not key.shape:
@@ -351,3 +367,5 @@ def _check_key(key: ProblemKey, fail) -> None:
                 continue
             if value < minimum:
                 raise fail(part, f"{name}: must be >= {minimum}, got {value}")
+            if value > MAX_DIM:
+                raise fail(part, f"{name}: must be <= {MAX_DIM}, got {value}")

@@ -14,10 +14,10 @@ import os
 import re
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._problem import DTYPES, IMPLICIT_LAYOUT, ProblemKey
+from ._problem import DTYPES, IMPLICIT_LAYOUT, MAX_DIM, ProblemKey
 
 DEFAULT_OP = "ag_gemm"
 DEFAULT_DTYPE = "bf16"
@@ -50,6 +50,7 @@ class ShapeRow:
     shape: dict[str, int]
     layout: dict[str, int | str]
     line: int
+    source: str = field(default="", compare=False)  # the shapes file
 
     def to_key(self, gpu_model: str, world_size: int) -> ProblemKey:
         """The problem key of this row on ``gpu_model`` with ``world_size`` ranks."""
@@ -189,14 +190,17 @@ class _Parser:
                 raise self.fail(lineno, f, f"must be one of {allowed}, got {value}")
             if IMPLICIT_LAYOUT.get(f) != value:  # as in ProblemKey: an implied default is left out
                 layout[f] = value
-        return ShapeRow(op=op_name, dtype=dtype, shape=shape, layout=layout, line=lineno)
+        return ShapeRow(op=op_name, dtype=dtype, shape=shape, layout=layout, line=lineno, source=self.name)
 
     def integer(self, lineno: int, field: str, text: str) -> int:
         if not text:
             raise self.fail(lineno, field, "missing value")
         if not _INT_RE.match(text):
             raise self.fail(lineno, field, f"not an integer: {text!r}")
-        return int(text)
+        value = int(text)
+        if value > MAX_DIM:
+            raise self.fail(lineno, field, f"{value} is larger than {MAX_DIM} (no kernel indexes that far)")
+        return value
 
     def check_divisible(self, row: ShapeRow, world_size: int) -> None:
         key = row.to_key("any", world_size)

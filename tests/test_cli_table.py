@@ -146,7 +146,17 @@ def _bad_tables(tmp_path):
     wrong_version = dict(doc, schema_version=2)
     malformed_last = json.loads(path.read_text())
     malformed_last["records"][-1]["bsp_us"] = -1
+    huge_ws, huge_sms, huge_m = (json.loads(path.read_text()) for _ in range(3))
+    huge_ws["records"][0]["world_size"] = 2**63
+    huge_sms["records"][1]["num_sms"] = 2**64
+    huge_m["records"][0]["shape"]["M"] = 2**40
     cases = {
+        "huge_world_size.json": (
+            json.dumps(huge_ws),
+            "record 0: field 'world_size': must be <= 65536",
+        ),
+        "huge_num_sms.json": (json.dumps(huge_sms), "record 1: field 'num_sms': must be <= "),
+        "huge_m.json": (json.dumps(huge_m), "record 0: field 'shape': M: must be <= 2147483647"),
         "wrong_version.json": (
             json.dumps(wrong_version),
             "field 'schema_version': version 2 is not supported",

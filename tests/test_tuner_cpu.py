@@ -291,6 +291,14 @@ def _app():
         ("M,N,K\n8,8,8\n", ["--trials", "0"], "--trials"),
         ("M,N,K\n8,8,8\n", ["--device", "tpu"], "--device"),
         (
+            "M,N,K\n1099511627776,8,8\n",
+            [],
+            "shapes.csv:2: field 'M': 1099511627776 is larger than 2147483647",
+        ),
+        ("M,N,K\n8,8,9223372036854775808\n", [], "shapes.csv:2: field 'K': 9223372036854775808 is larger"),
+        ("M,N,K\n1073741824,65536,65536\n", [], "shapes.csv:2: field 'M': needs about"),  # cannot fit
+        ("M,N,K\n8,8,8\n", ["--world-size", "99999999999999999999"], "--world-size"),
+        (
             "M,N,K\n8,8,8\n",
             ["--warm-start", "no_such_table.json"],
             "--warm-start: no_such_table.json: cannot read",

@@ -13,6 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
+from .._problem import MAX_WORLD_SIZE
+
 DEVICES = ("auto", "cuda", "cpu")
 
 
@@ -66,8 +68,8 @@ def tune_command(
 
     if device not in DEVICES:
         _fail(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
-    if world_size < 1:
-        _fail(f"--world-size: must be >= 1, got {world_size}")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        _fail(f"--world-size: must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     launch = launch_env()
     if launch is not None and launch.world_size != world_size:
         _fail(f"--world-size {world_size} but this launch has WORLD_SIZE={launch.world_size}")
@@ -146,13 +148,27 @@ def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, tim
 
 def _keys(rows: list[Any], target: Any, world_size: int, config: Any) -> list[Any]:
     """Problem keys of ``rows`` on ``target``; bad ``--variants`` fail here, before the database opens."""
+    from .._target import memory_per_rank
     from ..ops import get_op
+    from ..shapes import ShapesError
     from ..tuner.study import SearchSpace
 
     keys = [row.to_key(target.gpu_model, world_size) for row in rows]
-    for key in keys:
+    capacity = memory_per_rank(target, world_size)
+    for row, key in zip(rows, keys, strict=True):
+        op = get_op(key.op)
+        need = op.bytes_per_rank(key)
+        if need > capacity:  # refused before any launch: every trial would fail to allocate
+            where = (
+                "the GPU"
+                if target.device_type == "cuda"
+                else f"the CPU's memory shared by {world_size} ranks"
+            )
+            _fail(str(ShapesError(row.source, row.line, op.shape_fields[0], (
+                f"needs about {need / 2**30:.1f} GiB per rank (inputs, output and the fp32 reference), "
+                f"{where} has {capacity / 2**30:.1f} GiB"))))  # fmt: skip
         try:
-            SearchSpace.build(get_op(key.op), key, target, config.variants)
+            SearchSpace.build(op, key, target, config.variants)
         except ValueError as e:
             _fail(str(e))
     return keys

@@ -186,6 +186,11 @@ class Op(ABC):
     def empty_output(self, key: ProblemKey, device: Any) -> Any:
         """An output tensor filled with NaN (so unwritten elements fail validation)."""
 
+    def bytes_per_rank(self, key: ProblemKey) -> int:
+        """Device memory one rank needs for a trial of ``key`` (inputs, output, the fp32 reference), or 0
+        when unknown; the tuner refuses a shape that cannot fit before it launches anything."""
+        return 0
+
     def tolerance(self, key: ProblemKey) -> float:
         """Largest accepted ``||out-ref||/||ref||``."""
         return 1e-3 if key.dtype == "fp32" else 1e-2

@@ -145,6 +145,13 @@ class AgGemm(Op):
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
 
+    def bytes_per_rank(self, key: ProblemKey) -> int:
+        """A shard, B, the output and the gathered A in the key's dtype, plus the fp32 reference (all
+        shards, B and C)."""
+        m, n, k = key["M"], key["N"], key["K"]
+        elem = {"bf16": 2, "fp16": 2, "fp32": 4}[key.dtype]
+        return elem * (m * k // key.world_size + k * n + m * n + m * k) + 4 * (m * k + k * n + m * n)
+
     def empty_output(self, key: ProblemKey, device: Any) -> Any:
         import torch
 
