@@ -155,7 +155,7 @@ def tuned_params(db: Any, cases: Iterable[Case], gpu_model: str, world_size: int
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = db.optuna_storage()
-    names = set(optuna.get_all_study_names(storage))
+    names = set(optuna.get_all_study_names(storage)) if storage is not None else set()
     out: dict[int, dict] = {}
     for i, case in enumerate(cases):
         key = case.key(gpu_model, world_size)

@@ -454,7 +454,9 @@ def build_page(
         _bench_section(run, i, page)
     if db is not None:
         _winners_section(db.winners(), page)
-        _studies_section(db.optuna_storage(), page)
+        storage = db.optuna_storage()
+        if storage is not None:  # a database with only imported winners has no studies
+            _studies_section(storage, page)
     if not page.sections:
         raise ReportError("nothing to report: no bench results and no winners or studies in the database")
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -494,12 +496,14 @@ def write_report(
     name, the page (``index.html``) last, so an error leaves no half-written file.
     """
     runs, notes = load_bench_results(results)
-    if db_url is not None:
-        from .storage import open_database
+    from .storage import MissingDatabase, open_database
 
-        with open_database(db_url) as db:
+    try:
+        if db_url is None:
+            raise MissingDatabase("no database given")
+        with open_database(db_url, read_only=True) as db:
             text, figures, notes = build_page(runs, db, notes)
-    else:
+    except MissingDatabase:  # nothing tuned there: the bench results alone
         text, figures, notes = build_page(runs, None, notes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

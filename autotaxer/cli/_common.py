@@ -40,11 +40,12 @@ WorldSizeFilter = Annotated[
 ]
 
 
-def open_db(url: str | None, upgrade: bool = True) -> Database:
-    """Open the tuning database (migrating it unless ``upgrade`` is False)."""
+def open_db(url: str | None, upgrade: bool = True, read_only: bool = False) -> Database:
+    """Open the tuning database (migrating it unless ``upgrade`` is False; ``read_only``: a read command,
+    which writes, creates and migrates nothing)."""
     from autotaxer.storage import open_database
 
-    return open_database(url, upgrade=upgrade)
+    return open_database(url, upgrade=upgrade, read_only=read_only)
 
 
 def print_json(obj: Any) -> None:

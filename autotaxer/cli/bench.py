@@ -57,7 +57,7 @@ def bench_command(
     from .._target import detect_target
     from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
     from ..measure import TimingConfig
-    from ..storage import open_database
+    from ..storage import MissingDatabase, open_database
     from ..testing import RanksFailed
 
     if device not in DEVICES:
@@ -91,8 +91,11 @@ def bench_command(
     )
     cfg.validate()
     _check_variants(cfg.variants, target)
-    with open_database(db) as database:
-        tuned = tuned_params(database, cases, target.gpu_model, world_size)
+    try:
+        with open_database(db, read_only=True) as database:
+            tuned = tuned_params(database, cases, target.gpu_model, world_size)
+    except MissingDatabase:  # nothing tuned yet: every variant sweeps its seeds
+        tuned = {}
     try:
         report = run_bench(cfg, tuned, out)
     except RanksFailed as e:

@@ -41,7 +41,7 @@ def upgrade(db: DbOption = None, fmt: FormatOption = OutputFormat.human, quiet: 
 @db_app.command("current")
 def current(db: DbOption = None, fmt: FormatOption = OutputFormat.human) -> None:
     """Show the database's schema revision without migrating it."""
-    with open_db(db, upgrade=False) as database:
+    with open_db(db, read_only=True) as database:
         _report(database, fmt)
 
 

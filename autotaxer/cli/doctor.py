@@ -78,7 +78,7 @@ def database_report(url: str | None) -> dict[str, Any]:
         if path is not None and not path.exists():
             report["status"] = "not created yet (created on first use)"
             return report
-        with open_database(url, upgrade=False) as database:
+        with open_database(url, read_only=True) as database:
             report["revision"] = database.current_revision()
         if report["revision"] != report["head"]:
             report["status"] = "behind: run `autotaxer db upgrade`"

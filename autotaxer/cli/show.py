@@ -41,9 +41,18 @@ def show(
     ] = False,
 ) -> None:
     """Print the winner of every tuned problem (``--wide``: every field; ``--format json``: for programs)."""
-    with open_db(db) as database:
-        recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
-        url = database.display_url
+    from autotaxer.storage import MissingDatabase
+
+    try:
+        with open_db(db, read_only=True) as database:
+            recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
+            url = database.display_url
+    except MissingDatabase as e:
+        if fmt is OutputFormat.json:
+            print_json([])
+        else:
+            typer.echo(f"no winners: {e}")
+        return
     from ..runtime.table import stale_report
 
     human = fmt is not OutputFormat.json and recs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -32,7 +33,7 @@ def export(
     from autotaxer.table_file import table_format, write_table
 
     fmt = table_format(out, file_format.value if file_format else None)  # bad suffix: fail before opening
-    with open_db(db) as database:
+    with open_db(db, read_only=True) as database:
         recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
         url = database.display_url
     n = write_table(recs, out, fmt)
@@ -54,12 +55,41 @@ def import_table(
 
     recs = read_table(file)  # a bad file fails here, before the database is opened
     with open_db(db) as database:
+        other = _other_timing(recs, database.winners())
+        if other and not replace:  # one timing mode per key: the other mode's records are never dropped
+            counts = "; ".join(
+                f"{n} stored {was}-timed, {now}-timed in the file" for (was, now), n in other.items()
+            )
+            typer.echo(
+                f"error: {file}: {sum(other.values())} record(s) are timed differently from the stored "
+                f"record of the same key in {database.display_url} ({counts}); a database holds one timing "
+                "mode per key: import into another --db, or pass --replace to overwrite them. Nothing was "
+                "written",
+                err=True,
+            )
+            raise typer.Exit(2)
         written, kept = database.upsert_winners(recs, replace=replace)
         url = database.display_url
     if not quiet:
+        replaced = (
+            f"; {sum(other.values())} of them replaced records of the other timing mode" if other else ""
+        )
         typer.echo(
             f"imported {file} into {url}: {written} written, {kept} kept (stored record as fast or faster)"
+            + replaced
         )
+
+
+def _other_timing(recs: list, stored: list) -> Counter:
+    """``(stored mode, file mode) -> count`` of the records whose key is stored with another timing mode."""
+    from autotaxer.records import timing_of
+
+    modes = {r.key: timing_of(r.env) for r in stored}
+    return Counter(
+        (modes[r.key], timing_of(r.env))
+        for r in recs
+        if modes.get(r.key, timing_of(r.env)) != timing_of(r.env)
+    )
 
 
 def register(app: typer.Typer) -> None:

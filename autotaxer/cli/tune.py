@@ -198,6 +198,8 @@ def _open_db(url: str | None) -> Any:
 
 
 def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any, reporter: Any) -> None:
+    from sqlalchemy.exc import DBAPIError
+
     from ..storage import DatabaseError
     from ..tuner import GroupError, tune
     from ..tuner.study import StudyError
@@ -207,6 +209,13 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
     except (StudyError, ValueError, DatabaseError) as e:
         reporter.close()
         _fail(str(e))
+    except DBAPIError as e:  # the database failed mid-run (a full disk, a lost server): nothing is lost
+        reporter.close()
+        _fail(
+            f"{database.display_url}: {e.orig}; the running trial is marked interrupted and every "
+            "finished one is kept: fix the cause and re-run the same command to resume",
+            code=1,
+        )
     except GroupError as e:
         reporter.close()
         _fail(f"worker group: {e}", code=1)

@@ -144,9 +144,12 @@ def _read_files(paths: Iterable[Path]) -> list[Any]:
 
 
 def _read_database(url: str) -> list[Any]:
-    from ..storage import open_database
+    from ..storage import MissingDatabase, open_database
 
-    db = open_database(url)
+    try:
+        db = open_database(url, read_only=True)
+    except MissingDatabase:  # nothing tuned there yet: no records (nothing is created)
+        return []
     try:
         return list(db.winners())
     finally:

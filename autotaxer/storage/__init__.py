@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._url import DatabaseError, default_url
+from ._url import DatabaseError, MissingDatabase, default_url
 
 if TYPE_CHECKING:
     from .database import Database, open_database
 
-__all__ = ["Database", "DatabaseError", "default_url", "open_database"]
+__all__ = ["Database", "DatabaseError", "MissingDatabase", "default_url", "open_database"]
 
 
 def __getattr__(name: str) -> Any:

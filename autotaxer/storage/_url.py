@@ -12,6 +12,10 @@ class DatabaseError(RuntimeError):
     """The tuning database cannot be opened or used; the message says why and what to do."""
 
 
+class MissingDatabase(DatabaseError):
+    """A read found no database file at the path (nothing was created)."""
+
+
 def default_db_path() -> Path:
     """``$XDG_DATA_HOME/autotaxer/tuning.sqlite`` (``~/.local/share`` when XDG_DATA_HOME is unset)."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

@@ -8,6 +8,7 @@ SQLite (the default) runs in WAL mode with a busy timeout, and every transaction
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, and_, create_engine, event, insert, select, update
+from sqlalchemy import Engine, and_, create_engine, event, insert, inspect, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from .._problem import ProblemKey
 from ..records import WinnerRecord, timing_of, to_utc
 from . import _migrate
-from ._url import DatabaseError, default_url
+from ._url import DatabaseError, MissingDatabase, default_url
 from .models import VERSION_TABLE, WinnerRow
 
 #: Seconds a writer waits for SQLite's write lock before giving up.
@@ -38,11 +39,14 @@ _OPTUNA_SCHEMA_LOCK = 2087414
 _LIMITS = {"op": 64, "gpu_model": 128, "dtype": 16, "shape": 255, "layout": 255, "variant": 64, "arch": 64}
 
 
-def open_database(url: str | None = None, upgrade: bool = True) -> Database:
+def open_database(url: str | None = None, upgrade: bool = True, read_only: bool = False) -> Database:
     """Open the tuning database at ``url`` (default: :func:`default_url`), migrating it to head.
 
-    Raises :class:`DatabaseError` (leaving the file untouched) when it is not a database or its
-    schema revision is unknown (written by a newer autotaxer).
+    ``read_only`` (show, export, dispatch, reports): nothing is ever written, created or switched
+    (SQLite is opened ``mode=ro``, ``immutable`` where its file cannot be written, e.g. on a read-only
+    filesystem); a missing file is :class:`MissingDatabase`. Raises :class:`DatabaseError` (leaving the
+    file untouched) when it is not a database, not autotaxer's, written by a newer autotaxer, or (to
+    write) not writable.
     """
     url = url or default_url()
     try:
@@ -51,16 +55,23 @@ def open_database(url: str | None = None, upgrade: bool = True) -> Database:
         raise DatabaseError(f"--db {url!r}: not a valid SQLAlchemy URL ({e})") from None
     shown = parsed.render_as_string(hide_password=True)
     path = _sqlite_file(parsed)
+    creator = None
     if path is not None:
-        _precheck_sqlite_file(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if read_only and not path.exists():
+            raise MissingDatabase(f"{path}: no tuning database there yet (autotaxer tune creates it)")
+        _precheck_sqlite_file(path, read_only)
+        if read_only:
+            creator = _read_only_connector(path)
+        else:
+            _check_writable(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        engine = _create_engine(url, sqlite=parsed.get_backend_name() == "sqlite")
+        engine = _create_engine(url, sqlite=parsed.get_backend_name() == "sqlite", creator=creator)
     except Exception as e:  # missing driver, bad options
         raise DatabaseError(f"{shown}: cannot create an engine: {e}") from None
-    db = Database(url, engine)
+    db = Database(url, engine, read_only=read_only, creator=creator)
     try:
-        db._check_and_upgrade(upgrade)
+        db._check_and_upgrade(upgrade and not read_only)
     except BaseException:
         db.close()
         raise
@@ -70,9 +81,11 @@ def open_database(url: str | None = None, upgrade: bool = True) -> Database:
 class Database:
     """An open tuning database. Use :func:`open_database` to create one."""
 
-    def __init__(self, url: str, engine: Engine) -> None:
+    def __init__(self, url: str, engine: Engine, read_only: bool = False, creator: Any = None) -> None:
         self.url = url
         self.engine = engine
+        self.read_only = read_only
+        self._creator = creator  # SQLite read-only connections
         self.display_url = make_url(url).render_as_string(hide_password=True)
         self._sessions = sessionmaker(bind=engine, expire_on_commit=False)
 
@@ -96,7 +109,9 @@ class Database:
     def _check_and_upgrade(self, upgrade: bool) -> None:
         with self._errors(), self.engine.connect() as conn:
             revs = _migrate.current_revisions(conn)
+            tables = set(inspect(conn).get_table_names())
         _migrate.check_known(revs, self.display_url)
+        _check_owned(tables, revs, self.display_url)
         if not upgrade or revs == (_migrate.head_revision(),):
             return
         with self._errors(), self.engine.begin() as conn:
@@ -216,19 +231,33 @@ class Database:
 
         sqlite = self.engine.dialect.name == "sqlite"
         kwargs: dict[str, Any] = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}} if sqlite else {}
+        if self.read_only:  # only Optuna's existing tables are read; none: no studies (None)
+            with self._errors(), self.engine.connect() as conn:
+                if "studies" not in inspect(conn).get_table_names():
+                    return None
+            kwargs = {"creator": self._creator} if self._creator is not None else {}
+            try:
+                return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs, skip_table_creation=True)
+            except RuntimeError as e:
+                raise self._optuna_mismatch(e) from None
         with self._schema_lock():
             try:
                 storage = optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
             except RuntimeError as e:  # Optuna's schema check: the tables were written by another version
-                raise DatabaseError(
-                    f"{self.display_url}: Optuna's tables do not fit the installed optuna "
-                    f"{optuna.__version__} ({e}); the database was not modified"
-                ) from None
+                raise self._optuna_mismatch(e) from None
             except sa_exc.DBAPIError as e:
                 raise DatabaseError(f"{self.display_url}: {e.orig}") from e
         if sqlite:
             _serialize_sqlite_transactions(storage.engine)
         return storage
+
+    def _optuna_mismatch(self, error: Exception) -> DatabaseError:
+        import optuna
+
+        return DatabaseError(
+            f"{self.display_url}: Optuna's tables do not fit the installed optuna {optuna.__version__} "
+            f"({error}); the database was not modified"
+        )
 
     @contextmanager
     def _schema_lock(self) -> Iterator[None]:
@@ -268,7 +297,36 @@ def _sqlite_file(parsed) -> Path | None:
     return Path(name)
 
 
-def _precheck_sqlite_file(path: Path) -> None:
+def _writable(path: Path) -> bool:
+    """Whether this process may write ``path`` (and its folder's journal files), or create it."""
+    folder = path.parent if path.parent.exists() else next(p for p in path.parents if p.exists())
+    return os.access(folder, os.W_OK) and (not path.exists() or os.access(path, os.W_OK))
+
+
+def _check_writable(path: Path) -> None:
+    if not _writable(path):
+        raise DatabaseError(
+            f"{path}: read-only (the file, its folder or the filesystem cannot be written); read commands "
+            "(show, export) still work, tuning and import need a writable --db"
+        )
+
+
+def _read_only_connector(path: Path):
+    """A connection factory for reading ``path`` without writing anything: ``mode=ro`` with ``query_only``;
+    ``immutable=1`` where the folder cannot be written (a read-only filesystem: no -shm/-wal files can be
+    made there, and nobody can be writing the file)."""
+    immutable = "&immutable=1" if not _writable(path) else ""
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro{immutable}"
+
+    def connect() -> sqlite3.Connection:
+        con = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False)
+        con.execute("PRAGMA query_only = 1")
+        return con
+
+    return connect
+
+
+def _precheck_sqlite_file(path: Path, read_only: bool = False) -> None:
     """Check an existing SQLite file read-only, before any engine could write to it."""
     if path.is_dir():
         raise DatabaseError(f"{path}: is a directory, not a database file")
@@ -284,16 +342,19 @@ def _precheck_sqlite_file(path: Path) -> None:
             f"{path}: not an SQLite database (corrupt or another kind of file); it was left untouched. "
             "Move it away or pass another --db."
         )
-    # Not mode=ro: a read-only connection to a WAL database leaves -wal/-shm files behind. query_only
-    # guarantees no write, and the last connection to close removes the (empty) WAL files again.
+    # A writer's check: not mode=ro, since a read-only connection to a WAL database leaves -wal/-shm
+    # files behind; query_only guarantees no write, and closing removes the (empty) WAL files again.
+    # A read's check opens it the way the read will (mode=ro, immutable where nothing can write).
     try:
-        con = sqlite3.connect(
-            f"file:{quote(str(path.resolve()))}?mode=rw", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S
-        )
+        if read_only or not _writable(path):
+            con = _read_only_connector(path)()
+        else:
+            uri = f"file:{quote(str(path.resolve()))}?mode=rw"
+            con = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+            con.execute("PRAGMA query_only = 1")
     except sqlite3.Error as e:
         raise DatabaseError(f"{path}: cannot open: {e}") from None
     try:
-        con.execute("PRAGMA query_only = 1")
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         revs = []
         if VERSION_TABLE in tables:
@@ -303,6 +364,33 @@ def _precheck_sqlite_file(path: Path) -> None:
     finally:
         con.close()
     _migrate.check_known(revs, str(path))
+    _check_owned(tables, tuple(revs), str(path))
+
+
+#: Tables that mark a database as autotaxer's (with its version table).
+_OWN_TABLES = frozenset({_WINNERS.name, VERSION_TABLE})
+#: Optuna's tables: a database holding only these is an Optuna storage, not autotaxer's.
+_OPTUNA_TABLES = frozenset({"studies", "trials", "alembic_version", "version_info"})
+
+
+def _check_owned(tables: set[str], revs: tuple[str, ...] | list[str], where: str) -> None:
+    """Refuse, untouched, a database that holds tables but is not autotaxer's (another application's,
+    or autotaxer's tables without their schema version)."""
+    if not tables:
+        return  # new and empty: autotaxer's to create
+    if _WINNERS.name in tables and not revs:
+        raise DatabaseError(
+            f"{where}: autotaxer's tables are there but their schema version is not "
+            f"({VERSION_TABLE} missing or empty); it was left untouched. Restore that table or move the "
+            "database away"
+        )
+    if not tables & _OWN_TABLES:
+        others = sorted(tables)
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise DatabaseError(
+            f"{where}: not an autotaxer database (it holds the tables {shown}); it was left untouched. "
+            "Pass another --db"
+        )
 
 
 def _ensure_wal(cur) -> None:
@@ -343,9 +431,11 @@ def _serialize_sqlite_transactions(engine: Engine) -> None:
     engine.dispose()  # connections made before the listeners: replaced by new ones
 
 
-def _create_engine(url: str, sqlite: bool) -> Engine:
+def _create_engine(url: str, sqlite: bool, creator: Any = None) -> Engine:
     if not sqlite:
         return create_engine(url, pool_pre_ping=True)
+    if creator is not None:  # read-only: the connections are made read-only; no WAL switch, no locks
+        return create_engine(url, creator=creator)
     engine = create_engine(url)
 
     @event.listens_for(engine, "connect")
