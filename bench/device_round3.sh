@@ -3,7 +3,7 @@
 #   source bench/device_env.sh && bash bench/device_round3.sh STEP [STEP ...]
 # Steps:
 #   tests      push/pull GPU tests (bf16, seed configurations, launch cache)
-#   tests-ce   every non-Iris variant on GPU (bsp, copy_engine, the experimental ce_gemm), bf16
+#   tests-ce   every non-Iris variant on GPU (bsp, copy_engine), bf16
 #   tests-dispatch  dispatch GPU tests
 #   tune       autotaxer tune over examples/shapes_llm.csv with every ag_gemm variant -> $OUT/tune_llm.sqlite
 #   bench-NxK  the side-by-side benchmark for one (N, K), 12 M values, both layouts (uses the tune db

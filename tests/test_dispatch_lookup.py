@@ -209,9 +209,9 @@ def test_bad_misses_file_names_file_line_and_field(tmp_path) -> None:
 
 
 def test_nearest_never_reuses_a_variant_tied_to_its_tuned_size() -> None:
-    """ag_gemm's Triton GEMM variants (push, pull, ce_gemm) are tuned for their M's tile waves: on 4xH200
+    """ag_gemm's Triton GEMM variants (push, pull, push_tma) are tuned for their M's tile waves: on 4xH200
     M=256's push record (1.19x there) ran 0.75x of BSP at M=128, so a neighbour's push is passed over."""
-    assert {"push", "pull", "ce_gemm"} <= OP.tied_to_size and "copy_engine" not in OP.tied_to_size
+    assert {"push", "pull", "push_tma"} <= OP.tied_to_size and "copy_engine" not in OP.tied_to_size
     h200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
 
     def h200_key(m: int) -> ProblemKey:

@@ -311,3 +311,17 @@ def test_a_new_trial_is_created_with_its_owner(db) -> None:
     frozen = study.get_trials(deepcopy=False)[0]
     assert frozen.state.name == "RUNNING" and frozen.number == trial.number == 0
     assert frozen.user_attrs["owner"] == owner_tag() and frozen.user_attrs["heartbeat"] > 0
+
+
+def test_two_tuners_taking_one_configuration_at_once_leave_one_of_them_running(db) -> None:
+    """Each sees the other's RUNNING trial of the same configuration: only the later one is a duplicate
+    (both pruning each other would leave, e.g., a shared baseline unmeasured)."""
+    from autotaxer.tuner.study import ask_owned, duplicate_of
+
+    study = open_study(db.optuna_storage(), KEY, None)
+    first, second = ask_owned(study, "a:1"), ask_owned(study, "b:2")
+    for trial in (first, second):
+        trial.suggest_categorical("variant", ["bsp"])
+    params = {"variant": "bsp"}
+    assert duplicate_of(study, params, first.number) is None
+    assert duplicate_of(study, params, second.number) == first.number

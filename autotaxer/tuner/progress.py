@@ -182,10 +182,9 @@ class PlainReporter(Reporter):
             print(f"[{index}/{n_shapes}] {key}: {done} of {trials} trials done", file=self.stream, flush=True)
 
     def trial(self, ev: TrialEvent) -> None:
-        if self.trials and ev.state != "FAIL":
-            time = _us(ev.median_us) if ev.state == "COMPLETE" else ev.state.lower()
+        if self.trials and ev.state == "COMPLETE":  # pruned ones never launched: no line
             print(
-                f"  trial {ev.trial}/{ev.trials} {ev.variant} {time}; best {_us(ev.best_us)} "
+                f"  trial {ev.trial}/{ev.trials} {ev.variant} {_us(ev.median_us)}; best {_us(ev.best_us)} "
                 f"({_x(ev.speedup)} vs bsp)",
                 file=self.stream,
                 flush=True,

@@ -303,14 +303,19 @@ def is_interrupted(trial: Any) -> bool:
 
 
 def duplicate_of(study: Any, params: dict[str, Any], number: int) -> int | None:
-    """Number of an earlier launched trial with exactly ``params`` (finished or running; an interrupted
-    one only once the configuration was interrupted :data:`MAX_INTERRUPTIONS` times), or None."""
+    """Number of another launched trial with exactly ``params`` (finished, or running and taken earlier;
+    an interrupted one only once the configuration was interrupted :data:`MAX_INTERRUPTIONS` times), or
+    None."""
     from optuna.trial import TrialState
 
     states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
     interrupted = []
     for t in study.get_trials(deepcopy=False, states=states):
         if t.number == number or t.params != params:
+            continue
+        # Two tuners that took the same configuration at once each see the other's RUNNING trial: only
+        # the later one yields, else both would prune (a shared baseline then never runs).
+        if t.state == TrialState.RUNNING and t.number > number:
             continue
         if not is_interrupted(t):
             return t.number

@@ -12,7 +12,7 @@ import importlib.util
 from ._op import AgGemm
 
 _VARIANT_MODULES = (
-    "bsp", "cpu_chunked", "pull", "push", "push_tma", "push_ws", "copy_engine", "ce_gemm", "ce_fanout",
+    "bsp", "cpu_chunked", "pull", "push", "push_tma", "push_ws", "copy_engine", "ce_fanout",
     "planted",
 )  # fmt: skip
 
@@ -21,7 +21,7 @@ AG_GEMM = AgGemm()
 # at the tuned M. Reused at a neighbouring M (four H200 runs, graph-timed) they lost to BSP in 6 of 8
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking
 # carried over in all 20 (1.08-1.39x): bench/results/2026-11-22_ws4_h200x4/nearest_reuse.md.
-AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd", "ce_gemm"})
+AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd"})
 for _name in _VARIANT_MODULES:
     _qual = f"{__name__}.{_name}"
     if importlib.util.find_spec(_qual) is None:
