@@ -1,4 +1,4 @@
-"""Run the GPU correctness check of ``tests/test_ag_gemm_gpu.py`` for chosen variants at one world size.
+"""Run the GPU correctness check of ``tests/ops/test_ag_gemm_gpu.py`` for chosen variants at one world size.
 
     python bench/check_variants_gpu.py --world-size 4 --variants ce_fanout,push_tma
 
@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ops"))
 
 
 def _rank(ctx, only: tuple[str, ...], calls: int) -> tuple[list[str], list[str]]:

@@ -4,7 +4,7 @@
 # With no arguments runs every GPU test file. A summary line per step is printed last.
 set -u
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(tests/test_copy_engine_gpu.py tests/test_dispatch_gpu.py tests/test_flash_decode_gpu.py tests/test_ag_gemm_gpu.py)
+[ ${#files[@]} -gt 0 ] || files=(tests/ops/test_copy_engine_gpu.py tests/runtime/test_dispatch_gpu.py tests/ops/test_flash_decode_gpu.py tests/ops/test_ag_gemm_gpu.py)
 summary=()
 for f in "${files[@]}"; do
     name=$(basename "$f" .py)

@@ -22,15 +22,15 @@ source "$(dirname "$0")/_step.sh"
 for s in "$@"; do
     case "$s" in
     tests)
-        step tests_fused "${LIMIT:-330}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
+        step tests_fused "${LIMIT:-330}" python3 -P -m pytest -q -x -p no:cacheprovider tests/ops/test_ag_gemm_gpu.py \
             -k "launch_cache or (iris_fused and bf16)"
         ;;
     tests-ce)
-        step tests_ce "${LIMIT:-300}" python3 -P -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
+        step tests_ce "${LIMIT:-300}" python3 -P -m pytest -q -x -p no:cacheprovider tests/ops/test_ag_gemm_gpu.py \
             -k "every_variant and bf16"
         ;;
     tests-dispatch)
-        step tests_dispatch "${LIMIT:-150}" python3 -P -m pytest -q -s -x -p no:cacheprovider tests/test_dispatch_gpu.py
+        step tests_dispatch "${LIMIT:-150}" python3 -P -m pytest -q -s -x -p no:cacheprovider tests/runtime/test_dispatch_gpu.py
         ;;
     tune)
         step tune "${LIMIT:-420}" python3 -P -m autotaxer tune --world-size 2 --shapes examples/shapes_llm.csv --trials 10 \

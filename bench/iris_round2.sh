@@ -18,7 +18,7 @@ $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton
 # 2. correctness (a time limit per dtype: a hang shows as rc 124, not as a stuck machine)
 test_rc=0
 for dtype in bf16 fp16; do
-    timeout 90 $PY -m pytest -q -x -p no:cacheprovider tests/test_ag_gemm_gpu.py \
+    timeout 90 $PY -m pytest -q -x -p no:cacheprovider tests/ops/test_ag_gemm_gpu.py \
         -k "iris_fused and $dtype" >"$OUT/tests_$dtype.log" 2>&1
     rc=$?
     echo "tests $dtype: rc=$rc ($(tail -1 "$OUT/tests_$dtype.log"))"

@@ -23,8 +23,8 @@ for s in $STEPS; do
     probe) step "${TAG}probe" 420 python3 -P bench/config_probe.py --configs "${PROBE:-bench/probes/push_tma.json}" \
         --table "${TABLE:-tuning_db/nvidia-h200_ws${WS}_graph.json}" --shapes 8192x8192 --m "$M" --producers \
         --world-size "$WS" --layouts "${LAYOUTS:-0,1}" --out "$OUT/${TAG}probe.json" ;;
-    gpu_tests) step "${TAG}gpu_tests" 400 python3 -P -m pytest -q -x tests/test_ag_gemm_gpu.py -k "${GPU_TESTS:-push_tma}" ;;
-    gpu_tests4) step "${TAG}gpu_tests4" 400 python3 -P -m pytest -q -x tests/test_ag_gemm_gpu.py -k four_gpus ;;
+    gpu_tests) step "${TAG}gpu_tests" 400 python3 -P -m pytest -q -x tests/ops/test_ag_gemm_gpu.py -k "${GPU_TESTS:-push_tma}" ;;
+    gpu_tests4) step "${TAG}gpu_tests4" 400 python3 -P -m pytest -q -x tests/ops/test_ag_gemm_gpu.py -k four_gpus ;;
     check4) step "${TAG}check4" 300 python3 -P bench/check_variants_gpu.py --world-size 4 \
         --variants "${VARIANTS:-ce_fanout,push_tma}" ;;
     esac

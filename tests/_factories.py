@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from autotaxer import ProblemKey
+from autotaxer.measure import TimingConfig
 from autotaxer.records import WinnerRecord
 
 ENV = {"autotaxer": "0.1.0", "torch": "2.13.0", "triton": "3.9.0", "iris": "0.0.1", "cuda_or_hip": "12.8"}
@@ -41,3 +42,35 @@ def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, vari
         measured_at=datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
         device_type="cuda",
     )
+
+
+# -- the tuner in one process (tests/tuner, tests/storage) -------------------------------------------
+FAST = TimingConfig(mode="eager", warmup=0, iters=1, samples=1)
+KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"gather_dim": 0})
+
+
+class InlineExecutor:
+    """Runs each trial in this process on a world of one rank."""
+
+    launches = 0
+    launch_s = 0.0
+
+    def __init__(self) -> None:
+        import torch
+
+        from autotaxer._target import cpu_target
+        from autotaxer.ops import RunContext
+        from autotaxer.tuner.worker import WorkerState
+
+        ctx = RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target())
+        self.state = WorkerState(ctx)
+        self.requests: list = []
+
+    def ensure_started(self) -> None:
+        pass
+
+    def run(self, req, timeout_s: float, on_wait=None) -> list:
+        from autotaxer.tuner.worker import execute_trial
+
+        self.requests.append(req)
+        return [execute_trial(self.state, req)]

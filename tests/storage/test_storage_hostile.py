@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from _factories import make_record
+from _factories import FAST, KEY, InlineExecutor, make_record
 from typer.testing import CliRunner
 
 from autotaxer.cli import app
@@ -140,7 +140,6 @@ def test_a_full_disk_ends_with_a_clean_error_and_an_interrupted_trial(tmp_path) 
     """Simulated: the database raises SQLITE_FULL during a trial. ``tune`` ends with one ``error:``
     line (exit 1); the trial is marked interrupted, so the same command resumes and runs it again."""
     import sqlalchemy.exc
-    from test_tuner_study import FAST, KEY, InlineExecutor
 
     from autotaxer._target import cpu_target
     from autotaxer.storage import open_database

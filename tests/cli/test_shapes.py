@@ -10,7 +10,7 @@ import pytest
 from autotaxer.ops import Op, get_op
 from autotaxer.shapes import DuplicateShapeWarning, ShapeRow, ShapesError, load_shapes
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def write(tmp_path, text: str, name: str = "shapes.csv") -> str:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from autotaxer.cli import app
 from autotaxer.storage import open_database
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_fewer_gpus_than_the_world_size_is_refused_unless_cpu_is_asked(tmp_path, monkeypatch) -> None:

@@ -12,7 +12,7 @@ from autotaxer.records import timing_of
 from autotaxer.runtime.table import TableSources, load_table, stale_reasons
 from autotaxer.shapes import load_shapes
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
 SHAPE_FILES = {  # world size -> the shape files its tables (both timings) were tuned from
     2: ("shapes_default_table.csv", "shapes_extra.csv", "shapes_flash_decode.csv"),

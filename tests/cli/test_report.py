@@ -14,7 +14,7 @@ from autotaxer.cli import app
 from autotaxer.report import MIN_TRIALS_FOR_IMPORTANCE, ReportError, load_bench_file, write_report
 from autotaxer.storage import open_database
 
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 STORED = [RESULTS / "ag_gemm_quick_h200x2_run1.json", RESULTS / "ag_gemm_quick_h200x2_allconfigs.json"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "200"})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "sampler_study.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "sampler_study.py"
 
 
 @pytest.mark.slow

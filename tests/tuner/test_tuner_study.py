@@ -8,39 +8,13 @@ import time
 from pathlib import Path
 
 import pytest
+from _factories import FAST, KEY, InlineExecutor
 
-from autotaxer._problem import ProblemKey
 from autotaxer._target import cpu_target
 from autotaxer.measure import TimingConfig
 from autotaxer.tuner import TuneConfig, tune
 from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study
-from autotaxer.tuner.worker import RankReply, TrialRequest, WorkerState, execute_trial
-
-FAST = TimingConfig(mode="eager", warmup=0, iters=1, samples=1)
-KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"gather_dim": 0})
-
-
-class InlineExecutor:
-    """Runs each trial in this process on a world of one rank."""
-
-    launches = 0
-    launch_s = 0.0
-
-    def __init__(self) -> None:
-        import torch
-
-        from autotaxer.ops import RunContext
-
-        ctx = RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target())
-        self.state = WorkerState(ctx)
-        self.requests: list[TrialRequest] = []
-
-    def ensure_started(self) -> None:
-        pass
-
-    def run(self, req: TrialRequest, timeout_s: float, on_wait=None) -> list[RankReply]:
-        self.requests.append(req)
-        return [execute_trial(self.state, req)]
+from autotaxer.tuner.worker import RankReply, TrialRequest
 
 
 @pytest.fixture

@@ -215,7 +215,7 @@ def _key(ws: int = 2, dtype: str = "fp32", b: int = 3, h: int = 8, hkv: int = 2,
 
 
 _H200 = Target("nvidia-h200", "sm_90", 132, "cuda")
-_ISSUE_SHAPES = Path(__file__).resolve().parents[1] / "examples" / "shapes_flash_decode.csv"
+_ISSUE_SHAPES = Path(__file__).resolve().parents[2] / "examples" / "shapes_flash_decode.csv"
 
 
 def _h200_key(b: int, s: int) -> ProblemKey:
