@@ -38,7 +38,7 @@ class RunContext:
     def iris(self):
         """The process's Iris context (symmetric heap), created on first use."""
         if self._iris is None:
-            from ..runtime.iris_heap import get_iris
+            from ._iris_heap import get_iris
 
             self._iris = get_iris(self.heap_size)
         return self._iris

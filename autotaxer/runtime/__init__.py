@@ -1,1 +1,1 @@
-"""Runtime pieces: the Iris symmetric heap and (later) dispatch tables."""
+"""Runtime pieces: dispatch, its tables and lookup, the custom ops and autograd."""

@@ -316,7 +316,7 @@ class Runtime:
             device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else "cpu"
         device = torch.device(device)
         if device.type == "cuda":
-            from .iris_heap import configure_iris_environment
+            from ..ops._iris_heap import configure_iris_environment
 
             if device.index is None:
                 device = torch.device("cuda", torch.cuda.current_device())

@@ -13,8 +13,9 @@ from ._op import AgGemm
 
 _VARIANT_MODULES = (
     "bsp", "cpu_chunked", "pull", "push", "push_tma", "push_ws", "copy_engine", "ce_fanout",
-    "planted",
 )  # fmt: skip
+#: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).
+_TEST_MODULES = ("autotaxer.testing.planted",)
 
 AG_GEMM = AgGemm()
 # The Triton GEMM variants' tiles, producer counts and row chunks are chosen for the number of tile waves
@@ -22,8 +23,7 @@ AG_GEMM = AgGemm()
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking
 # carried over in all 20 (1.08-1.39x): bench/results/2026-11-22_ws4_h200x4/nearest_reuse.md.
 AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd"})
-for _name in _VARIANT_MODULES:
-    _qual = f"{__name__}.{_name}"
+for _qual in (*(f"{__name__}.{n}" for n in _VARIANT_MODULES), *_TEST_MODULES):
     if importlib.util.find_spec(_qual) is None:
         continue
     for _variant in importlib.import_module(_qual).VARIANTS:

@@ -42,8 +42,8 @@ def init_rank(rank: int, world_size: int, port: int, device: str):
     import torch
     import torch.distributed as dist
 
-    from ._target import cpu_target, cuda_target
-    from .ops import RunContext
+    from .._target import cpu_target, cuda_target
+    from ..ops import RunContext
 
     if device == "cuda":
         torch.cuda.set_device(rank)

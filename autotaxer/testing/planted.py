@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Any
 
-from .._base import Params, RunContext, Variant, Workspace
+from ..ops._base import Params, RunContext, Variant, Workspace
 
 ENV_VAR = "AUTOTAXER_PLANTED_VARIANTS"
 
