@@ -12,7 +12,7 @@ from ._problem import DTYPES, ProblemKey, Target
 
 __all__ = [
     "DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "dispatch",
-    "fused_all_gather_matmul", "init", "nn",
+    "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
 ]  # fmt: skip
 
 # name -> module it comes from; imported on first use (they import torch)
@@ -22,6 +22,7 @@ _LAZY = {
     "Runtime": ".runtime.dispatch",
     "RuntimeConfig": ".runtime.dispatch",
     "fused_all_gather_matmul": ".functional",
+    "fused_matmul_reduce_scatter": ".functional",
 }
 
 

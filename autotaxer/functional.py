@@ -1,5 +1,9 @@
 """Drop-in functions with PyTorch's signatures, served by :func:`autotaxer.dispatch`.
 
+``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)`` is
+``torch.ops.symm_mem.fused_matmul_reduce_scatter``'s contract: ``A @ B`` on every rank, summed (or
+averaged) over the group and scattered along ``scatter_dim`` of the product, as one tuned ``gemm_rs``.
+
 ``fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name)`` is
 ``torch.ops.symm_mem.fused_all_gather_matmul``'s contract: all-gather ``A_shard`` along ``gather_dim``
 over the group, return the gathered A and ``A @ B`` for each B, so code written for PyTorch's async-TP
@@ -83,3 +87,34 @@ def fused_all_gather_matmul(
     ws = _world_size(group)
     outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
     return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
+
+
+def fused_matmul_reduce_scatter(
+    A: torch.Tensor, B: torch.Tensor, reduce_op: str, scatter_dim: int, group_name: Any = None
+) -> torch.Tensor:
+    """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
+    or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
+    """
+    from .runtime.dispatch import get_runtime, init
+
+    if reduce_op not in ("sum", "avg"):
+        raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
+    out_dims = A.dim()  # the product has A's dims, its last one N
+    if not -out_dims <= scatter_dim < out_dims:
+        raise ValueError(f"scatter_dim: {scatter_dim} is not a dimension of the {out_dims}-D product")
+    scatter_dim %= out_dims
+    group = resolve_group(group_name)
+    ws = _world_size(group)
+    if scatter_dim == out_dims - 1:
+        a2d, sd = A.reshape(-1, A.shape[-1]), 1
+    else:
+        a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
+    rt = get_runtime(group) or init(None, group)
+    out = rt.dispatch("gemm_rs", a2d, B, scatter_dim=sd)
+    if reduce_op == "avg":
+        out = out / ws
+    if sd == 1:
+        return out.reshape(*A.shape[:-1], out.shape[-1])
+    moved = list(A.movedim(scatter_dim, 0).shape)
+    moved[0] //= ws
+    return out.reshape(*moved[:-1], out.shape[-1]).movedim(0, scatter_dim)

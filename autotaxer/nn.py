@@ -6,7 +6,14 @@ sequence of the input, ``(s / world_size, *, in_features)``, and the rows ``out_
 of the weight; the forward all-gathers the input along the sequence (dim 0) and multiplies it by the
 weight shard, as one tuned ``ag_gemm`` (``b_layout=nk``: the weight is nn.Linear's ``(out, in)``),
 giving ``(s, *, out_features / world_size)``. Backward: the weight's gradient from the gathered input the
-forward kept, the input's by a reduce-scatter (:mod:`autotaxer.runtime.autograd`).
+forward kept, the input's by a tuned ``gemm_rs`` (:mod:`autotaxer.runtime.autograd`).
+
+:class:`RowParallelLinear` is its pair (Megatron's ``RowParallelLinear`` with ``sequence_parallel=True``):
+the input holds this rank's ``in_features / world_size`` features of the whole sequence,
+``(s, *, in_features / world_size)``; the forward multiplies by the rank's weight columns and
+reduce-scatters the partial sums along the sequence, as one tuned ``gemm_rs``, giving
+``(s / world_size, *, out_features)``; the bias is added to each rank's slice. Backward: one tuned
+``ag_gemm`` of the output's gradient.
 """
 
 from __future__ import annotations
@@ -75,4 +82,70 @@ class ColumnParallelLinear(nn.Module):
         return (
             f"in_features={self.in_features}, out_features={self.out_features} "
             f"({self.out_features // self.world_size} on this rank), bias={self.bias is not None}"
+        )
+
+
+class RowParallelLinear(nn.Module):
+    """``y = reduce_scatter(x @ weightᵀ, dim=0) + bias`` with this rank's weight columns; collective.
+
+    ``in_features`` is the layer's full width (divisible by the world size); each rank keeps
+    ``in_features / world_size`` columns of the weight and the whole bias. ``group``: a process group, its
+    name, or None for the default group. Every rank calls ``forward`` with the same shapes.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        group: Any = None,
+        device: Any = None,
+        dtype: Any = None,
+    ) -> None:
+        super().__init__()
+        self.group = resolve_group(group)
+        ws = _world_size(self.group)
+        if in_features % ws:
+            raise ValueError(f"in_features: {in_features} is not divisible by the world size {ws}")
+        shard = nn.Linear(in_features // ws, out_features, bias=bias, device=device, dtype=dtype)
+        self.in_features, self.out_features, self.world_size = in_features, out_features, ws
+        self.weight = shard.weight
+        self.bias = shard.bias
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group: Any = None) -> RowParallelLinear:
+        """The layer whose shard on this rank is ``linear`` (``in_features / world_size`` inputs; its
+        parameters are shared, not copied)."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.group = resolve_group(group)
+        layer.world_size = _world_size(layer.group)
+        layer.in_features = linear.in_features * layer.world_size
+        layer.out_features = linear.out_features
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        return layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from .runtime.dispatch import dispatch
+
+        shard_in = self.in_features // self.world_size
+        if x.shape[-1] != shard_in:
+            raise ValueError(
+                f"x: last dimension {x.shape[-1]}, expected in_features / world size = {shard_in}"
+            )
+        if x.shape[0] % self.world_size:
+            raise ValueError(
+                f"x: dimension 0 ({x.shape[0]}) is not divisible by the world size {self.world_size}"
+            )
+        y = dispatch("gemm_rs", x.reshape(-1, shard_in), self.weight.t(), scatter_dim=0, group=self.group)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(x.shape[0] // self.world_size, *x.shape[1:-1], y.shape[-1])
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features} ({self.in_features // self.world_size} on this rank), "
+            f"out_features={self.out_features}, bias={self.bias is not None}"
         )

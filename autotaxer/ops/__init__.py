@@ -10,7 +10,7 @@ from ._base import Op, Params, RunContext, Variant, Workspace, iter_grid, relati
 _OPS: dict[str, Op] = {}
 
 
-_BUILTIN = ("ag_gemm", "flash_decode")  # packages under autotaxer/ops exposing OP
+_BUILTIN = ("ag_gemm", "gemm_rs", "flash_decode")  # packages under autotaxer/ops exposing OP
 
 
 def _load_builtin() -> None:

@@ -23,24 +23,13 @@ import torch
 
 def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group: Any, world_size: int) -> torch.Tensor:
     """This rank's shard of ``sum over ranks of full`` along ``gather_dim`` (``full`` is ``(M, K)``)."""
+    from ..ops.gemm_rs.bsp import reduce_scatter
+
     if world_size == 1:
         return full
-    import torch.distributed as dist
-
     m, k = full.shape
-    if gather_dim == 0:
-        stacked = full.contiguous()
-        shard_shape = (m // world_size, k)
-    else:  # the rank's K columns: make each rank's block contiguous first
-        stacked = full.view(m, world_size, k // world_size).permute(1, 0, 2).contiguous()
-        shard_shape = (m, k // world_size)
-    if full.device.type == "cpu":  # gloo has no reduce_scatter: sum everywhere, keep this rank's block
-        dist.all_reduce(stacked, group=group)
-        rank = dist.get_rank(group)
-        return stacked.view(world_size, *shard_shape)[rank].clone()
-    out = torch.empty(shard_shape, dtype=full.dtype, device=full.device)
-    dist.reduce_scatter_tensor(out, stacked, group=group)
-    return out
+    shape = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
+    return reduce_scatter(full, full.new_empty(shape), gather_dim, group)
 
 
 def weight_grad(gathered: torch.Tensor, grad_out: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -58,11 +47,15 @@ def ag_gemm_grads(
     gathered: torch.Tensor,
     b: torch.Tensor,
     reduce_scatter: Callable[[torch.Tensor], torch.Tensor],
+    gemm_rs: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_a_shard, grad_b)`` for the inputs in ``needs``: ``reduce_scatter(grad_C · Bᵀ +
-    grad_gathered)`` and ``gathered_Aᵀ · grad_C``."""
+    grad_gathered)`` (``gemm_rs(grad_C, Bᵀ)``, the tuned op, where there is no ``grad_gathered``) and
+    ``gathered_Aᵀ · grad_C``."""
     grad_a = grad_b = None
-    if needs[0]:
+    if needs[0] and gemm_rs is not None and grad_gathered is None and grad_out is not None:
+        grad_a = gemm_rs(grad_out, b.t())
+    elif needs[0]:
         full = grad_out @ b.t() if grad_out is not None else None
         if grad_gathered is not None:
             full = grad_gathered if full is None else full + grad_gathered
@@ -92,5 +85,47 @@ class AgGemmFunction(torch.autograd.Function):
         def reduce_scatter(full: torch.Tensor) -> torch.Tensor:
             return reduce_scatter_grad(full, ctx.gather_dim, ctx.group, ctx.world_size)
 
+        def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return _runtime(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
+
         needs = ctx.needs_input_grad[:2]
-        return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter), None)
+        return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs), None)
+
+
+class GemmRsFunction(torch.autograd.Function):
+    """``C_r = reduce-scatter(a · b)`` through a dispatch plan, differentiable in both inputs.
+
+    Backward all-gathers ``grad_C`` and multiplies it by ``bᵀ`` in one tuned ``ag_gemm`` (which also
+    returns the gathered ``grad_C``), then ``grad_b = aᵀ · gathered grad_C``.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, b: torch.Tensor, plan: Any) -> torch.Tensor:
+        out, _ = plan.run_saving((a, b))
+        ctx.save_for_backward(a, b)
+        ctx.scatter_dim = plan.key["scatter_dim"]
+        ctx.group = plan.ctx.group
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor):
+        a, b = ctx.saved_tensors
+        rt = _runtime(ctx.group)
+        grad_a, gathered = rt.dispatch_saving(
+            "ag_gemm", grad_out.contiguous(), b.t(), gather_dim=ctx.scatter_dim
+        )
+        grad_b = weight_grad(a, gathered, b) if ctx.needs_input_grad[1] else None
+        return (grad_a if ctx.needs_input_grad[0] else None), grad_b, None
+
+
+#: The autograd function of each op that dispatch differentiates.
+FUNCTIONS: dict[str, Any] = {
+    "ag_gemm": lambda tensors, plan: AgGemmFunction.apply(*tensors, plan)[0],
+    "gemm_rs": lambda tensors, plan: GemmRsFunction.apply(*tensors, plan),
+}
+
+
+def _runtime(group: Any) -> Any:
+    from .dispatch import get_runtime, init
+
+    return get_runtime(group) or init(None, group)

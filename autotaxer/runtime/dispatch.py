@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from .._problem import ProblemKey, Target
+from .autograd import FUNCTIONS as AUTOGRAD
 from .autograd import AgGemmFunction
 from .custom_op import compiled_dispatch
 from .lookup import Decision, decide
@@ -609,13 +610,15 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
 
 
 def _autograd_call(plan: Plan, tensors: tuple, out: Any) -> Any:
-    """A differentiable call: the forward keeps what backward needs (:class:`AgGemmFunction`)."""
-    if plan.key.op != "ag_gemm":
-        raise NotImplementedError(f"dispatch({plan.key.op!r}): autograd is implemented for 'ag_gemm' only")
+    """A differentiable call: the forward keeps what backward needs (:data:`.autograd.FUNCTIONS`)."""
+    function = AUTOGRAD.get(plan.key.op)
+    if function is None:
+        raise NotImplementedError(
+            f"dispatch({plan.key.op!r}): autograd is implemented for {sorted(AUTOGRAD)}"
+        )
     if out is not None:
         raise RuntimeError(
             "dispatch(out=...): an output buffer cannot be differentiated through (in-place into a "
             "tensor autograd does not track); call without out= when an input requires grad"
         )
-    result, _ = AgGemmFunction.apply(*tensors, plan)
-    return result
+    return function(tensors, plan)

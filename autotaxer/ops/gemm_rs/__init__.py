@@ -1,0 +1,24 @@
+"""``gemm_rs``: a GEMM whose partial products are summed over the ranks and scattered, and its variants.
+
+The row-parallel half of tensor parallelism (and the backward of ``ag_gemm``): each rank holds
+``A_r (M, K/ws)`` and ``B_r (K/ws, N)``; every rank gets its slice of ``sum_r A_r @ B_r`` along
+``scatter_dim`` (0: rows, ``(M/ws, N)``; 1: columns, ``(M, N/ws)``), PyTorch's
+``fused_matmul_reduce_scatter`` contract. Variants so far: ``bsp`` (GEMM + NCCL ``reduce_scatter_tensor``).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._op import GemmRs
+
+_VARIANT_MODULES = ("bsp",)
+
+GEMM_RS = GemmRs()
+for _name in _VARIANT_MODULES:
+    for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
+        GEMM_RS.register(_variant)
+
+OP = GEMM_RS
+
+__all__ = ["GEMM_RS", "OP", "GemmRs"]
