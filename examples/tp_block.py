@@ -7,8 +7,9 @@ Run under torchrun (CPU/gloo, or one GPU per rank with NCCL):
 
 Each rank holds 1/world_size of the sequence. Per layer: LayerNorm, the attention input projections
 (q, k, v: three weights, one all-gather, ``autotaxer.fused_all_gather_matmul``), attention over the
-rank's heads, the output projection (row-parallel: a plain GEMM and a reduce-scatter back to the
-sequence shard), LayerNorm and an MLP whose up-projection is ``autotaxer.nn.ColumnParallelLinear``.
+rank's heads, the output projection (``autotaxer.nn.RowParallelLinear``: GEMM + reduce-scatter back to
+the sequence shard), LayerNorm and an MLP: up-projection ``autotaxer.nn.ColumnParallelLinear``,
+down-projection ``RowParallelLinear``. Everything else is plain PyTorch.
 
 ``--check`` (default on for fp32) also trains the unsharded model in plain PyTorch on rank 0's copy of
 the full data and prints both loss curves; the run fails if they differ by more than 1e-3.
@@ -90,9 +91,9 @@ class Layer(nn.Module):
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         hs = hidden // ws
         self.qkv = nn.ModuleList(nn.Linear(hidden, hs, bias=False) for _ in range(3))
-        self.proj = nn.Linear(hs, hidden, bias=False)
+        self.proj = autotaxer.nn.RowParallelLinear(hidden, hidden, bias=False)
         self.up = autotaxer.nn.ColumnParallelLinear(hidden, ffn, bias=True)
-        self.down = nn.Linear(ffn // ws, hidden, bias=False)
+        self.down = autotaxer.nn.RowParallelLinear(ffn, hidden, bias=False)
         if reference is not None:  # this rank's shards of the reference's weights
             with torch.no_grad():
                 for mine, full in ((self.ln1, reference.ln1), (self.ln2, reference.ln2)):
@@ -119,12 +120,17 @@ class Layer(nn.Module):
         heads = [t.view(s, b, self.heads, hs // self.heads).permute(1, 2, 0, 3) for t in (q, k, v)]
         attn = F.scaled_dot_product_attention(*heads, is_causal=True)
         attn = attn.permute(2, 0, 1, 3).reshape(s, b, hs)
-        x = x + ScatterRows.apply(self.proj(attn))
+        x = x + self._row(attn, self.proj)
         if self.plain:
             h = self._column(self.ln2(x), [self.up.weight])[0] + self.up.bias
         else:
             h = self.up(self.ln2(x))
-        return x + ScatterRows.apply(self.down(F.gelu(h)))
+        return x + self._row(F.gelu(h), self.down)
+
+    def _row(self, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
+        if self.plain:
+            return ScatterRows.apply(F.linear(x, layer.weight))
+        return layer(x)
 
 
 class ReferenceLayer(nn.Module):

@@ -1,0 +1,63 @@
+"""``gemm_rs`` on GPUs: dispatch in both scatter dims and weight layouts (two results kept alive) and
+gradients against plain PyTorch in fp32, at world size 1 and on 2 GPUs."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotaxer.testing import run_ranks
+
+
+def _check(ctx) -> dict:
+    import torch
+
+    import autotaxer
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op, relative_error
+
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    op, ws, r, out = get_op("gemm_rs"), ctx.world_size, ctx.rank, {}
+    for sd in (0, 1):
+        for layout in ("kn", "nk"):
+            shape = {"M": 512, "N": 768, "K": 1024}
+            key = ProblemKey.make(
+                "gemm_rs", ctx.target.gpu_model, ws, "bf16", shape, {"scatter_dim": sd, "b_layout": layout}
+            )
+            a1, b1 = op.make_inputs(key, r, ctx.device, 1)
+            a2, b2 = op.make_inputs(key, r, ctx.device, 2)
+            c1 = autotaxer.dispatch("gemm_rs", a1, b1, scatter_dim=sd)
+            c2 = autotaxer.dispatch("gemm_rs", a2, b2, scatter_dim=sd)
+            a = a1.clone().requires_grad_()
+            b = b1.detach().clone().requires_grad_()
+            g = torch.randn(
+                c1.shape, device=ctx.device, generator=torch.Generator(device=ctx.device).manual_seed(9)
+            )
+            (autotaxer.dispatch("gemm_rs", a, b, scatter_dim=sd).float() * g).sum().backward()
+            # each rank weighs its own slice by the same g: grad_a = gathered(g) b^T, grad_b = a^T gathered(g)
+            gathered = [torch.empty_like(g) for _ in range(ws)]
+            if ws > 1:
+                torch.distributed.all_gather(gathered, g)
+            else:
+                gathered = [g]
+            full_g = torch.cat(gathered, dim=sd)
+            out[(sd, layout)] = (
+                relative_error(c1, op.reference(key, r, ctx.device, 1)),
+                relative_error(c2, op.reference(key, r, ctx.device, 2)),
+                relative_error(a.grad, full_g @ b1.float().t()),
+                relative_error(b.grad, a1.float().t() @ full_g),
+            )
+    return out
+
+
+@pytest.mark.gpu
+def test_gemm_rs_on_one_gpu() -> None:
+    for per_rank in run_ranks(_check, 1, "cuda", timeout=300):
+        for case, errs in per_rank.items():
+            assert max(errs) < 1e-2, (case, errs)
+
+
+@pytest.mark.gpu(world_size=2)
+def test_gemm_rs_on_two_gpus() -> None:
+    for per_rank in run_ranks(_check, 2, "cuda", timeout=300):
+        for case, errs in per_rank.items():
+            assert max(errs) < 1e-2, (case, errs)
