@@ -26,13 +26,12 @@ from torch import nn
 from .functional import _world_size, resolve_group
 
 
-class ColumnParallelLinear(nn.Module):
-    """``y = all_gather(x, dim=0) @ weightᵀ + bias`` with this rank's weight shard; collective.
+class _ShardedLinear(nn.Module):
+    """A linear layer whose weight is split over the ranks of ``group`` along ``_sharded``
+    (``out_features``: rows of the weight; ``in_features``: its columns), kept as an nn.Linear shard's
+    parameters."""
 
-    ``out_features`` is the layer's full width (divisible by the world size); each rank keeps
-    ``out_features / world_size`` rows of the weight (and of the bias). ``group``: a process group, its
-    name, or None for the default group. Every rank of the group calls ``forward`` with the same shapes.
-    """
+    _sharded = "out_features"
 
     def __init__(
         self,
@@ -47,25 +46,50 @@ class ColumnParallelLinear(nn.Module):
         super().__init__()
         self.group = resolve_group(group)
         ws = _world_size(self.group)
-        if out_features % ws:
-            raise ValueError(f"out_features: {out_features} is not divisible by the world size {ws}")
-        shard = nn.Linear(in_features, out_features // ws, bias=bias, device=device, dtype=dtype)
-        self.in_features, self.out_features, self.world_size = in_features, out_features, ws
-        self.weight = shard.weight
-        self.bias = shard.bias
+        sizes = {"in_features": in_features, "out_features": out_features}
+        if sizes[self._sharded] % ws:
+            raise ValueError(
+                f"{self._sharded}: {sizes[self._sharded]} is not divisible by the world size {ws}"
+            )
+        local = dict(sizes, **{self._sharded: sizes[self._sharded] // ws})
+        shard = nn.Linear(local["in_features"], local["out_features"], bias=bias, device=device, dtype=dtype)
+        self._adopt(shard, ws, sizes)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Any = None) -> ColumnParallelLinear:
+    def from_linear(cls, linear: nn.Linear, group: Any = None):
         """The layer whose shard on this rank is ``linear`` (its parameters are shared, not copied)."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         layer.group = resolve_group(group)
-        layer.world_size = _world_size(layer.group)
-        layer.in_features = linear.in_features
-        layer.out_features = linear.out_features * layer.world_size
-        layer.weight = linear.weight
-        layer.bias = linear.bias
+        ws = _world_size(layer.group)
+        sizes = {"in_features": linear.in_features, "out_features": linear.out_features}
+        sizes[cls._sharded] *= ws
+        layer._adopt(linear, ws, sizes)
         return layer
+
+    def _adopt(self, shard: nn.Linear, world_size: int, sizes: dict[str, int]) -> None:
+        self.world_size = world_size
+        self.in_features, self.out_features = sizes["in_features"], sizes["out_features"]
+        self.weight = shard.weight
+        self.bias = shard.bias
+
+    def extra_repr(self) -> str:
+        local = getattr(self, self._sharded) // self.world_size
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features} ({self._sharded} {local} on "
+            f"this rank), bias={self.bias is not None}"
+        )
+
+
+class ColumnParallelLinear(_ShardedLinear):
+    """``y = all_gather(x, dim=0) @ weightᵀ + bias`` with this rank's weight shard; collective.
+
+    ``out_features`` is the layer's full width (divisible by the world size); each rank keeps
+    ``out_features / world_size`` rows of the weight (and of the bias). ``group``: a process group, its
+    name, or None for the default group. Every rank of the group calls ``forward`` with the same shapes.
+    """
+
+    _sharded = "out_features"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .runtime.dispatch import dispatch
@@ -78,14 +102,8 @@ class ColumnParallelLinear(nn.Module):
             y = y + self.bias
         return y.view(x.shape[0] * self.world_size, *x.shape[1:-1], y.shape[-1])
 
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features}, out_features={self.out_features} "
-            f"({self.out_features // self.world_size} on this rank), bias={self.bias is not None}"
-        )
 
-
-class RowParallelLinear(nn.Module):
+class RowParallelLinear(_ShardedLinear):
     """``y = reduce_scatter(x @ weightᵀ, dim=0) + bias`` with this rank's weight columns; collective.
 
     ``in_features`` is the layer's full width (divisible by the world size); each rank keeps
@@ -93,39 +111,7 @@ class RowParallelLinear(nn.Module):
     name, or None for the default group. Every rank calls ``forward`` with the same shapes.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        *,
-        group: Any = None,
-        device: Any = None,
-        dtype: Any = None,
-    ) -> None:
-        super().__init__()
-        self.group = resolve_group(group)
-        ws = _world_size(self.group)
-        if in_features % ws:
-            raise ValueError(f"in_features: {in_features} is not divisible by the world size {ws}")
-        shard = nn.Linear(in_features // ws, out_features, bias=bias, device=device, dtype=dtype)
-        self.in_features, self.out_features, self.world_size = in_features, out_features, ws
-        self.weight = shard.weight
-        self.bias = shard.bias
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Any = None) -> RowParallelLinear:
-        """The layer whose shard on this rank is ``linear`` (``in_features / world_size`` inputs; its
-        parameters are shared, not copied)."""
-        layer = cls.__new__(cls)
-        nn.Module.__init__(layer)
-        layer.group = resolve_group(group)
-        layer.world_size = _world_size(layer.group)
-        layer.in_features = linear.in_features * layer.world_size
-        layer.out_features = linear.out_features
-        layer.weight = linear.weight
-        layer.bias = linear.bias
-        return layer
+    _sharded = "in_features"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .runtime.dispatch import dispatch
@@ -143,9 +129,3 @@ class RowParallelLinear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(x.shape[0] // self.world_size, *x.shape[1:-1], y.shape[-1])
-
-    def extra_repr(self) -> str:
-        return (
-            f"in_features={self.in_features} ({self.in_features // self.world_size} on this rank), "
-            f"out_features={self.out_features}, bias={self.bias is not None}"
-        )

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, dtype_name, torch_dtype
-from .._base import Op
-from ..ag_gemm._op import B_LAYOUTS, b_layout_of, canonical_b
+from .._matmul import B_LAYOUTS, MatmulOp, b_layout_of, check_pair
 
 
 def out_shape(key: ProblemKey) -> tuple[int, int]:
@@ -47,58 +46,28 @@ def _b(key: ProblemKey, rank: int, device: Any, seed: int):
     return (torch.randn((ks, n), generator=g, device=device) / scale).to(torch_dtype(key.dtype))
 
 
-class GemmRs(Op):
+class GemmRs(MatmulOp):
     name = "gemm_rs"
     shape_fields = ("M", "N", "K")
     layout_choices = {"scatter_dim": (0, 1), "b_layout": B_LAYOUTS}
-    derived_layout = frozenset({"b_layout"})
 
     def validate(self, key: ProblemKey) -> None:
-        for f in self.shape_fields:
-            if key.get(f) is None:
-                raise ValueError(f"{f}: missing")
-            if key[f] <= 0:
-                raise ValueError(f"{f}: must be positive, got {key[f]}")
-        sd = key.get("scatter_dim")
-        if sd not in (0, 1):
-            raise ValueError(f"scatter_dim: must be 0 or 1, got {sd}")
-        if key["b_layout"] not in B_LAYOUTS:
-            raise ValueError(f"b_layout: must be one of {', '.join(B_LAYOUTS)}, got {key['b_layout']!r}")
-        ws = key.world_size
-        if key["K"] % ws:
-            raise ValueError(f"K: {key['K']} is not divisible by world size {ws} (each rank holds K/ws)")
-        field = "M" if sd == 0 else "N"
-        if key[field] % ws:
+        self.validate_sizes(key, "scatter_dim", {0: "M", 1: "N"})
+        if key["K"] % key.world_size:
             raise ValueError(
-                f"{field}: {key[field]} is not divisible by world size {ws} (scatter_dim={sd} splits {field})"
+                f"K: {key['K']} is not divisible by world size {key.world_size} (each rank holds K/ws)"
             )
 
     def key_from_inputs(
         self, tensors: tuple, layout: dict[str, Any], world_size: int, gpu_model: str
     ) -> ProblemKey:
         """The key of ``dispatch("gemm_rs", a, b, scatter_dim=...)``; ``b_layout`` from B's strides."""
-        if len(tensors) != 2:
-            raise ValueError(f"gemm_rs: expected 2 tensors (a, b), got {len(tensors)}")
-        a, b = tensors
-        if a.dim() != 2 or b.dim() != 2:
-            raise ValueError(f"gemm_rs: a and b must be 2-D, got {tuple(a.shape)} and {tuple(b.shape)}")
-        if a.dtype != b.dtype:
-            raise ValueError(f"dtype: a is {a.dtype} but b is {b.dtype}")
-        if a.device != b.device:
-            raise ValueError(f"device: a is on {a.device} but b is on {b.device}")
+        a, b = check_pair("gemm_rs", tensors, ("a", "b"))
         if b.shape[0] != a.shape[1]:
             raise ValueError(f"K: b has {b.shape[0]} rows but a has {a.shape[1]} columns")
         shape = {"M": a.shape[0], "N": b.shape[1], "K": a.shape[1] * world_size}
         full = {"scatter_dim": layout["scatter_dim"], "b_layout": b_layout_of(b)}
         return ProblemKey.make("gemm_rs", gpu_model, world_size, dtype_name(a.dtype), shape, full)
-
-    def canonical_inputs(self, tensors: tuple) -> tuple:
-        a, b = tensors
-        return a.contiguous(), canonical_b(b)
-
-    def needs_canonical(self, tensors: tuple) -> bool:
-        a, b = tensors
-        return not a.is_contiguous() or canonical_b(b) is not b
 
     def make_inputs(self, key: ProblemKey, rank: int, device: Any, seed: int) -> tuple[Any, ...]:
         """``(a_r, b_r)`` for ``rank``."""
