@@ -8,6 +8,7 @@ eager dispatch (table lookup + the tuned variant). Process groups cross the op b
     torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, group_name) -> Tensor (M, N)
     torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, group_name) -> (C, gathered A)
     torch.ops.autotaxer.reduce_scatter_grad(full, gather_dim, group_name) -> Tensor
+    torch.ops.autotaxer.gemm_rs(a, b, scatter_dim, group_name) -> Tensor (its slice of sum_r a_r b_r)
 
 ``ag_gemm_saving`` is what a compiled region calls when an input requires grad: it has an autograd
 registration (:mod:`.autograd`'s backward, its reduce-scatter the opaque op ``reduce_scatter_grad``),
@@ -125,20 +126,69 @@ def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: tor
 ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
 
 
+@torch.library.custom_op("autotaxer::gemm_rs", mutates_args=())
+def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
+    """This rank's slice along ``scatter_dim`` of the sum over ranks of ``a @ b`` (tuned variant)."""
+    from .dispatch import get_runtime, init
+
+    group = _resolve(group_name)
+    rt = get_runtime(group) or init(None, group)
+    with torch.no_grad():
+        return rt.dispatch("gemm_rs", a, b, scatter_dim=scatter_dim)
+
+
+@gemm_rs.register_fake
+def _gemm_rs_fake(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
+    ws = _world_size(group_name)
+    m, n = a.shape[0], b.shape[1]
+    return a.new_empty((m // ws, n) if scatter_dim == 0 else (m, n // ws))
+
+
+def _gemm_rs_setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    a, b, scatter_dim, group_name = inputs
+    ctx.save_for_backward(a, b)
+    ctx.scatter_dim, ctx.group_name = scatter_dim, group_name
+
+
+def _gemm_rs_backward(ctx: Any, grad_out: torch.Tensor):
+    """One tuned ``ag_gemm`` of ``grad_out`` with ``bᵀ``; it also returns the gathered ``grad_out``."""
+    from .autograd import weight_grad
+
+    a, b = ctx.saved_tensors
+    grad_a, gathered = torch.ops.autotaxer.ag_gemm_saving(
+        grad_out.contiguous(), b.t(), ctx.scatter_dim, ctx.group_name
+    )
+    grad_b = weight_grad(a, gathered, b) if ctx.needs_input_grad[1] else None
+    return (grad_a if ctx.needs_input_grad[0] else None), grad_b, None, None
+
+
+gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
+
+#: Ops with a custom op for torch.compile: name -> (its layout field, default).
+_COMPILED = {"ag_gemm": "gather_dim", "gemm_rs": "scatter_dim"}
+
+
 def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int], group: Any) -> Any:
-    """What :func:`autotaxer.dispatch` does while ``torch.compile`` traces: call the custom op."""
-    if op != "ag_gemm":
-        raise NotImplementedError(f"dispatch({op!r}) inside torch.compile: only 'ag_gemm' is a custom op")
+    """What :func:`autotaxer.dispatch` does while ``torch.compile`` traces: call the op's custom op."""
+    if op not in _COMPILED:
+        raise NotImplementedError(
+            f"dispatch({op!r}) inside torch.compile: custom ops exist for {sorted(_COMPILED)}"
+        )
+    field = _COMPILED[op]
     for name in layout:
-        if name != "gather_dim":
-            raise ValueError(f"{name}: not a layout field of ag_gemm (known: gather_dim)")
-    a_shard, b = tensors
-    gather_dim, name = int(layout.get("gather_dim", 0)), group_name(group)
-    if (a_shard.requires_grad or b.requires_grad) and torch.is_grad_enabled():
-        if out is not None:
-            raise RuntimeError("dispatch(out=...): an output buffer cannot be differentiated through")
-        return torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, name)[0]
-    result = torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, name)
+        if name != field:
+            raise ValueError(f"{name}: not a layout field of {op} (known: {field})")
+    a, b = tensors
+    dim, name = int(layout.get(field, 0)), group_name(group)
+    grad = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
+    if grad and out is not None:
+        raise RuntimeError("dispatch(out=...): an output buffer cannot be differentiated through")
+    if op == "gemm_rs":
+        result = torch.ops.autotaxer.gemm_rs(a, b, dim, name)
+    elif grad:
+        return torch.ops.autotaxer.ag_gemm_saving(a, b, dim, name)[0]
+    else:
+        result = torch.ops.autotaxer.ag_gemm(a, b, dim, name)
     if out is not None:
         out.copy_(result)
         return out

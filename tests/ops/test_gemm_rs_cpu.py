@@ -29,9 +29,11 @@ def _weight(seed: int, k: int, n: int, layout: str):
     return _rand(seed, n, k).t() if layout == "nk" else _rand(seed, k, n)
 
 
-def _dispatch_and_grads(ctx) -> dict:
+def _dispatch_and_grads(ctx, compiled: bool = False) -> dict:
     """Per scatter dim and layout: rank r holds A_r (M, K/ws) and B_r (K/ws, N); two calls kept alive;
     ``loss = sum_r <C_r, G_r>`` differentiated against the same loss in plain PyTorch."""
+    import torch
+
     import autotaxer
     from autotaxer.ops import get_op, relative_error
 
@@ -58,7 +60,11 @@ def _dispatch_and_grads(ctx) -> dict:
             a = a_full.chunk(ws, 1)[r].contiguous().requires_grad_()
             b = bs[r].detach().requires_grad_()
             gs = [_rand(30 + q, *((m // ws, n) if sd == 0 else (m, n // ws))) for q in range(ws)]
-            c = autotaxer.dispatch("gemm_rs", a, b, scatter_dim=sd)
+
+            def f(x, y, sd=sd):
+                return autotaxer.dispatch("gemm_rs", x, y, scatter_dim=sd)
+
+            c = (torch.compile(f, backend="aot_eager", fullgraph=True) if compiled else f)(a, b)
             (c * gs[r]).sum().backward()
             ref_a = a_full.clone().requires_grad_()
             ref_bs = [x.detach().clone().requires_grad_() for x in bs]
@@ -80,6 +86,15 @@ def test_dispatch_values_and_gradients_match_plain_pytorch(world_size: int) -> N
     for per_rank in run_ranks(_dispatch_and_grads, world_size, "cpu", timeout=300):
         for case, got in per_rank.items():
             assert got["values"] < 1e-5 and got["alive"], (case, got)
+            for name in ("c", "grad_a", "grad_b"):
+                assert got[name] < 1e-4, (case, name, got)
+
+
+@pytest.mark.slow
+def test_gradients_under_torch_compile_match_plain_pytorch() -> None:
+    """The custom op ``autotaxer::gemm_rs`` and its autograd registration (aot_eager traces backward)."""
+    for per_rank in run_ranks(_dispatch_and_grads, 2, "cpu", args=(True,), timeout=300):
+        for case, got in per_rank.items():
             for name in ("c", "grad_a", "grad_b"):
                 assert got[name] < 1e-4, (case, name, got)
 
