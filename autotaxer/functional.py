@@ -67,7 +67,7 @@ def fused_all_gather_matmul(
     ``group_name``: a process group's name (PyTorch's signature), the group itself, or None for the
     default group. Each B is ``(K, N_i)``: row-major, or an nn.Linear weight passed as ``weight.t()``.
     """
-    from .runtime.dispatch import get_runtime, init
+    from .runtime.dispatch import runtime_for
 
     if not Bs:
         raise ValueError("Bs: at least one B is needed")
@@ -81,7 +81,7 @@ def fused_all_gather_matmul(
 
         first, gathered = torch.ops.autotaxer.ag_gemm_saving(a2d, Bs[0], gd, name_of(group))
     else:
-        rt = get_runtime(group) or init(None, group)
+        rt = runtime_for(group)
         first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
     outs = [first] + [gathered @ b for b in Bs[1:]]
     ws = _world_size(group)
@@ -95,7 +95,7 @@ def fused_matmul_reduce_scatter(
     """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
     or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
     """
-    from .runtime.dispatch import get_runtime, init
+    from .runtime.dispatch import runtime_for
 
     if reduce_op not in ("sum", "avg"):
         raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
@@ -109,7 +109,7 @@ def fused_matmul_reduce_scatter(
         a2d, sd = A.reshape(-1, A.shape[-1]), 1
     else:
         a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
-    rt = get_runtime(group) or init(None, group)
+    rt = runtime_for(group)
     out = rt.dispatch("gemm_rs", a2d, B, scatter_dim=sd)
     if reduce_op == "avg":
         out = out / ws

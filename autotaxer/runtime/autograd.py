@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from ..ops._matmul import b_layout_of
+
 
 def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group: Any, world_size: int) -> torch.Tensor:
     """This rank's shard of ``sum over ranks of full`` along ``gather_dim`` (``full`` is ``(M, K)``)."""
@@ -35,7 +37,7 @@ def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group: Any, world_s
 def weight_grad(gathered: torch.Tensor, grad_out: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``gathered_Aᵀ · grad_C`` in B's own layout (row-major ``(N, K)`` transposed for an ``nk`` weight,
     so the weight's ``.grad`` comes out contiguous)."""
-    if b.stride(0) == 1 and b.stride(1) != 1:
+    if b_layout_of(b) == "nk":
         return (grad_out.t() @ gathered).t()
     return gathered.t() @ grad_out
 
@@ -86,7 +88,7 @@ class AgGemmFunction(torch.autograd.Function):
             return reduce_scatter_grad(full, ctx.gather_dim, ctx.group, ctx.world_size)
 
         def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return _runtime(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
+            return _runtime_for(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
 
         needs = ctx.needs_input_grad[:2]
         return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs), None)
@@ -110,7 +112,7 @@ class GemmRsFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor):
         a, b = ctx.saved_tensors
-        rt = _runtime(ctx.group)
+        rt = _runtime_for(ctx.group)
         grad_a, gathered = rt.dispatch_saving(
             "ag_gemm", grad_out.contiguous(), b.t(), gather_dim=ctx.scatter_dim
         )
@@ -125,7 +127,7 @@ FUNCTIONS: dict[str, Any] = {
 }
 
 
-def _runtime(group: Any) -> Any:
-    from .dispatch import get_runtime, init
+def _runtime_for(group: Any) -> Any:
+    from .dispatch import runtime_for  # dispatch imports this module
 
-    return get_runtime(group) or init(None, group)
+    return runtime_for(group)

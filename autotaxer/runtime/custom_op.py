@@ -75,10 +75,9 @@ def ag_gemm_saving(
     a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(C, gathered A)``: :func:`ag_gemm` that also returns the gathered A it communicated (fresh)."""
-    from .dispatch import get_runtime, init
+    from .dispatch import runtime_for
 
-    group = _resolve(group_name)
-    rt = get_runtime(group) or init(None, group)
+    rt = runtime_for(_resolve(group_name))
     with torch.no_grad():
         return rt.dispatch_saving("ag_gemm", a_shard, b, gather_dim=gather_dim)
 
@@ -129,10 +128,9 @@ ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
 @torch.library.custom_op("autotaxer::gemm_rs", mutates_args=())
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
     """This rank's slice along ``scatter_dim`` of the sum over ranks of ``a @ b`` (tuned variant)."""
-    from .dispatch import get_runtime, init
+    from .dispatch import runtime_for
 
-    group = _resolve(group_name)
-    rt = get_runtime(group) or init(None, group)
+    rt = runtime_for(_resolve(group_name))
     with torch.no_grad():
         return rt.dispatch("gemm_rs", a, b, scatter_dim=scatter_dim)
 

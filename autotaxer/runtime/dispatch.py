@@ -572,6 +572,12 @@ def get_runtime(group: Any = None) -> Runtime | None:
     return _RUNTIMES.get(group)
 
 
+def runtime_for(group: Any = None) -> Runtime:
+    """The runtime :func:`dispatch` uses for ``group``, created with the default config if none yet."""
+    rt = _RUNTIMES.get(group)
+    return rt if rt is not None else init(None, group)
+
+
 def shutdown() -> None:
     """Close every runtime (persisting misses) and forget them."""
     while _RUNTIMES:
