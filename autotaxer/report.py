@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmark import best_us, ceiling_us, row_entries
+from .benchmark import best_us, bsp_us, ceiling_us, row_entries
 
 #: Fewer COMPLETE trials than this and a study gets no importance plot (the estimate is noise).
 MIN_TRIALS_FOR_IMPORTANCE = 5
@@ -283,7 +283,7 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         if "error" in row:
             table_rows.append([*head, f"error: {row['error']}", *[""] * (3 + len(names))])
             continue
-        bsp = best_us(row.get("bsp"))
+        bsp = bsp_us(row)
         ceiling = ceiling_us(row)
         entries = row_entries(row)
         cells = [_ms(bsp), _ms(best_us(row.get("allgather"))), _ms(best_us(row.get("gemm")))]
@@ -469,7 +469,7 @@ def build_page(
             f"<style>{_STYLE}</style></head><body>",
             "<h1>autotaxer report</h1>",
             f"<p>generated {now} from {_esc(', '.join(sources))}. Times in ms per call (faster of eager "
-            "and CUDA graph), speedups over the faster BSP; the ceiling is BSP / max(all-gather alone, "
+            "and CUDA graph), speedups over the fastest BSP form; the ceiling is BSP / max(all-gather alone, "
             "GEMM alone).</p>",
             f"<ul>{note_html}</ul>" if note_html else "",
             *page.sections,

@@ -24,7 +24,7 @@ def probe(size: int, n_streams: int, reps: int, raw: bool = False) -> float:
     """Median microseconds of one split peer copy of ``size`` bytes (GPU0 -> GPU1): torch's ``copy_``,
     or with ``raw`` one ``cuMemcpyAsync`` per part (what ``copy_engine`` issues)."""
     import torch
-    from autotaxer.kernels.signal import memcpy_async
+    from autotaxer.kernels.common.signal import memcpy_async
 
     src = torch.randn(size // 4, device="cuda:0")
     dst = torch.empty(size // 4, device="cuda:1")

@@ -166,7 +166,7 @@ def _sweep(op, variant, key, ctx, inputs, cfg: BenchConfig, expect, extra=()) ->
 def _ceiling(key, ctx, inputs, cfg: BenchConfig, extra=()) -> dict[str, Any]:
     """The local split-KV decode alone, best over the same configurations."""
     import torch
-    from autotaxer.kernels.flash_decode import DecodeConfig, decode_partials
+    from autotaxer.kernels.flash_decode.partials import DecodeConfig, decode_partials
 
     from autotaxer.ops import get_op
 

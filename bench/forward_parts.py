@@ -14,7 +14,9 @@ import json
 
 def _rank(ctx, problems: list[tuple[int, int]], iters: int, samples: int) -> list[dict]:
     import torch
-    from autotaxer.kernels._ag_fused import (
+    from autotaxer.kernels.ag_gemm.experimental.push_ws import ws_config
+    from autotaxer.kernels.ag_gemm.experimental.ws import KERNEL, launch_args
+    from autotaxer.kernels.ag_gemm.fused import (
         SYNC_WORDS,
         FusedConfig,
         flags_count,
@@ -22,8 +24,6 @@ def _rank(ctx, problems: list[tuple[int, int]], iters: int, samples: int) -> lis
         inbox_shape,
         shard_dims,
     )
-    from autotaxer.kernels.ag_gemm_push_ws import ws_config
-    from autotaxer.kernels.ag_gemm_ws import KERNEL, launch_args
 
     from autotaxer.measure import time_interleaved
 

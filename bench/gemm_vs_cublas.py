@@ -18,6 +18,8 @@ import argparse
 import json
 import statistics
 
+from autotaxer.tools.one_rank import fused_one_rank, interleaved
+
 SHAPES = [(n, k) for n, k in ((8192, 8192), (28672, 8192), (8192, 28672))]
 MS = (16, 64, 256, 1024, 4096, 16384)
 CONFIGS = [  # (block_m, block_n, block_k, group_m, num_warps, num_stages, num_programs; 0 = one per SM)
@@ -37,28 +39,6 @@ TMA_CONFIGS = [(128, 128, 64, 8, 4, 5, 0)]  # also timed with --tma
 _ROW_NAMES = {"push": "fused", "push_tma": "tma"}
 
 
-def _interleaved(fns, reps: int = 50, rounds: int = 7) -> list[float]:
-    """Median ms per call of each of ``fns``, timed side by side: warm-up, then ``rounds`` rounds of one
-    ``reps``-call sample of each, the order rotated each round (clock drift falls on all alike)."""
-    import torch
-
-    for fn in fns:
-        for _ in range(3):
-            fn()
-    times: list[list[float]] = [[] for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(rounds):
-        for i in order[r % len(order) :] + order[: r % len(order)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                fns[i]()
-            end.record()
-            torch.cuda.synchronize()
-            times[i].append(start.elapsed_time(end) / reps)
-    return [statistics.median(t) for t in times]
-
-
 def _time(fn, reps: int = 50) -> float:
     import torch
 
@@ -76,38 +56,12 @@ def _time(fn, reps: int = 50) -> float:
     return statistics.median(times)
 
 
-def fused_one_rank(a, b, out, cfg, comm_sms: int, kind: str = "push"):
-    """A call of the fused ``push`` (or ``push_tma``) kernel for one rank (gather_dim=0, every row local) at
-    ``cfg``'s tiles."""
-    import torch
-    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
-    from autotaxer.kernels.ag_gemm_push import ag_gemm_push
-    from autotaxer.kernels.ag_gemm_push_tma import ag_gemm_push_tma
-    from autotaxer.kernels.gemm import num_sms
-
-    launch = ag_gemm_push_tma if kind == "push_tma" else ag_gemm_push
-    m, k = a.shape
-    config = FusedConfig(
-        block_m=cfg.block_m, block_n=cfg.block_n, block_k=cfg.block_k, group_m=cfg.group_m,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, comm_sms=comm_sms, row_chunks=4, k_chunks=1,
-    )  # fmt: skip
-    inbox = torch.empty(inbox_shape(m, k, 1), dtype=a.dtype, device=a.device)
-    flags = torch.zeros(flags_count(geometry(config, m, k), 1), dtype=torch.int32, device=a.device)
-    sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=a.device)
-    heap_bases = torch.tensor([inbox.data_ptr()], dtype=torch.int64, device=a.device)
-    cache: dict = {}
-    return lambda: launch(
-        a_shard=a, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=0,
-        world_size=1, gather_dim=0, config=config, num_sms=num_sms(a.device), cache=cache,
-    )  # fmt: skip
-
-
 def fused_side_by_side(a, b, out, ref, cfg, kinds: tuple[str, ...] = ("push",)) -> dict:
     """cuBLAS, the persistent GEMM at ``cfg`` and each fused kernel of ``kinds`` (``push``, ``push_tma``) at
     one rank (``comm_sms`` 0 and 16) at ``cfg``'s tiles, each checked, then timed side by side (ms per
     call)."""
     import torch
-    from autotaxer.kernels.gemm import gemm
+    from autotaxer.kernels.common.gemm import gemm
 
     label = f"M={a.shape[0]} N={b.shape[1]} K={a.shape[1]} {cfg}"
     runs = {(kind, c): fused_one_rank(a, b, out, cfg, c, kind) for kind in kinds for c in (0, 16)}
@@ -118,7 +72,7 @@ def fused_side_by_side(a, b, out, ref, cfg, kinds: tuple[str, ...] = ("push",)) 
         if not err <= 1e-2:
             raise SystemExit(f"{label}: {kind} comm_sms={c} WRONG, relative error {err}")
     fns = [lambda: torch.matmul(a, b, out=out), lambda: gemm(a, b, out, cfg), *runs.values()]
-    t_cb, t_gemm, *t_fused = _interleaved(fns)
+    t_cb, t_gemm, *t_fused = interleaved(fns)
     t = dict(zip(runs, t_fused, strict=True))
     row = {"config": dict(cfg.__dict__), "cublas_ms": t_cb, "gemm_ms": t_gemm}
     line = f"{label}: side by side cublas {t_cb * 1e3:.1f} us, gemm {t_gemm * 1e3:.1f}"
@@ -145,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     kinds = ("push", "push_tma") if args.tma else ("push",)
     import torch
-    from autotaxer.kernels.gemm import GemmConfig, gemm
+    from autotaxer.kernels.common.gemm import GemmConfig, gemm
 
     shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     rows = []

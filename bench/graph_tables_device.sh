@@ -12,7 +12,7 @@
 #   bench-ag     ag_gemm bench (N=K=8192, $MS), dispatch from $STATE/graph.db, timing=graph
 #   retune-ag    after an ag_gemm kernel change: the shipped ag_gemm shapes tuned afresh in both timings
 #                (11 trials) -> $STATE/retune_{eager,graph}.db, exported as $OUT/ag_{eager,graph}.json;
-#                then, on any machine, `bash bench/merge_table.sh tuning_db/<table>.json ag_<timing>.json`;
+#                then, on any machine, `autotaxer merge tuning_db/<table>.json ag_<timing>.json --all`;
 #                TIMINGS="eager" or "graph" runs one of them (one call of a device's time limit each)
 # STATE (default $OUT) holds the databases; carry it between calls to resume (the tuner resumes).
 # GRAPH_TABLE (default $OUT/nvidia-h200_ws2_graph.json) is the table export-graph writes and bench-fd reads.

@@ -2,9 +2,9 @@
 
 Each kernel is compiled for this machine's GPU with ``JITFunction.warmup`` (nothing is launched) for the
 arguments its launcher would pass, then loaded to read ``n_regs`` and ``n_spills`` (what ptxas chose;
-spills in the K loop cost throughput). Kernels: ``kernels/gemm.py``, the ``push``/``pull`` kernel at one
-rank (the one-rank runs of ``gemm_vs_cublas.py --fused``) and at two (both layouts), and the one-rank
-ablations of ``consumer_ablation.py``. Needs a GPU, not a second one.
+spills in the K loop cost throughput). Kernels: ``kernels/common/gemm.py``, the ``push``/``pull`` kernel at
+one rank (the one-rank runs of ``gemm_vs_cublas.py --fused``) and at two (both layouts). Needs a GPU, not
+a second one.
 
     python bench/kernel_resources.py --m 1024 --out kernel_resources.json
 """
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 #: (block_m, block_n, block_k, group_m, num_warps, num_stages) of the tiles the fused seeds use.
 TILES = ((128, 128, 64, 8, 4, 4), (128, 128, 64, 8, 8, 4), (128, 256, 64, 8, 8, 3), (128, 256, 64, 8, 8, 4))
@@ -28,11 +26,10 @@ def _loaded(fn, args, kw) -> dict:
 
 
 def main() -> None:
-    sys.path.insert(0, str(Path(__file__).parent))  # python -P leaves the script's folder out
     import torch
-    from autotaxer.kernels.gemm import GemmConfig
-    from compile_hopper import fused_launch, gemm_launch
-    from consumer_ablation import ABLATIONS, ablated_kernel
+    from autotaxer.kernels.common.gemm import GemmConfig
+
+    from autotaxer.tools.sm90 import fused_launch, gemm_launch
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--m", type=int, default=1024)
@@ -47,8 +44,6 @@ def main() -> None:
         params = {**tiles, "comm_sms": 0, "row_chunks": 4, "k_chunks": 1, "prefetch_k": 0}
         fn, args, kw = fused_launch("push", a.m, a.n, a.k, 0, params, world_size=1)
         found["fused_one_rank"] = _loaded(fn, args, kw)
-        for name in ABLATIONS:
-            found[f"one_rank_{name}"] = _loaded(ablated_kernel(name), args, kw)
         for kind in ("push", "pull"):
             for comm in (0, 16):
                 for gd in (0, 1):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # After a kernel change, on $WS GPUs (default 2): re-measure the shipped tables' configurations of the affected shapes
 # with the new kernel, starting from the previous winners (`autotaxer tune --warm-start`), keep a record
-# only where it beats the shipped one (bench/pick_retuned.py), then bench N=K=8192 against the result.
+# only where it beats the shipped one (`autotaxer merge`), then bench N=K=8192 against the result.
 #   source bench/device_env.sh && SHAPES=stale.csv WARM="old_ws2.json old_ws2_graph.json" \
 #       bash bench/retune_warm_device.sh tune bench
 # (stale.csv from `autotaxer show --stale-out` on a database the shipped tables were imported into)
@@ -32,10 +32,7 @@ for s in "$@"; do
                 --trials "${TRIALS:-6}" --variants "${VARIANTS:-bsp,copy_engine,push,pull}" --db "sqlite:///$STATE/warm_$timing.db" \
                 --jsonl --trial-timeout 60 --seed 0 --timing "$timing" "${warm[@]}"
             at export --db "sqlite:///$STATE/warm_$timing.db" --gpu nvidia-h200 --world-size "$WS" --out "$OUT/warm_$timing.json"
-            step "pick_$timing" 60 python3 -P bench/pick_retuned.py "$table" "$OUT/warm_$timing.json" --out "$STATE/pick_$timing.json"
-            merged="sqlite:///$STATE/merged_$timing.db"
-            at import "$table" --db "$merged" -q && at import "$STATE/pick_$timing.json" --db "$merged" --replace -q
-            at export --db "$merged" --out "$OUT/$(basename "$table")"
+            step "pick_$timing" 60 python3 -P -m autotaxer merge "$table" "$OUT/warm_$timing.json" --out "$OUT/$(basename "$table")"
         done
         ;;
     bench)

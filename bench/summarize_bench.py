@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from autotaxer.benchmark import best_us, ceiling_us
+from autotaxer.benchmark import best_us, bsp_us, ceiling_us
 
 PEERS = ("torch_fused", "iris_stock")
 
@@ -46,7 +46,7 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
             lines.append(f"| {r['N']} | {r['K']} | {r['gather_dim']} | {r['M']} | error: {r['error'][:60]} |")
             continue
         be, bg = r["bsp"].get("eager"), r["bsp"].get("graph")
-        base = best_us(r["bsp"])
+        base = bsp_us(r)
         ceil = ceiling_us(r)
         name, t = _best_variant(r)
         ename, te = _best_variant(r, "eager")

@@ -63,7 +63,7 @@ def _time(fn, graph: bool, reps: int = 20) -> float:
 
 def _sweep(ctx, ms: list[int], n: int, k: int, variants: list[str]) -> list[dict]:
     import torch
-    from autotaxer.kernels._ag_fused import FusedConfig
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
 
     from autotaxer._problem import ProblemKey
     from autotaxer.ops import get_op, relative_error

@@ -7,7 +7,8 @@ entry captured ``reps`` times in a CUDA graph, so host launch costs drop out):
 * one rank, communication taken away: cuBLAS on the gathered A, ``push_tma``'s kernel at one rank (the
   shipped TMA consumer) at its two seed tiles, and the warp-specialised kernel (``wait=False``) per
   config of ``WS_CONFIGS``;
-* two ranks on this GPU (``autotaxer.emulated_pair``, the best config with ``comm_sms`` producers):
+* two ranks on this GPU (``autotaxer.ops.ag_gemm.experimental.emulated_pair``, the best config with
+``comm_sms`` producers):
   rank 1's ``push`` producers then rank 0's consumer (``sequential``), both at once (``overlapped``),
   and the consumer alone on its grid (flags already raised): what hiding the transfer behind the GEMM
   saves when the copy is local HBM to HBM, per producer count and chunking (``TRANSFERS``).
@@ -20,12 +21,9 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from gemm_vs_cublas import _interleaved, fused_one_rank  # noqa: E402
+from autotaxer.tools.one_rank import fused_one_rank, interleaved
 
 WS_CONFIGS = [  # WsConfig fields: block_m, block_n, block_k, stages, group_m, mma_wgs
     (128, 256, 64, 3, 8, 2),
@@ -59,7 +57,7 @@ def _graph_interleaved(fns, reps: int = 20, rounds: int = 7) -> list[float]:
             for _ in range(reps):
                 fn()
         graphs.append(g)
-    return [t / reps for t in _interleaved([g.replay for g in graphs], reps=1, rounds=rounds)]
+    return [t / reps for t in interleaved([g.replay for g in graphs], reps=1, rounds=rounds)]
 
 
 def _rel_err(out, ref) -> float:
@@ -67,7 +65,7 @@ def _rel_err(out, ref) -> float:
 
 
 def _ws_config(c):
-    from autotaxer.kernels.ag_gemm_ws import WsConfig
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
 
     return WsConfig(block_m=c[0], block_n=c[1], block_k=c[2], stages=c[3], group_m=c[4], mma_wgs=c[5])
 
@@ -75,8 +73,8 @@ def _ws_config(c):
 def _one_rank_ws(a, b, out, config):
     """The consumer at one rank (every row local): the GEMM alone over the same schedule."""
     import torch
-    from autotaxer.kernels.ag_gemm_ws import ag_gemm_ws
-    from autotaxer.kernels.gemm import num_sms
+    from autotaxer.kernels.ag_gemm.experimental.ws import ag_gemm_ws
+    from autotaxer.kernels.common.gemm import num_sms
 
     m, k = a.shape
     inbox = torch.empty(2, 1, m, k, device=a.device, dtype=a.dtype)
@@ -91,10 +89,10 @@ def _one_rank_ws(a, b, out, config):
 def _pair_row(m, n, k, gd, ws_cfg, comm_sms, row_chunks, k_chunks, timer) -> dict:
     """Two emulated ranks at ``ws_cfg``: producers then consumer, and both at once (checked first)."""
     import torch
-    from autotaxer.kernels._ag_fused import FusedConfig
-    from autotaxer.kernels.gemm import num_sms
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
+    from autotaxer.kernels.common.gemm import num_sms
 
-    from autotaxer.emulated_pair import EmulatedPushPair
+    from autotaxer.ops.ag_gemm.experimental.emulated_pair import EmulatedPushPair
 
     bm, bn, bk, stages, group, wgs = ws_cfg
     config = FusedConfig(bm, bn, bk, group, 4 * wgs, stages, comm_sms, row_chunks, k_chunks, 0)
@@ -120,7 +118,7 @@ def _pair_row(m, n, k, gd, ws_cfg, comm_sms, row_chunks, k_chunks, timer) -> dic
 def _time_problem(m: int, n: int, k: int, timer) -> dict:
     """The one-rank entries side by side, then the pair rows at the best warp-specialised config."""
     import torch
-    from autotaxer.kernels.gemm import GemmConfig
+    from autotaxer.kernels.common.gemm import GemmConfig
 
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -187,7 +185,7 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
     }
-    timer = _graph_interleaved if args.timing == "graph" else _interleaved
+    timer = _graph_interleaved if args.timing == "graph" else interleaved
     result["timing"] = args.timing
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     result["timings"] = timings([int(x) for x in args.ms.split(",")], shapes, timer)

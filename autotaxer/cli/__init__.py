@@ -15,7 +15,7 @@ from typer.core import TyperGroup
 
 from autotaxer.storage import DatabaseError
 
-from . import db, doctor, show, table
+from . import db, doctor, merge, show, table
 
 #: Exit status for bad input (files, options, databases) reported as ``error: ...``.
 EXIT_BAD_INPUT = 2
@@ -49,6 +49,7 @@ app = typer.Typer(
 db.register(app)
 show.register(app)
 table.register(app)
+merge.register(app)
 doctor.register(app)
 
 # Commands owned by other modules, registered when they are present.

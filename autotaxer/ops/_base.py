@@ -64,8 +64,11 @@ class Variant(ABC):
     name: ClassVar[str]
     #: Device types the variant runs on: ``{"cuda"}``, ``{"cpu"}`` or both.
     device_types: ClassVar[frozenset[str]] = frozenset({"cuda"})
-    #: True for the baseline every speedup is measured against.
+    #: True for the baseline: the BSP form every tuning starts with (default parameters).
     is_baseline: ClassVar[bool] = False
+    #: True for every bulk-synchronous form (the baseline and its stronger alternatives users can have,
+    #: e.g. NCCL's symmetric-memory collectives): a speedup is against the fastest of them.
+    bsp_form: ClassVar[bool] = False
     #: Opt-in (not measured on, or not a winner on, the hardware it targets): tuned and benchmarked only
     #: when named explicitly (``--variants``); dispatch still runs it where a table record names it.
     experimental: ClassVar[bool] = False
@@ -142,6 +145,14 @@ class Op(ABC):
     @property
     def variants(self) -> dict[str, Variant]:
         return dict(self._variants)
+
+    def bsp_forms(self, target: Target | None = None) -> list[str]:
+        """Names of the BSP forms (the baseline first), those available on ``target`` when given."""
+        forms = [n for n, v in self._variants.items() if v.is_baseline or v.bsp_form]
+        forms.sort(key=lambda n: not self._variants[n].is_baseline)
+        if target is not None:
+            forms = [n for n in forms if self._variants[n].unavailable_reason(target) is None]
+        return forms
 
     def baseline(self) -> Variant:
         for v in self._variants.values():

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..ops._matmul import b_layout_of
+from ._runtimes import runtime_for
 
 
 def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group: Any, world_size: int) -> torch.Tensor:
@@ -88,7 +89,7 @@ class AgGemmFunction(torch.autograd.Function):
             return reduce_scatter_grad(full, ctx.gather_dim, ctx.group, ctx.world_size)
 
         def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return _runtime_for(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
+            return runtime_for(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
 
         needs = ctx.needs_input_grad[:2]
         return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs), None)
@@ -112,7 +113,7 @@ class GemmRsFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor):
         a, b = ctx.saved_tensors
-        rt = _runtime_for(ctx.group)
+        rt = runtime_for(ctx.group)
         grad_a, gathered = rt.dispatch_saving(
             "ag_gemm", grad_out.contiguous(), b.t(), gather_dim=ctx.scatter_dim
         )
@@ -127,7 +128,5 @@ FUNCTIONS: dict[str, Any] = {
 }
 
 
-def _runtime_for(group: Any) -> Any:
-    from .dispatch import runtime_for  # dispatch imports this module
-
-    return runtime_for(group)
+#: The autograd function of each op whose forward also returns what backward keeps (``dispatch_saving``).
+SAVING: dict[str, Any] = {"ag_gemm": lambda tensors, plan: AgGemmFunction.apply(*tensors, plan)}

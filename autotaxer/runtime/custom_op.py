@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from ._runtimes import runtime_for
+
 _GROUPS: dict[str, Any] = {}  # group name -> ProcessGroup, filled by group_name()
 
 
@@ -52,9 +54,7 @@ def _world_size(name: str) -> int:
 @torch.library.custom_op("autotaxer::ag_gemm", mutates_args=())
 def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
     """All-gather ``a_shard`` along ``gather_dim`` over the group, then multiply by ``b`` (tuned variant)."""
-    from .dispatch import dispatch
-
-    return dispatch("ag_gemm", a_shard, b, gather_dim=gather_dim, group=_resolve(group_name))
+    return runtime_for(_resolve(group_name)).dispatch("ag_gemm", a_shard, b, gather_dim=gather_dim)
 
 
 def _gathered_shape(a_shard: torch.Tensor, gather_dim: int, group_name: str) -> tuple[int, int]:
@@ -75,8 +75,6 @@ def ag_gemm_saving(
     a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(C, gathered A)``: :func:`ag_gemm` that also returns the gathered A it communicated (fresh)."""
-    from .dispatch import runtime_for
-
     rt = runtime_for(_resolve(group_name))
     with torch.no_grad():
         return rt.dispatch_saving("ag_gemm", a_shard, b, gather_dim=gather_dim)
@@ -128,8 +126,6 @@ ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
 @torch.library.custom_op("autotaxer::gemm_rs", mutates_args=())
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
     """This rank's slice along ``scatter_dim`` of the sum over ranks of ``a @ b`` (tuned variant)."""
-    from .dispatch import runtime_for
-
     rt = runtime_for(_resolve(group_name))
     with torch.no_grad():
         return rt.dispatch("gemm_rs", a, b, scatter_dim=scatter_dim)

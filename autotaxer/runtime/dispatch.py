@@ -40,8 +40,10 @@ from typing import Any
 import torch
 
 from .._problem import ProblemKey, Target
+from ._runtimes import RUNTIMES as _RUNTIMES
+from ._runtimes import get_runtime, init, install, runtime_for, shutdown
 from .autograd import FUNCTIONS as AUTOGRAD
-from .autograd import AgGemmFunction
+from .autograd import SAVING
 from .custom_op import compiled_dispatch
 from .lookup import Decision, decide
 from .misses import Miss, append_misses, default_misses_path
@@ -271,7 +273,10 @@ class Runtime:
         plan = self._find(op, tensors, layout)
         plan.calls += 1
         plan.last_used = next(self._clock)
-        return AgGemmFunction.apply(*tensors, plan)
+        function = SAVING.get(op)
+        if function is None:
+            raise NotImplementedError(f"dispatch_saving({op!r}): implemented for {sorted(SAVING)}")
+        return function(tensors, plan)
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -554,35 +559,11 @@ def _broadcast(obj: Any, group: Any) -> Any:
 
 
 # -- module-level API -------------------------------------------------------------------------------
-_RUNTIMES: dict[Any, Runtime] = {}  # one runtime per process group (None = the default group)
-
-
-def init(config: RuntimeConfig | None = None, group: Any = None) -> Runtime:
-    """Create the runtime that :func:`dispatch` uses for ``group`` (replacing and closing an older one)."""
-    old = _RUNTIMES.pop(group, None)
-    if old is not None:
-        old.close()
-    rt = Runtime(config, group)
-    _RUNTIMES[group] = rt
-    return rt
-
-
-def get_runtime(group: Any = None) -> Runtime | None:
-    """The runtime :func:`dispatch` uses for ``group``, if one exists yet."""
-    return _RUNTIMES.get(group)
-
-
-def runtime_for(group: Any = None) -> Runtime:
-    """The runtime :func:`dispatch` uses for ``group``, created with the default config if none yet."""
-    rt = _RUNTIMES.get(group)
-    return rt if rt is not None else init(None, group)
-
-
-def shutdown() -> None:
-    """Close every runtime (persisting misses) and forget them."""
-    while _RUNTIMES:
-        _, rt = _RUNTIMES.popitem()
-        rt.close()
+install(Runtime)  # what init() and runtime_for() (autotaxer.runtime._runtimes) build
+__all__ = [
+    "ConsensusError", "Decision", "Plan", "Runtime", "RuntimeConfig", "dispatch", "get_runtime", "init",
+    "problem_key", "runtime_for", "shutdown",
+]  # fmt: skip
 
 
 def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:

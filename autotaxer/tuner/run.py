@@ -23,6 +23,7 @@ from .study import (
     SAMPLERS,
     SearchSpace,
     ask_owned,
+    best_bsp,
     best_trial,
     check_space,
     check_timing,
@@ -196,7 +197,7 @@ class _ShapeTuner:
         self._store_winner(study, final=True)
         c = counts(study)
         best = best_trial(study)
-        bsp = best_trial(study, self.space.baseline)
+        bsp = best_bsp(study, self.space)
         stored = self.db.get_winner(self.key)
         variant, params = split_params(best.params) if best is not None else (None, {})
         if best is not None and bsp is None:
@@ -335,7 +336,7 @@ class _ShapeTuner:
     ) -> None:
         c = counts(study)
         best = best_trial(study)
-        bsp = best_trial(study, self.space.baseline)
+        bsp = best_bsp(study, self.space)
         self.reporter.trial(
             TrialEvent(
                 shape_index=self.index,
@@ -364,7 +365,7 @@ class _ShapeTuner:
         from ..runtime.kernel_hash import kernel_source_hash
 
         best = best_trial(study)
-        bsp = best_trial(study, self.space.baseline)
+        bsp = best_bsp(study, self.space)
         if best is None or bsp is None:
             return
         variant, params = split_params(best.params)

@@ -51,14 +51,19 @@ class SearchSpace:
     target: Target
     variants: tuple[tuple[str, tuple[tuple[str, tuple[Any, ...]], ...]], ...]
     baseline: str
+    #: The BSP forms searched (the baseline first): a speedup is against the fastest of them.
+    forms: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, op: Op, key: ProblemKey, target: Target, selected: tuple[str, ...] | None) -> SearchSpace:
-        """Baseline first, then ``selected`` (in the given order) or every available non-experimental one."""
+        """The BSP forms first (the baseline, then every other available one: always measured, since a
+        speedup is against the fastest), then ``selected`` (in the given order) or every available
+        non-experimental variant."""
         available = op.available_variants(target)
         base = op.baseline().name
+        forms = op.bsp_forms(target)
         if selected is None:
-            names = [base] + sorted(n for n, v in available.items() if n != base and not v.experimental)
+            names = forms + sorted(n for n, v in available.items() if n not in forms and not v.experimental)
         else:
             unknown = [n for n in selected if n not in op.variants]
             if unknown:
@@ -71,12 +76,12 @@ class SearchSpace:
             ]
             if cannot:
                 raise ValueError(f"--variants: not available on {target.gpu_model}: {'; '.join(cannot)}")
-            names = [base] + [n for n in dict.fromkeys(selected) if n != base]
+            names = forms + [n for n in dict.fromkeys(selected) if n not in forms]
         variants = tuple(
             (n, tuple((p, tuple(c)) for p, c in op.variants[n].search_space(key, target).items()))
             for n in names
         )
-        return cls(key, target, variants, base)
+        return cls(key, target, variants, base, tuple(forms))
 
     @property
     def names(self) -> list[str]:
@@ -211,11 +216,12 @@ def delete_study(storage: Any, key: ProblemKey) -> bool:
 
 
 def enqueue_baseline(study: Any, op: Op, space: SearchSpace) -> None:
-    """Queue the baseline with its default parameters unless the study already has it."""
-    base: Variant = op.variants[space.baseline]
-    study.enqueue_trial(
-        flat_params(base.name, base.default_params(space.key, space.target)), skip_if_exists=True
-    )
+    """Queue every BSP form (the baseline first) with its default parameters unless the study has it."""
+    for name in space.forms or (space.baseline,):
+        form: Variant = op.variants[name]
+        study.enqueue_trial(
+            flat_params(form.name, form.default_params(space.key, space.target)), skip_if_exists=True
+        )
 
 
 def point_of(op: Op, space: SearchSpace, name: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -420,6 +426,12 @@ def finished(c: dict[str, int]) -> int:
     """Launched trials that ended: ``COMPLETE`` + ``FAIL`` (pruned ones never launched; interrupted ones
     run again)."""
     return c.get("COMPLETE", 0) + c.get("FAIL", 0)
+
+
+def best_bsp(study: Any, space: SearchSpace) -> Any:
+    """Fastest COMPLETE trial of any BSP form of ``space``: what every speedup is measured against."""
+    found = [t for t in (best_trial(study, n) for n in space.forms or (space.baseline,)) if t is not None]
+    return min(found, key=lambda t: t.value) if found else None
 
 
 def best_trial(study: Any, variant: str | None = None) -> Any:

@@ -185,15 +185,15 @@ def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
 def _own_kernel_ready(name: str, a, b, box, gd: int, params: dict) -> bool:
     """Whether ``name`` (``push_tma``, ``push_ws``, ``push_ws_fwd``) runs its own kernel on these tensors,
     not ``push``'s."""
-    from autotaxer.kernels._ag_fused import FusedConfig
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
 
     config = FusedConfig(**params)
     if name == "push_tma":
-        from autotaxer.kernels.ag_gemm_push_tma import tma_ready
+        from autotaxer.kernels.ag_gemm.push_tma import tma_ready
 
         return tma_ready(a, b, box, gd, config) is None
-    from autotaxer.kernels.ag_gemm_push_ws import ws_config
-    from autotaxer.kernels.ag_gemm_ws import tensors_error, ws_config_error
+    from autotaxer.kernels.ag_gemm.experimental.push_ws import ws_config
+    from autotaxer.kernels.ag_gemm.experimental.ws import tensors_error, ws_config_error
 
     return (ws_config_error(ws_config(config)) or tensors_error(a, b, box, gd, ws_config(config))) is None
 

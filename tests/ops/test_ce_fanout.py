@@ -5,8 +5,8 @@ built against a stand-in channel, and the variant's pruning. (The copies themsel
 from __future__ import annotations
 
 import pytest
-from autotaxer.kernels.ag_gemm_ce import peer_order
-from autotaxer.kernels.ag_gemm_ce_fanout import make_fanout_plan, peer_lanes, peer_runs
+from autotaxer.kernels.ag_gemm.copy_engine import peer_order
+from autotaxer.kernels.ag_gemm.experimental.ce_fanout import make_fanout_plan, peer_lanes, peer_runs
 
 from autotaxer._problem import ProblemKey
 from autotaxer._target import Target
@@ -124,7 +124,7 @@ class _HeapChannel:
 
     def __init__(self, rank: int, world_size: int, ranks: list) -> None:
         import torch
-        from autotaxer.kernels.ag_gemm_ce import MAX_CHUNKS
+        from autotaxer.kernels.ag_gemm.copy_engine import MAX_CHUNKS
 
         self.rank, self.world_size, self.ranks = rank, world_size, ranks
         self.data = torch.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
@@ -166,9 +166,9 @@ def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams:
     import threading
     import time
 
-    import autotaxer.kernels.ag_gemm_ce as ce
-    import autotaxer.kernels.ag_gemm_ce_fanout as fan
-    import autotaxer.kernels.signal as sig
+    import autotaxer.kernels.ag_gemm.copy_engine as ce
+    import autotaxer.kernels.ag_gemm.experimental.ce_fanout as fan
+    import autotaxer.kernels.common.signal as sig
     import torch
 
     def _await(ch, flag, stream, offset=0):

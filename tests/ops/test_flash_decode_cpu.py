@@ -33,8 +33,8 @@ import threading
 import torch
 
 from autotaxer._problem import ProblemKey
-from autotaxer.kernels.flash_decode import DecodeConfig, combine_partials, decode_partials
-from autotaxer.kernels.flash_decode_fused import flag_shape, flash_decode_fused, inbox_shapes
+from autotaxer.kernels.flash_decode.partials import DecodeConfig, combine_partials, decode_partials
+from autotaxer.kernels.flash_decode.fused import flag_shape, flash_decode_fused, inbox_shapes
 from autotaxer.ops import get_op, relative_error
 from autotaxer.ops.flash_decode._op import combine_torch, partials_torch
 

@@ -21,12 +21,12 @@ _PRELUDE = textwrap.dedent(
     """
     import torch
 
-    from autotaxer.kernels._ag_fused import (
+    from autotaxer.kernels.ag_gemm.fused import (
         SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape, shard_dims,
     )
-    from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull
-    from autotaxer.kernels.ag_gemm_push import ag_gemm_push
-    from autotaxer.kernels.ag_gemm_push_tma import ag_gemm_push_tma, tma_ready
+    from autotaxer.kernels.ag_gemm.pull import ag_gemm_pull
+    from autotaxer.kernels.ag_gemm.push import ag_gemm_push
+    from autotaxer.kernels.ag_gemm.push_tma import ag_gemm_push_tma, tma_ready
 
     LAUNCHERS = {"pull": ag_gemm_pull, "push": ag_gemm_push, "push_tma": ag_gemm_push_tma}
 
@@ -219,7 +219,7 @@ def test_every_program_produces_its_share(kind: str) -> None:
 def test_persistent_gemm_in_interpreter() -> None:
     out = _run(
         """
-        from autotaxer.kernels.gemm import GemmConfig, gemm
+        from autotaxer.kernels.common.gemm import GemmConfig, gemm
 
         for m, n, k in [(40, 72, 96), (33, 50, 70)]:
             a, b = torch.randn(m, k), torch.randn(k, n)
@@ -233,8 +233,8 @@ def test_persistent_gemm_in_interpreter() -> None:
 
 
 def test_configs_reject_bad_fields() -> None:
-    from autotaxer.kernels._ag_fused import FusedConfig
-    from autotaxer.kernels._tiles import chunk_geometry
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
+    from autotaxer.kernels.common.tiles import chunk_geometry
 
     with pytest.raises(ValueError, match="block_n"):
         FusedConfig(block_n=96).validate()

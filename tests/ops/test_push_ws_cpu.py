@@ -7,7 +7,6 @@ Compiling it here is what catches an API move in a newer Triton (3.6 on the lent
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -17,10 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compile_hopper():
-    spec = importlib.util.spec_from_file_location("compile_hopper", ROOT / "bench" / "compile_hopper.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from autotaxer.tools import sm90
+
+    return sm90
 
 
 @pytest.mark.parametrize(
@@ -36,7 +34,7 @@ def _compile_hopper():
 )
 def test_consumer_compiles_for_hopper_warp_specialised(gather_dim: int, col_b: bool, config: dict,
                                                       produce: bool | str) -> None:  # fmt: skip
-    from autotaxer.kernels.ag_gemm_ws import SMEM_LIMIT, WsConfig
+    from autotaxer.kernels.ag_gemm.experimental.ws import SMEM_LIMIT, WsConfig
 
     ch = _compile_hopper()
     ws = WsConfig(**config)
@@ -69,7 +67,7 @@ def test_consumer_compiles_for_hopper_warp_specialised(gather_dim: int, col_b: b
 
 def test_consumer_config_and_tensor_checks_name_the_problem() -> None:
     import torch
-    from autotaxer.kernels.ag_gemm_ws import WsConfig, tensors_error, ws_config_error
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig, tensors_error, ws_config_error
 
     assert ws_config_error(WsConfig()) is None
     assert "mma_wgs" in ws_config_error(WsConfig(mma_wgs=3))
@@ -87,8 +85,8 @@ def test_consumer_config_and_tensor_checks_name_the_problem() -> None:
 
 
 def test_fused_config_maps_onto_the_consumer() -> None:
-    from autotaxer.kernels._ag_fused import FusedConfig
-    from autotaxer.kernels.ag_gemm_push_ws import ws_config
+    from autotaxer.kernels.ag_gemm.experimental.push_ws import ws_config
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
 
     ws = ws_config(FusedConfig(128, 256, 64, 4, 8, 3, 4, 16, 8, 0))
     assert (ws.block_m, ws.block_n, ws.block_k, ws.group_m, ws.stages, ws.mma_wgs) == (128, 256, 64, 4, 3, 2)
@@ -129,8 +127,8 @@ def test_call_counts_push_arrivals_and_keeps_no_user_tensor() -> None:
     """A resolved call grows ``sync[0]`` by push's grid (so push's producers and the consumer read the same
     epoch) and keeps only placeholders where the per-call tensors go."""
     import torch
-    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
-    from autotaxer.kernels.ag_gemm_push_ws import PushWsCall
+    from autotaxer.kernels.ag_gemm.experimental.push_ws import PushWsCall
+    from autotaxer.kernels.ag_gemm.fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
 
     config = FusedConfig(128, 256, 64, 8, 8, 4, 4, 16, 8, 0)
     ms, ks, n = 256, 4096, 4096
@@ -159,8 +157,8 @@ def test_fallback_to_push_keeps_epoch_and_tile_queue_in_step(monkeypatch) -> Non
     finds its tile queue at ``(epoch - 1) * draws``. A queue out of step sends its programs to tiles
     that do not exist, to wait for flags that never come (the hang this bookkeeping prevents)."""
     import torch
-    from autotaxer.kernels import ag_gemm_push_ws as pws
-    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
+    from autotaxer.kernels.ag_gemm.experimental import push_ws as pws
+    from autotaxer.kernels.ag_gemm.fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
 
     config = FusedConfig(128, 256, 64, 8, 8, 4, 4, 4, 4, 0)
     ms, k, n, num_sms = 128, 1000, 1000, 132
@@ -196,7 +194,7 @@ def test_fallback_to_push_keeps_epoch_and_tile_queue_in_step(monkeypatch) -> Non
 def test_forward_variant_prunes_what_its_forward_warp_cannot_serve(monkeypatch) -> None:
     """``push_ws_fwd``: two ranks, no producer CTAs, one flag per 128x64 box, and at gather_dim=1 one wave
     of tiles only (there every tile forwards and waits); its seeds are valid and inside its space."""
-    from autotaxer.kernels.ag_gemm_ws import WsConfig, forward_error
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig, forward_error
 
     from autotaxer import ProblemKey
     from autotaxer._problem import Target

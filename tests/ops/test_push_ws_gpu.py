@@ -1,4 +1,5 @@
-"""``push_ws`` on one Hopper GPU: two ranks emulated (``autotaxer.emulated_pair``), against fp32.
+"""``push_ws`` on one Hopper GPU: two ranks emulated
+(``autotaxer.ops.ag_gemm.experimental.emulated_pair``), against fp32.
 
 Rank 1's real ``push`` producers (on a side stream, optionally started late) fill rank 0's inbox while
 rank 0's warp-specialised consumer runs; rank 0's output and inbox are NaN-poisoned before every call
@@ -61,10 +62,10 @@ def test_push_ws_matches_reference_on_an_emulated_pair(case, transport: str, lat
     if why:
         pytest.skip(why)
     import torch
-    from autotaxer.kernels._ag_fused import FusedConfig
-    from autotaxer.kernels.gemm import num_sms
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
+    from autotaxer.kernels.common.gemm import num_sms
 
-    from autotaxer.emulated_pair import EmulatedPushPair
+    from autotaxer.ops.ag_gemm.experimental.emulated_pair import EmulatedPushPair
 
     m, n, k, gd, dtype, col_b, fields = case
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
@@ -105,8 +106,8 @@ def test_launcher_caches_and_replays_at_one_rank() -> None:
     if why:
         pytest.skip(why)
     import torch
-    from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
-    from autotaxer.kernels.ag_gemm_push_ws import ag_gemm_push_ws
+    from autotaxer.kernels.ag_gemm.experimental.push_ws import ag_gemm_push_ws
+    from autotaxer.kernels.ag_gemm.fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
 
     m, n, k = 512, 4096, 4096
     config = FusedConfig(128, 256, 64, 8, 8, 4, 4, 4, 8, 0)

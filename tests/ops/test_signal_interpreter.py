@@ -21,7 +21,7 @@ _SCRIPT = textwrap.dedent(
 
     import torch
 
-    from autotaxer.kernels import signal as sig
+    from autotaxer.kernels.common import signal as sig
 
     epochs = [torch.zeros(1, dtype=torch.int32) for _ in range(2)]
     flags = [torch.zeros(4, dtype=torch.int32) for _ in range(2)]  # per rank: one slot per chunk

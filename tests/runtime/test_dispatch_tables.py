@@ -238,10 +238,10 @@ def test_kernel_hash_covers_only_the_sources_a_variant_imports() -> None:
     from autotaxer.runtime.kernel_hash import kernel_sources
 
     push = kernel_sources("ag_gemm", "push")
-    assert "autotaxer.kernels.ag_gemm_push" in push and "autotaxer.kernels._ag_fused" in push
+    assert "autotaxer.kernels.ag_gemm.push" in push and "autotaxer.kernels.ag_gemm.fused" in push
     ce = kernel_sources("ag_gemm", "copy_engine")
-    assert "autotaxer.kernels.ag_gemm_ce" in ce and "autotaxer.kernels.signal" in ce
-    assert not any("push" in m or "pull" in m or "_ag_fused" in m for m in ce)  # push edits leave CE fresh
+    assert "autotaxer.kernels.ag_gemm.copy_engine" in ce and "autotaxer.kernels.common.signal" in ce
+    assert not any("push" in m or "pull" in m or "ag_gemm.fused" in m for m in ce)  # push edits: CE fresh
     assert "autotaxer.ops.ag_gemm._op" in kernel_sources("ag_gemm", "bsp")
     with pytest.raises(KeyError, match="no variant"):
         kernel_source_hash("ag_gemm", "no_such_variant")

@@ -11,9 +11,9 @@ import importlib.util
 
 from ._op import AgGemm
 
-_VARIANT_MODULES = (
-    "bsp", "cpu_chunked", "pull", "push", "push_tma", "push_ws", "copy_engine", "ce_fanout",
-)  # fmt: skip
+_VARIANT_MODULES = ("bsp", "bsp_symm", "cpu_chunked", "pull", "push", "push_tma", "copy_engine")
+#: Opt-in variants (``experimental = True``): registered, tuned only when named.
+_EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout")
 #: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).
 _TEST_MODULES = ("autotaxer.testing.planted",)
 
@@ -23,7 +23,7 @@ AG_GEMM = AgGemm()
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking
 # carried over in all 20 (1.08-1.39x): bench/results/2026-11-22_ws4_h200x4/nearest_reuse.md.
 AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd"})
-for _qual in (*(f"{__name__}.{n}" for n in _VARIANT_MODULES), *_TEST_MODULES):
+for _qual in (*(f"{__name__}.{n}" for n in (*_VARIANT_MODULES, *_EXPERIMENTAL_MODULES)), *_TEST_MODULES):
     if importlib.util.find_spec(_qual) is None:
         continue
     for _variant in importlib.import_module(_qual).VARIANTS:

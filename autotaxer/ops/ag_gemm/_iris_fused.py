@@ -1,7 +1,7 @@
 """What the Iris-fused variants (``pull``, ``push``) share: search space, pruning, prepare and launch.
 
-The launchers are ``autotaxer.kernels.ag_gemm_pull`` / ``ag_gemm_push`` (one kernel); both take a
-:class:`~autotaxer.kernels._ag_fused.FusedConfig` built from the trial's parameters.
+The launchers are ``autotaxer.kernels.ag_gemm.pull`` / ``ag_gemm_push`` (one kernel); both take a
+:class:`~autotaxer.kernels.ag_gemm.fused.FusedConfig` built from the trial's parameters.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class IrisFusedVariant(Variant):
         ]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from autotaxer.kernels._ag_fused import FusedConfig, geometry, smem_bytes
+        from autotaxer.kernels.ag_gemm.fused import FusedConfig, geometry, smem_bytes
 
         if key.dtype not in _ELEM_BYTES:
             return f"dtype: {self.name} supports bf16 and fp16, not {key.dtype}"
@@ -153,7 +153,7 @@ class IrisFusedVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels._ag_fused import SYNC_WORDS, FusedConfig, flags_count, geometry
+        from autotaxer.kernels.ag_gemm.fused import SYNC_WORDS, FusedConfig, flags_count, geometry
 
         AgGemm().validate(key)
         reason = self.check(key, ctx.target, params)
@@ -222,7 +222,7 @@ class IrisFusedVariant(Variant):
 
 def _launch_grid(config: Any, m: int, n: int, num_sms: int) -> int:
     """Programs of the fused kernel's launch: the dedicated producers plus one consumer per SM left, at
-    most one per tile (``kernels._ag_fused._launch_args``, phase ``all``)."""
+    most one per tile (``kernels.ag_gemm.fused._launch_args``, phase ``all``)."""
     tiles = -(-m // config.block_m) * -(-n // config.block_n)
     return config.comm_sms + min(num_sms - config.comm_sms, tiles)
 

@@ -3,7 +3,8 @@
 No SM does communication: each rank pushes its shard into every peer's Iris inbox with
 ``cuMemcpyAsync`` over NVLink and raises a flag per chunk (Triton release kernels with a
 device-resident epoch, or CUDA stream memops); the caller's stream runs the local shard's GEMM first,
-then each peer chunk's GEMM once its flag is up. See ``autotaxer.kernels.ag_gemm_ce`` for the schedule.
+then each peer chunk's GEMM once its flag is up. See ``autotaxer.kernels.ag_gemm.copy_engine`` for the
+schedule.
 
 Parameters: ``signal`` (``triton`` | ``memop``), ``chunks`` per peer shard, ``gather_first`` (wait for
 all, then one GEMM: small M, ``gather_dim=0`` only), ``accumulate`` (``gather_dim=1``: ``out`` adds
@@ -60,7 +61,7 @@ class CopyEngineVariant(Variant):
         ]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from ...kernels.ag_gemm_ce import MAX_CHUNKS
+        from autotaxer.kernels.ag_gemm.copy_engine import MAX_CHUNKS
 
         gd, ws = key["gather_dim"], key.world_size
         missing = {"signal", "chunks", "gather_first", "accumulate", "order"} - set(params)
@@ -71,7 +72,7 @@ class CopyEngineVariant(Variant):
         if params["signal"] not in ("memop", "triton"):
             return f"signal: unknown back end {params['signal']!r}"
         if params["signal"] == "memop":
-            from ...kernels.signal import memop_available
+            from autotaxer.kernels.common.signal import memop_available
 
             reason = memop_available()
             if reason is not None:
@@ -93,7 +94,7 @@ class CopyEngineVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from ...kernels.ag_gemm_ce import get_channel, make_plan
+        from autotaxer.kernels.ag_gemm.copy_engine import get_channel, make_plan
 
         reason = self.check(key, ctx.target, params)
         if reason is not None:
@@ -121,7 +122,7 @@ class CopyEngineVariant(Variant):
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
         import torch
 
-        from ...kernels.ag_gemm_ce import ag_gemm_ce
+        from autotaxer.kernels.ag_gemm.copy_engine import ag_gemm_ce
 
         a_shard, b = inputs
         a_shard = a_shard.contiguous()  # the peer copies move whole rows; B may be kn or nk (vendor GEMMs)

@@ -11,12 +11,12 @@ class PullVariant(IrisFusedVariant):
     name = "pull"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
-        from autotaxer.kernels._ag_fused import inbox_shape
+        from autotaxer.kernels.ag_gemm.fused import inbox_shape
 
         return inbox_shape(*shard_shape(key), key.world_size)
 
     def launcher(self):
-        from autotaxer.kernels.ag_gemm_pull import ag_gemm_pull
+        from autotaxer.kernels.ag_gemm.pull import ag_gemm_pull
 
         return ag_gemm_pull
 

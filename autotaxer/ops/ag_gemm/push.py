@@ -11,12 +11,12 @@ class PushVariant(IrisFusedVariant):
     name = "push"
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
-        from autotaxer.kernels._ag_fused import inbox_shape
+        from autotaxer.kernels.ag_gemm.fused import inbox_shape
 
         return inbox_shape(*shard_shape(key), key.world_size)
 
     def launcher(self):
-        from autotaxer.kernels.ag_gemm_push import ag_gemm_push
+        from autotaxer.kernels.ag_gemm.push import ag_gemm_push
 
         return ag_gemm_push
 

@@ -69,7 +69,7 @@ class PushTmaVariant(PushVariant):
         return None
 
     def launcher(self):
-        from autotaxer.kernels.ag_gemm_push_tma import ag_gemm_push_tma
+        from autotaxer.kernels.ag_gemm.push_tma import ag_gemm_push_tma
 
         return ag_gemm_push_tma
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..._problem import ProblemKey, dtype_name, torch_dtype
 from .._base import Op
 
-HEAD_DIMS = (64, 128)  # the same set as kernels.flash_decode.HEAD_DIMS (kept light: no triton import)
+HEAD_DIMS = (64, 128)  # = kernels.flash_decode.partials.HEAD_DIMS (kept light: no triton import)
 LENGTH_MODES = ("full", "uneven")
 
 

@@ -11,7 +11,7 @@ from .._base import Params
 from ._op import local_length
 
 GPU_PARAMS = ("block_n", "splits", "num_warps", "num_stages")
-#: Largest world_size * splits the combine accepts (kernels.flash_decode.MAX_PARTIALS).
+#: Largest world_size * splits the combine accepts (kernels.flash_decode.partials.MAX_PARTIALS).
 MAX_PARTIALS = 1024
 #: Shared memory per CTA on H100/H200 (227 KiB).
 SMEM_BUDGET = 227 * 1024

@@ -17,7 +17,7 @@ from ._space import check_gpu_params, gpu_search_space, seed_params
 
 def decode_config(params: Params):
     """The kernel config of ``params`` (imports Triton)."""
-    from ...kernels.flash_decode import DecodeConfig
+    from autotaxer.kernels.flash_decode.partials import DecodeConfig
 
     cfg = DecodeConfig(
         block_n=int(params["block_n"]),
@@ -114,7 +114,7 @@ class BspVariant(Variant):
             merged = combine_torch(o_all.reshape(bsz, h, -1, d), lse_all.reshape(bsz, h, -1))
             out.copy_(merged)
             return out
-        from ...kernels.flash_decode import combine_partials, decode_partials
+        from autotaxer.kernels.flash_decode.partials import combine_partials, decode_partials
 
         decode_partials(q, k, v, lengths, send[:n_o], send[n_o:], config=buf["config"])
         _gather(send, gathered, ctx)

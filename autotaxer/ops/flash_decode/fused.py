@@ -1,6 +1,6 @@
 """``fused``: one Iris kernel computes the partials, pushes them into every rank's inbox and combines.
 
-See ``kernels/flash_decode_fused.py`` for the protocol (device tickets and epochs, parity slots,
+See ``kernels/flash_decode/fused.py`` for the protocol (device tickets and epochs, parity slots,
 release/acquire flags). Saves BSP's all-gather and combine launches and the host-visible gap between
 them; the decode itself is the same split-KV body as BSP's.
 """
@@ -47,7 +47,7 @@ class FusedVariant(Variant):
         import torch
         import torch.distributed as dist
 
-        from ...kernels.flash_decode_fused import flag_shape, inbox_shapes
+        from autotaxer.kernels.flash_decode.fused import flag_shape, inbox_shapes
 
         reason = self.check(key, ctx.target, params)
         if reason is not None:
@@ -80,7 +80,7 @@ class FusedVariant(Variant):
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
         import torch
 
-        from ...kernels.flash_decode_fused import flash_decode_fused
+        from autotaxer.kernels.flash_decode.fused import flash_decode_fused
 
         key, buf = ws.key, ws.buffers
         q, k, v, lengths = split_inputs(inputs, buf["full_lengths"])

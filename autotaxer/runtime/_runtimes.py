@@ -1,0 +1,50 @@
+"""The runtimes :func:`~autotaxer.runtime.dispatch.dispatch` serves, one per process group.
+
+A registry apart from :mod:`.dispatch` so that the layers built on it (the custom ops, autograd) find a
+group's runtime without importing dispatch, which imports them: dispatch installs its ``Runtime`` as the
+factory when it is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: group (None = the default group) -> its runtime
+RUNTIMES: dict[Any, Any] = {}
+_FACTORY: list[Callable[[Any, Any], Any]] = []
+
+
+def install(factory: Callable[[Any, Any], Any]) -> None:
+    """Make ``factory(config, group)`` what :func:`init` builds runtimes with."""
+    _FACTORY[:] = [factory]
+
+
+def init(config: Any = None, group: Any = None) -> Any:
+    """Create the runtime that dispatch uses for ``group`` (replacing and closing an older one)."""
+    if not _FACTORY:
+        raise RuntimeError("autotaxer: import autotaxer.runtime.dispatch before creating a runtime")
+    old = RUNTIMES.pop(group, None)
+    if old is not None:
+        old.close()
+    rt = _FACTORY[0](config, group)
+    RUNTIMES[group] = rt
+    return rt
+
+
+def get_runtime(group: Any = None) -> Any:
+    """The runtime dispatch uses for ``group``, if one exists yet."""
+    return RUNTIMES.get(group)
+
+
+def runtime_for(group: Any = None) -> Any:
+    """The runtime dispatch uses for ``group``, created with the default config if none yet."""
+    rt = RUNTIMES.get(group)
+    return rt if rt is not None else init(None, group)
+
+
+def shutdown() -> None:
+    """Close every runtime (persisting misses) and forget them."""
+    while RUNTIMES:
+        _, rt = RUNTIMES.popitem()
+        rt.close()

@@ -1,0 +1,1 @@
+"""Developer tools (``python -m autotaxer.tools.<name>``); the library never imports them."""

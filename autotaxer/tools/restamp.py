@@ -1,0 +1,173 @@
+"""Re-stamp shipped records after a refactor, where the evidence says the kernels did not change.
+
+``python -m autotaxer.tools.restamp --base REV [--tables tuning_db] [--write]``
+
+Records carry ``kernel_source_hash`` of their variant's sources, so moving a kernel between modules or
+sharing a ``@triton.jit`` piece between two kernels makes every record stale, although the GPU runs the
+same code. This command compares the tree at ``REV`` with the working tree (:mod:`._fingerprint` runs in
+each) and, per variant of the tables' records, decides:
+
+- ``unchanged``: the source hash is the same; nothing to do.
+- ``moved``: the same top-level code (imports and docstrings left out) in other modules.
+- ``same launches``: for every shipped record of a Triton variant (push, pull, push_tma, push_ws,
+  push_ws_fwd: :data:`TRACED`), the launcher
+  makes the same launches in both trees (grid, options, every argument) and each launched kernel
+  compiles to the same PTX for sm_90 (helpers inlined; line information off, the entry's name left
+  out), so the GPU runs identical code.
+- ``changed``: neither holds; the records stay stale and need re-tuning.
+- ``stale before``: the record's hash was not the base tree's either.
+
+Only ``--write`` rewrites the tables (``moved`` and ``same launches`` records get the new hash);
+without it the command only reports. Exit 0, or 1 when a record is ``changed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+#: Variants whose records are checked launch by launch (their launchers take a FusedConfig).
+TRACED = ("push", "pull", "push_tma", "push_ws", "push_ws_fwd")
+#: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
+REMAPPED = ("kernels", "migrations", "tuning_db")
+_FINGERPRINT = Path(__file__).with_name("_fingerprint.py")
+
+
+def _scenario(record: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "variant": record["variant"], "world_size": record["world_size"],
+        "gather_dim": record["layout"].get("gather_dim", 0),
+        "b_layout": record["layout"].get("b_layout", "kn"),
+        **{d: record["shape"][d] for d in ("M", "N", "K")}, "num_sms": record.get("num_sms") or 132,
+        "params": record["params"],
+    }  # fmt: skip
+
+
+def _base_tree(repo: Path, rev: str, into: Path) -> Path:
+    """The tree at ``rev`` under ``into``, importable as ``autotaxer`` (remapped folders linked in)."""
+    archive = into / "base.tar"
+    subprocess.run(["git", "-C", str(repo), "archive", "--output", str(archive), rev], check=True)
+    root = into / "base"
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    for name in REMAPPED:
+        link = root / "autotaxer" / name
+        if (root / name).is_dir() and not link.exists():
+            link.symlink_to(root / name, target_is_directory=True)
+    return root
+
+
+def _fingerprint(request: dict[str, Any], tree: Path | None, cwd: Path) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    done = subprocess.run(
+        [sys.executable, "-P", str(_FINGERPRINT)], input=json.dumps(request), capture_output=True,
+        text=True, env=env, cwd=cwd,
+    )  # fmt: skip
+    if done.returncode:
+        where = tree or "the working tree"
+        raise SystemExit(f"restamp: fingerprinting {where} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)
+
+
+def difference(old: Any, new: Any) -> str | None:
+    """What differs between one scenario's launches in the two trees (None: nothing)."""
+    for launches in (old, new):
+        if not isinstance(launches, list) or not launches:
+            return f"no launches: {launches!r}"[:300]
+    if len(old) != len(new):
+        return f"{len(old)} launches, now {len(new)}"
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):
+        for field in sorted(set(a) | set(b)):
+            if a.get(field) != b.get(field):
+                return f"launch {i}: {field} {str(a.get(field))[:120]} -> {str(b.get(field))[:120]}"
+    return None
+
+
+def decide(records: list[dict[str, Any]], base: dict[str, Any], now: dict[str, Any],
+           scenarios: list[dict[str, Any]]) -> dict[str, tuple[str, str | None]]:  # fmt: skip
+    """``op/variant`` -> (verdict, the new hash where records may take it)."""
+    traces: dict[str, list[bool]] = defaultdict(list)
+    for scenario, old, new in zip(scenarios, base["launches"], now["launches"], strict=True):
+        traces[f"ag_gemm/{scenario['variant']}"].append(difference(old, new) is None)
+    verdicts: dict[str, tuple[str, str | None]] = {}
+    for name in sorted({f"{r['op']}/{r['variant']}" for r in records}):
+        old, new = base["variants"].get(name), now["variants"].get(name)
+        if old is None or new is None:
+            verdicts[name] = ("changed (variant missing in one tree)", None)
+        elif old["hash"] == new["hash"]:
+            verdicts[name] = ("unchanged", None)
+        elif old["code"] == new["code"]:
+            verdicts[name] = ("moved", new["hash"])
+        elif traces.get(name) and all(traces[name]):
+            verdicts[name] = ("same launches", new["hash"])
+        else:
+            verdicts[name] = ("changed", None)
+    return verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m autotaxer.tools.restamp", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--base", required=True, help="git revision the records were stamped at")
+    parser.add_argument("--tables", type=Path, default=Path("tuning_db"), help="folder of table JSON files")
+    parser.add_argument("--write", action="store_true", help="rewrite the tables (default: report only)")
+    parser.add_argument("--explain", action="store_true", help="show a changed variant's first difference")
+    args = parser.parse_args(argv)
+    repo = Path(subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                               check=True).stdout.strip())  # fmt: skip
+    files = sorted(args.tables.glob("*.json"))
+    tables = {f: json.loads(f.read_text(encoding="utf-8")) for f in files}
+    records = [r for t in tables.values() for r in t["records"]]
+    traced = [r for r in records if r["op"] == "ag_gemm" and r["variant"] in TRACED]
+    unique = {json.dumps(_scenario(r), sort_keys=True) for r in traced}
+    scenarios = [json.loads(s) for s in sorted(unique)]
+    request = {"variants": sorted({(r["op"], r["variant"]) for r in records}), "launches": scenarios}
+    with tempfile.TemporaryDirectory(prefix="restamp-") as tmp:
+        base_root = _base_tree(repo, args.base, Path(tmp))
+        with ThreadPoolExecutor(2) as pool:
+            base_f = pool.submit(_fingerprint, request, base_root, Path(tmp))
+            now_f = pool.submit(_fingerprint, request, None, Path(tmp))
+            base, now = base_f.result(), now_f.result()
+    verdicts = decide(records, base, now, scenarios)
+    status = 0
+    print(f"{'variant':<28} {'records':>7}  verdict")
+    for name, (verdict, new_hash) in verdicts.items():
+        old_hash = base["variants"].get(name, {}).get("hash")
+        mine = [r for r in records if f"{r['op']}/{r['variant']}" == name]
+        stale = sum(r.get("kernel_hash") not in (old_hash, None) for r in mine)
+        note = f" ({stale} stale before {args.base})" if stale else ""
+        print(f"{name:<28} {len(mine):>7}  {verdict}{note}")
+        status |= verdict.startswith("changed")
+        if verdict == "changed" and args.explain:
+            for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):
+                if f"ag_gemm/{scenario['variant']}" == name and (why := difference(a, b)):
+                    print(f"    {json.dumps(scenario, sort_keys=True)}: {why}")
+                    break
+        if new_hash and args.write:
+            for r in mine:
+                if r.get("kernel_hash") == old_hash:
+                    r["kernel_hash"] = new_hash
+    if args.write:
+        for f, table in tables.items():
+            tmp_file = f.with_suffix(".json.tmp")
+            tmp_file.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
+            tmp_file.replace(f)
+        print(f"wrote {len(tables)} table(s) under {args.tables}")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""Copy-engine all-gather + GEMM: peer copies on a side stream, vendor GEMMs on the caller's stream.
+
+Schedule of one call on rank ``r`` (0 SMs for communication):
+
+* side stream (forked from the caller's stream by an event, so the input is ready): for every peer
+  ``p`` (rank-rotated order) wait until ``p`` has finished reading its inbox from the previous call,
+  then for every chunk of rows copy ``A_r``'s chunk into ``p``'s inbox with the copy engine
+  (``cuMemcpyAsync`` over NVLink) and raise ``p``'s flag for ``(r, chunk)``;
+* caller's stream: the GEMM of the local shard first, then for each peer and chunk wait for its flag
+  and run that chunk's GEMM (``gather_dim=0``: its rows of ``C``; ``gather_dim=1``: ``C[rows] +=
+  A_p[rows] @ B[p's K rows]``); ``gather_first`` instead waits for every chunk and runs one GEMM, which
+  wins at small M where each GEMM is bound by reading all of ``B``; finally tell every peer that its
+  data in this rank's inbox has been consumed, and join the side stream.
+
+Flags are raised and awaited either by :mod:`signal`'s 1-program Triton kernels against a
+device-resident epoch (portable) or by CUDA stream memory operations (NVIDIA, token protocol). Both
+are CUDA-graph replay safe: nothing the host decides differs from call to call.
+
+Inboxes are single-buffered: the "consumed" flag is what stops a peer that is one call ahead from
+overwriting data still being read. One channel (inbox arena, flags, epoch, side stream) exists per Iris
+heap and signalling back end; Iris never frees heap memory, so the arena grows and is reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..common import signal as sig
+
+#: Most chunks per peer shard (flag slots per source rank).
+MAX_CHUNKS = 16
+BACKENDS = ("triton", "memop")
+
+
+class _Int32Ptr:
+    """A raw device address that Triton kernels accept as an ``int32`` pointer (a peer's flag)."""
+
+    def __init__(self, addr: int) -> None:
+        import torch
+
+        self.addr = int(addr)
+        self.dtype = torch.int32
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+    def numel(self) -> int:
+        return 1
+
+
+class Channel:
+    """Per-heap, per-back-end state shared by every copy-engine workspace (collective to create)."""
+
+    def __init__(self, iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if backend not in BACKENDS:
+            raise ValueError(f"signal: unknown back end {backend!r} (expected one of {', '.join(BACKENDS)})")
+        self.iris = iris_ctx
+        self.backend = backend
+        self.rank = rank
+        self.world_size = world_size
+        self.group = group
+        # data[src, chunk]: set by src when its chunk has landed here. done[src]: set by src when it has
+        # consumed everything this rank sent it in the last call (its inbox may be overwritten).
+        self.data = iris_ctx.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
+        self.done = iris_ctx.zeros(world_size, dtype=torch.int32)
+        if backend == "memop":
+            self.done.fill_(1)  # token protocol: the peer's inbox starts free
+        self.epoch = torch.zeros(1, dtype=torch.int32, device=self.data.device)
+        self.side = torch.cuda.Stream(device=self.data.device)
+        self.fork = torch.cuda.Event()
+        self.join = torch.cuda.Event()
+        self._arena: Any = None
+        torch.cuda.synchronize()
+        dist.barrier(group=group)
+
+    def arena(self, nbytes: int) -> Any:
+        """A heap byte buffer of at least ``nbytes`` (collective when it has to grow)."""
+        import torch
+        import torch.distributed as dist
+
+        if self._arena is None or self._arena.numel() < nbytes:
+            size = max(nbytes, 1 << 20)
+            size = 1 << (size - 1).bit_length()  # powers of two bound what the growth leaks
+            self._arena = self.iris.zeros(size, dtype=torch.uint8)
+            torch.cuda.synchronize()
+            dist.barrier(group=self.group)
+        return self._arena
+
+    def remote(self, ptr: int, peer: int) -> int:
+        """``ptr`` (in this rank's heap) translated to ``peer``'s copy, as mapped in this process."""
+        return int(self.iris.heap.translate(int(ptr), self.rank, peer))
+
+
+_CHANNELS: dict[tuple[int, str], Channel] = {}  # bounded: one per (heap, back end)
+
+
+def get_channel(iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> Channel:
+    """The channel of ``iris_ctx`` for ``backend``, created (collectively) on first use."""
+    key = (id(iris_ctx), backend)
+    if key not in _CHANNELS:
+        _CHANNELS[key] = Channel(iris_ctx, backend, rank, world_size, group)
+    return _CHANNELS[key]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a call needs, resolved at prepare time (addresses, row ranges, order)."""
+
+    gather_dim: int
+    rows: int  # rows of one shard (and of its chunks' union)
+    k_shard: int  # K columns of one shard
+    elem: int  # bytes per element
+    chunk_rows: tuple[tuple[int, int], ...]  # (first row, row count) per chunk
+    peers: tuple[int, ...]  # in consumption order
+    gather_first: bool
+    fp32_accumulate: bool
+    inbox_ptr: int  # this rank's inbox (W slots, slot p = A_p)
+    remote_inbox: tuple[tuple[int, int], ...]  # (peer, address of this rank's slot in peer's inbox)
+    remote_data: tuple[tuple[int, int], ...]  # (peer, address of peer's data[rank, 0])
+    remote_done: tuple[tuple[int, int], ...]  # (peer, address of peer's done[rank])
+
+    @property
+    def shard_bytes(self) -> int:
+        return self.rows * self.k_shard * self.elem
+
+
+def split_rows(rows: int, chunks: int) -> tuple[tuple[int, int], ...]:
+    """``chunks`` nearly equal, non-empty row ranges covering ``rows``."""
+    if chunks < 1 or chunks > rows:
+        raise ValueError(f"chunks: {chunks} does not fit {rows} rows (1..{rows})")
+    base, extra = divmod(rows, chunks)
+    out, start = [], 0
+    for c in range(chunks):
+        n = base + (1 if c < extra else 0)
+        out.append((start, n))
+        start += n
+    return tuple(out)
+
+
+def peer_order(rank: int, world_size: int, order: str) -> tuple[int, ...]:
+    """Peers in consumption order: ``rotated`` (r+1, r+2, ...) or ``reverse`` (r-1, r-2, ...)."""
+    steps = range(1, world_size)
+    if order == "rotated":
+        return tuple((rank + s) % world_size for s in steps)
+    if order == "reverse":
+        return tuple((rank - s) % world_size for s in steps)
+    raise ValueError(f"order: expected 'rotated' or 'reverse', got {order!r}")
+
+
+def make_plan(
+    channel: Channel,
+    *,
+    m: int,
+    k: int,
+    gather_dim: int,
+    elem: int,
+    chunks: int,
+    order: str,
+    gather_first: bool,
+    fp32_accumulate: bool,
+) -> Plan:
+    """Resolve a call's addresses and ranges (collective: may grow the channel's arena)."""
+    ws, r = channel.world_size, channel.rank
+    rows, k_shard = (m // ws, k) if gather_dim == 0 else (m, k // ws)
+    shard_bytes = rows * k_shard * elem
+    inbox = channel.arena(ws * shard_bytes).data_ptr()
+    peers = peer_order(r, ws, order)
+    data0 = channel.data.data_ptr() + r * MAX_CHUNKS * 4
+    done = channel.done.data_ptr() + r * 4
+    return Plan(
+        gather_dim=gather_dim,
+        rows=rows,
+        k_shard=k_shard,
+        elem=elem,
+        chunk_rows=split_rows(rows, chunks),
+        peers=peers,
+        gather_first=gather_first,
+        fp32_accumulate=fp32_accumulate,
+        inbox_ptr=inbox,
+        remote_inbox=tuple((p, channel.remote(inbox + r * shard_bytes, p)) for p in peers),
+        remote_data=tuple((p, channel.remote(data0, p)) for p in peers),
+        remote_done=tuple((p, channel.remote(done, p)) for p in peers),
+    )
+
+
+# -- signalling, per back end ------------------------------------------------------------------------
+
+
+def _raise(ch: Channel, addr: int, stream: Any) -> None:
+    if ch.backend == "memop":
+        sig.memop_write(addr, 1, stream)
+    else:
+        sig.signal(_Int32Ptr(addr), ch.epoch)
+
+
+def _await(ch: Channel, flag: Any, stream: Any, offset: int = 0) -> None:
+    """Wait on a local flag element; the memop back end hands the token back (writes 0)."""
+    if ch.backend == "memop":
+        sig.memop_wait_eq(flag.data_ptr(), 1, stream)
+        sig.memop_write(flag.data_ptr(), 0, stream)
+    else:
+        sig.wait(flag, ch.epoch, offset=offset)
+
+
+def _send(ch: Channel, plan: Plan, a_shard: Any) -> None:
+    """Side stream: copy this rank's shard, chunk by chunk, into every peer's inbox and flag it."""
+    row_bytes = plan.k_shard * plan.elem
+    src = a_shard.data_ptr()
+    side = ch.side
+    for (p, dst), (_, data) in zip(plan.remote_inbox, plan.remote_data, strict=True):
+        # The peer must have consumed what this rank sent it in the previous call.
+        _await(ch, ch.done[p : p + 1], side, offset=-1)
+        for c, (first, n) in enumerate(plan.chunk_rows):
+            off = first * row_bytes
+            sig.memcpy_async(dst + off, src + off, n * row_bytes, side)
+            _raise(ch, data + 4 * c, side)
+    if plan.gather_first:
+        own = plan.inbox_ptr + ch.rank * plan.shard_bytes
+        sig.memcpy_async(own, src, plan.shard_bytes, side)
+
+
+def _inbox_view(plan: Plan, inbox: Any, p: int) -> Any:
+    """Peer ``p``'s shard in this rank's inbox, as a ``(rows, k_shard)`` tensor."""
+    n = plan.rows * plan.k_shard
+    return inbox[p * n : (p + 1) * n].view(plan.rows, plan.k_shard)
+
+
+def ag_gemm_ce(
+    channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None
+) -> Any:
+    """Compute ``out = all_gather(a_shard) @ b`` with the copy-engine schedule; collective.
+
+    ``inbox`` is the arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped workspace when
+    ``plan.fp32_accumulate``. Launches only: no host synchronisation, no allocation.
+    """
+    import torch
+
+    ch, r = channel, channel.rank
+    main = torch.cuda.current_stream()
+    if ch.backend == "triton":
+        sig.advance_epoch(ch.epoch)
+    ch.fork.record(main)
+    ch.side.wait_event(ch.fork)
+    with torch.cuda.stream(ch.side):
+        _send(ch, plan, a_shard)
+    ch.join.record(ch.side)
+
+    rows, ks = plan.rows, plan.k_shard
+    flags = ch.data.view(ch.world_size, MAX_CHUNKS)
+    if plan.gather_dim == 0 and plan.gather_first:
+        for p in plan.peers:
+            for c in range(len(plan.chunk_rows)):
+                _await(ch, flags[p, c : c + 1], main)
+        main.wait_event(ch.join)  # the local shard's copy into the inbox
+        torch.matmul(inbox[: ch.world_size * rows * ks].view(-1, ks), b, out=out)
+    elif plan.gather_dim == 0:
+        torch.matmul(a_shard, b, out=out[r * rows : (r + 1) * rows])
+        for p in plan.peers:
+            a_p = _inbox_view(plan, inbox, p)
+            for c, (first, n) in enumerate(plan.chunk_rows):
+                _await(ch, flags[p, c : c + 1], main)
+                lo = p * rows + first
+                torch.matmul(a_p[first : first + n], b, out=out[lo : lo + n])
+    else:
+        target = acc if plan.fp32_accumulate else out
+        if plan.fp32_accumulate:
+            torch.mm(a_shard, b[r * ks : (r + 1) * ks], out_dtype=torch.float32, out=target)
+        else:
+            torch.matmul(a_shard, b[r * ks : (r + 1) * ks], out=target)
+        for p in plan.peers:
+            a_p = _inbox_view(plan, inbox, p)
+            b_p = b[p * ks : (p + 1) * ks]
+            for c, (first, n) in enumerate(plan.chunk_rows):
+                _await(ch, flags[p, c : c + 1], main)
+                t = target[first : first + n]
+                if plan.fp32_accumulate:
+                    torch.addmm(t, a_p[first : first + n], b_p, out_dtype=torch.float32, out=t)
+                else:
+                    t.addmm_(a_p[first : first + n], b_p)
+        if plan.fp32_accumulate:
+            out.copy_(acc)
+    # This rank has consumed its inbox: peers may overwrite it in their next call.
+    for _, done in plan.remote_done:
+        _raise(ch, done, main)
+    main.wait_event(ch.join)
+    return out

@@ -1,0 +1,89 @@
+"""``autotaxer.tools.restamp``: what counts as the same kernel after a refactor (without a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from autotaxer.tools import restamp
+
+_spec = importlib.util.spec_from_file_location(
+    "_fingerprint", Path(restamp.__file__).with_name("_fingerprint.py")
+)
+fingerprint = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fingerprint)
+
+
+def _write(folder: Path, files: dict[str, str]) -> list[str]:
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return [str(folder / name) for name in files]
+
+
+def test_code_moved_between_modules_digests_the_same(tmp_path: Path) -> None:
+    before = _write(tmp_path / "a", {
+        "one.py": '"""Doc."""\nimport x\n\ndef f(a):\n    from .two import g\n    return g(a) + 1\n',
+        "two.py": "def g(a):\n    return a * 2\n",
+    })  # fmt: skip
+    after = _write(tmp_path / "b", {
+        "merged.py": '"""Other doc."""\nfrom .common import y\n\n\n'
+        'def g(a):\n    """New."""\n    return a * 2\n\n'
+        "def f(a):\n    from ..elsewhere.two import g  # moved\n    return g(a) + 1\n",
+    })  # fmt: skip
+    changed = _write(
+        tmp_path / "c", {"merged.py": "def g(a):\n    return a * 3\n\ndef f(a):\n    return g(a) + 1\n"}
+    )
+    assert fingerprint.code_digest(before) == fingerprint.code_digest(after)
+    assert fingerprint.code_digest(before) != fingerprint.code_digest(changed)
+
+
+def _launch(ttir: str = "t1", grid: int = 132) -> dict:
+    return {
+        "grid": [grid],
+        "options": {"num_warps": 8},
+        "args": [["tensor", "torch.bfloat16", [4, 8]]],
+        "ttir": ttir,
+    }
+
+
+def _records(*variants: str) -> list[dict]:
+    return [{"op": "ag_gemm", "variant": v} for v in variants]
+
+
+def test_decide_restamps_moved_code_and_identical_launches_only() -> None:
+    scenarios = [{"variant": "push"}, {"variant": "push"}, {"variant": "pull"}, {"variant": "push_tma"}]
+    base = {
+        "variants": {
+            "ag_gemm/bsp": {"hash": "b0", "code": "c"},
+            "ag_gemm/copy_engine": {"hash": "e0", "code": "ce"},
+            "ag_gemm/push": {"hash": "p0", "code": "x"},
+            "ag_gemm/pull": {"hash": "l0", "code": "x"},
+            "ag_gemm/push_tma": {"hash": "t0", "code": "x"},
+            "ag_gemm/push_ws": {"hash": "w0", "code": "x"},
+        },
+        "launches": [[_launch()], [_launch()], [_launch("t2")], [_launch()]],
+    }
+    now = {
+        "variants": {
+            "ag_gemm/bsp": {"hash": "b0", "code": "c"},
+            "ag_gemm/copy_engine": {"hash": "e1", "code": "ce"},
+            "ag_gemm/push": {"hash": "p1", "code": "y"},
+            "ag_gemm/pull": {"hash": "l1", "code": "y"},
+            "ag_gemm/push_tma": {"hash": "t1", "code": "y"},
+            "ag_gemm/push_ws": {"hash": "w1", "code": "y"},
+        },
+        "launches": [[_launch()], [_launch()], [_launch("t3")], [_launch(grid=131)]],
+    }
+    records = _records("bsp", "copy_engine", "push", "pull", "push_tma", "push_ws")
+    verdicts = restamp.decide(records, base, now, scenarios)
+    assert verdicts == {
+        "ag_gemm/bsp": ("unchanged", None),
+        "ag_gemm/copy_engine": ("moved", "e1"),
+        "ag_gemm/push": ("same launches", "p1"),
+        "ag_gemm/pull": ("changed", None),  # other PTX
+        "ag_gemm/push_tma": ("changed", None),  # another grid
+        "ag_gemm/push_ws": ("changed", None),  # not traced, code changed
+    }
+    base["launches"][0] = "error: RuntimeError: boom"  # a scenario that failed proves nothing
+    assert restamp.decide(_records("push"), base, now, scenarios)["ag_gemm/push"] == ("changed", None)
