@@ -314,6 +314,40 @@ def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dic
         return {"error": error_text(exc)}
 
 
+def _torch_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
+    """torch's ``fused_all_gather_matmul`` for ``cases``, timed side by side with ``bsp`` (both reported;
+    the row's speedups use the main group's BSP forms)."""
+    from .ops import get_op
+
+    op = get_op("ag_gemm")
+    bsp = op.baseline()
+    out_rows = []
+    for case in cases:
+        key = case.key(ctx.target.gpu_model, ctx.world_size)
+        inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
+        timings = RowTimings()
+        ws = bsp.prepare(key, {}, ctx)
+        base = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=op.empty_output(key, ctx.device)))
+        entry = _torch_fused(key, ctx, inputs, cfg, timings)
+        timings.run(ctx, cfg)
+        out_rows.append({**entry, "bsp_same_group": base} if "error" not in entry else entry)
+    return out_rows
+
+
+def torch_fused_peer(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
+    """torch's fused kernel per case in a process group of its own (its symmetric memory must run the
+    CUDA backend, while ``bsp_symm`` runs NCCL's in the main group); a hang or crash marks the cases."""
+    from .testing import RanksFailed, run_ranks
+
+    if not cases:
+        return {}
+    try:
+        rows = run_ranks(_torch_rank, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
+        return dict(zip(cases, rows[0], strict=True))
+    except RanksFailed as exc:
+        return {c: {"error": str(exc)[-400:]} for c in cases}
+
+
 def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
     """A dispatch runtime on this rank's device (collective), or the error that prevented it."""
     from .runtime.dispatch import Runtime, RuntimeConfig
@@ -380,7 +414,9 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
             row["dispatch"] = (
                 {"error": rt_error} if rt is None else _dispatch_entry(rt, op, key, ctx, inputs, cfg, timings)
             )
-        if cfg.peers and case.gather_dim == PEERS["torch_fused"]:
+        if cfg.peers and case.gather_dim == PEERS["torch_fused"] and "bsp_symm" not in names:
+            # (with bsp_symm, torch's symmetric memory runs NCCL's backend in this process: the torch
+            # peer then runs in a process group of its own, after this one, see torch_fused_peer)
             row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg, timings)
         timings.run(ctx, cfg)
         if cfg.peers and case.gather_dim == PEERS["iris_stock"] and ctx.target.device_type != "cuda":
@@ -515,6 +551,12 @@ def run_bench(
     if out_path is not None:
         write_json(report, out_path)
     if cfg.peers and cfg.device == "cuda":
+        separate = [c for c, r in zip(cfg.cases, rows, strict=True) if "bsp_symm" in r.get("bsp_forms", ())]
+        separate = [c for c in separate if c.gather_dim == PEERS["torch_fused"]]
+        for case, entry in torch_fused_peer(cfg, tuple(separate)).items():
+            for row in rows:
+                if all(row[f] == v for f, v in asdict(case).items()):
+                    row["torch_fused"] = entry
         groups: dict[tuple[int, int, str], list[Case]] = {}
         for c in cfg.cases:
             if c.gather_dim == PEERS["iris_stock"] and c.K % cfg.world_size == 0:

@@ -1,99 +1,72 @@
 """NCCL symmetric-memory windows: buffers NCCL's symmetric collective kernels run on (NCCL >= 2.27).
 
-A buffer from NCCL's allocator (``ncclMemAlloc``, through the process group's ``mem_allocator``) is
-registered on the group's communicator with ``ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)``;
-a collective whose send and receive buffers both lie in such windows then runs NCCL's symmetric kernels
-(on 8×H100, all-gather 1.25–1.86× faster at 2–32 MiB than into ordinary memory). Registration is
-collective: every rank of the group registers the same sizes in the same order. Windows live as long as
-the process (NCCL needs them registered while any collective may use them), one per group and size
-(rounded up to a power of two), so the number of windows stays small.
+Tensors come from torch's symmetric memory with its NCCL backend (``symm_mem.set_backend("NCCL")``,
+``empty``, ``rendezvous`` on the group): NCCL allocates them and registers them as symmetric windows of
+the group's communicator, and a collective whose send and receive buffers both lie in such windows runs
+NCCL's symmetric kernels (on 8×H100, all-gather 1.25–1.86× faster at 2–32 MiB than into ordinary
+memory). Allocation is collective: every rank of the group asks for the same sizes in the same order.
+The backend is one per process: where torch's symmetric memory already runs another one (CUDA, NVSHMEM),
+``window_tensor`` refuses. Windows live as long as the process, one per group, slot and size (rounded up
+to a power of two), so their number stays small.
 """
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
-#: ``ncclCommWindowRegister``'s flag for windows that symmetric collectives may use.
-NCCL_WIN_COLL_SYMMETRIC = 0x01
 #: The first NCCL release with symmetric-memory collectives.
 MIN_NCCL = (2, 27, 0)
 
-_WINDOWS: dict[tuple[int, str, int], Any] = {}
+_WINDOWS: dict[tuple[str, str, int, int], Any] = {}
 
 
 def unavailable_reason() -> str | None:
     """Why symmetric windows cannot be used in this process (None when they can)."""
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return "no torch"
+    import torch
+    import torch.distributed as dist
+
     if not torch.cuda.is_available() or torch.version.hip is not None:
         return "needs NVIDIA GPUs"
     if not dist.is_available() or not dist.is_nccl_available():
         return "torch without NCCL"
-    version = torch.cuda.nccl.version()
-    if tuple(version) < MIN_NCCL:
+    version = tuple(torch.cuda.nccl.version())
+    if version < MIN_NCCL:
         return f"NCCL {'.'.join(map(str, version))} has no symmetric windows (needs 2.27+)"
-    from torch.distributed import ProcessGroupNCCL
-
-    for attr in ("mem_allocator", "_comm_ptr"):
-        if not hasattr(ProcessGroupNCCL, attr):
-            return f"torch {torch.__version__}: ProcessGroupNCCL has no {attr}"
     try:
-        _library()
-    except OSError as exc:
-        return f"libnccl: {exc}"
+        import torch.distributed._symmetric_memory as symm_mem
+    except ImportError:
+        return f"torch {torch.__version__} has no symmetric memory"
+    if not hasattr(symm_mem, "set_backend"):
+        return f"torch {torch.__version__}: symmetric memory without an NCCL backend"
     return None
 
 
-def _library() -> Any:
-    lib = ctypes.CDLL("libnccl.so.2")  # the copy torch loaded (matched by its soname)
-    lib.ncclCommWindowRegister.argtypes = [
-        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-    ]  # fmt: skip
-    lib.ncclCommWindowRegister.restype = ctypes.c_int
-    lib.ncclGetErrorString.restype = ctypes.c_char_p
-    return lib
-
-
-class Window:
-    """``nbytes`` of device memory registered as a symmetric window of ``group``'s communicator."""
-
-    def __init__(self, nbytes: int, group: Any, device: Any) -> None:
-        import torch
-        import torch.distributed as dist
-
-        backend = (group or dist.group.WORLD)._get_backend(device)
-        # the communicator exists once a collective ran on it
-        dist.barrier(group=group, device_ids=[device.index] if device.index is not None else None)
-        self.pool = torch.cuda.MemPool(backend.mem_allocator)
-        with torch.cuda.use_mem_pool(self.pool):
-            self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
-        torch.cuda.synchronize(device)
-        self.handle = ctypes.c_void_p()
-        lib = _library()
-        status = lib.ncclCommWindowRegister(
-            ctypes.c_void_p(backend._comm_ptr()), ctypes.c_void_p(self.buffer.data_ptr()), nbytes,
-            ctypes.byref(self.handle), NCCL_WIN_COLL_SYMMETRIC,
-        )  # fmt: skip
-        if status != 0:
-            raise RuntimeError(f"ncclCommWindowRegister: {lib.ncclGetErrorString(status).decode()}")
-
-
 def window_tensor(shape: tuple[int, ...], dtype: Any, group: Any, device: Any, slot: int = 0) -> Any:
-    """A tensor of ``shape`` and ``dtype`` in a symmetric window of ``group`` (collective; ``slot`` keeps
-    apart buffers that must not overlap, e.g. a send and a receive buffer). Windows are reused across
-    calls with the same group, device, slot and rounded size."""
+    """A tensor of ``shape`` and ``dtype`` in an NCCL symmetric window of ``group`` (collective; ``slot``
+    keeps apart buffers that must not overlap, e.g. a send and a receive buffer). Windows are reused
+    across calls with the same group, device, slot and rounded size."""
     import math
 
     import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
 
+    current = symm_mem.get_backend(device)
+    if current != "NCCL":  # the default (CUDA) until set; set_backend fails once another one allocated
+        try:
+            symm_mem.set_backend("NCCL")
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"symmetric memory in this process already runs the {current} backend; NCCL's windows need "
+                f"the NCCL one ({exc})"
+            ) from None
+    name = (group or dist.group.WORLD).group_name
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     size = 1 << max(nbytes - 1, 4095).bit_length()  # a power of two, at least one 4 KiB page
-    key = (id(group), str(device), slot, size)
-    window = _WINDOWS.get(key)
-    if window is None:
-        window = _WINDOWS[key] = Window(size, group, device)
-    return window.buffer[:nbytes].view(dtype).view(shape)
+    key = (name, str(device), slot, size)
+    buffer = _WINDOWS.get(key)
+    if buffer is None:
+        buffer = symm_mem.empty(size, dtype=torch.uint8, device=device)
+        symm_mem.rendezvous(buffer, name)
+        _WINDOWS[key] = buffer
+    return buffer[:nbytes].view(dtype).view(shape)
