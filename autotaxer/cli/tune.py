@@ -38,7 +38,16 @@ def tune_command(
     sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid (exhaustive).")] = "tpe",
     device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
     variants: Annotated[
-        str | None, typer.Option("--variants", help="Comma-separated variants (bsp is always in).")
+        str | None,
+        typer.Option("--variants", help="Comma-separated variants (the BSP forms are always in)."),
+    ] = None,
+    sampled: Annotated[
+        int | None,
+        typer.Option(
+            "--sampled",
+            help="Trials the sampler draws after the queued ones (BSP forms, warm starts, seeds): a shape's "
+            "budget is at least those plus this many [default: 8 on GPUs, 0 on CPU].",
+        ),
     ] = None,
     retune: Annotated[
         bool, typer.Option("--retune", help="Delete the studies and winners first.", metavar="")
@@ -76,7 +85,7 @@ def tune_command(
     keys_rows = _load_rows(shapes, world_size, op)
     selected = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None
     warm = _warm_start(warm_start or [])
-    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm)
+    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled)
     output = (quiet, jsonl, wide)
     if launch is None:
         _tune_spawned(keys_rows, world_size, device, db, options, output)
@@ -122,7 +131,8 @@ def _warm_start(paths: list[Path]) -> dict[str, tuple[tuple[str, dict], ...]]:
     return {k: tuple(v) for k, v in warm.items()}
 
 
-def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, device_type):
+def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled,
+            device_type):  # fmt: skip
     from ..measure import TimingConfig
     from ..tuner.run import TuneConfig
 
@@ -130,6 +140,7 @@ def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, tim
         _fail("--timing graph needs CUDA; use --timing eager on CPU")
     config = TuneConfig(
         trials=trials,
+        sampled=(8 if device_type == "cuda" else 0) if sampled is None else sampled,
         timeout_s=timeout,
         trial_timeout_s=trial_timeout,
         seed=seed,

@@ -95,6 +95,11 @@ class Variant(ABC):
                 return params
         raise ValueError(f"{self.name}: no valid configuration for {key.text}")
 
+    def complete_params(self, params: Params) -> dict[str, Any]:
+        """``params`` of a record tuned before parameters were added, completed with the values that give
+        the code it ran (the tuner's warm start takes earlier winners through this)."""
+        return dict(params)
+
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
         """Configurations known to be good for ``key``, tried first by the tuner and the benchmark.
 

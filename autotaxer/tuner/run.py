@@ -40,6 +40,7 @@ from .study import (
     mark_interrupted,
     open_study,
     owner_tag,
+    queued_points,
     requeue_interrupted,
     split_params,
     suggest,
@@ -66,6 +67,8 @@ class TuneConfig:
 
     op: str = "ag_gemm"
     trials: int = 32
+    # sampler trials after the queued ones (BSP forms, warm starts, seeds): the budget is at least those
+    sampled: int = 0
     timeout_s: float | None = None  # per shape
     trial_timeout_s: float = 120.0
     seed: int | None = 0
@@ -80,6 +83,8 @@ class TuneConfig:
         """Raise ``ValueError`` naming the bad option."""
         if self.trials < 1:
             raise ValueError(f"--trials: must be >= 1, got {self.trials}")
+        if self.sampled < 0:
+            raise ValueError(f"--sampled: must be >= 0, got {self.sampled}")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"--timeout: must be > 0 seconds, got {self.timeout_s}")
         if self.trial_timeout_s <= 0:
@@ -170,7 +175,13 @@ class _ShapeTuner:
         if cfg.sampler == "grid":
             target = enqueue_grid(study, self.op, self.space)
         else:  # repeats are pruned, so a small space ends when every valid point has run
-            target = min(cfg.trials, self.space.count_valid(self.op))
+            queued = queued_points(study)
+            target = min(max(cfg.trials, queued + cfg.sampled), self.space.count_valid(self.op))
+            if target <= queued and target < self.space.count_valid(self.op):
+                self.reporter.note(
+                    f"{self.key.text}: the {target} trial(s) go to the {queued} queued configurations (BSP "
+                    "forms, warm starts, seeds); the sampler draws none: raise --trials or --sampled"
+                )
         c = counts(study)
         self.reporter.shape_start(self.index, self.n_shapes, self.key.text, target, finished(c))
         deadline = None if cfg.timeout_s is None else t_shape + cfg.timeout_s

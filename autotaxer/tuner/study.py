@@ -229,6 +229,7 @@ def point_of(op: Op, space: SearchSpace, name: str, params: Mapping[str, Any]) -
     a parameter lies outside the space, or the variant's check refuses the configuration."""
     if name not in space.names:
         return None
+    params = op.variants[name].complete_params(params)
     choices = space.params_of(name)
     if set(params) != set(choices) or not all(params[p] in choices[p] for p in choices):
         return None
@@ -426,6 +427,12 @@ def finished(c: dict[str, int]) -> int:
     """Launched trials that ended: ``COMPLETE`` + ``FAIL`` (pruned ones never launched; interrupted ones
     run again)."""
     return c.get("COMPLETE", 0) + c.get("FAIL", 0)
+
+
+def queued_points(study: Any) -> int:
+    """Trials the study was given to run (enqueued: BSP forms, warm starts, seeds), in any state; the same
+    number when a run resumes, so a resumed budget does not grow."""
+    return sum("fixed_params" in t.system_attrs for t in study.get_trials(deepcopy=False))
 
 
 def best_bsp(study: Any, space: SearchSpace) -> Any:

@@ -26,14 +26,16 @@ def k_segments(n_kc, kcw, Ks, WHOLE_K: tl.constexpr):
 
 @triton.jit
 def tile_group(Ms, GATHER_DIM: tl.constexpr, BLOCK_M: tl.constexpr, GROUP_M: tl.constexpr,
-               WHOLE_K: tl.constexpr):  # fmt: skip
+               WHOLE_K: tl.constexpr, GROUP_ACROSS: tl.constexpr = False):  # fmt: skip
     """The grouped order's group size: gather_dim=0 tiles of one group stay inside one shard (else a
     group waits on two ranks); ``WHOLE_K``: all data lands at once, and a wider group reads B fewer
-    times."""
+    times. ``GROUP_ACROSS``: ``GROUP_M`` over the gathered M, groups spanning shards: where a shard is one
+    tile row (8 ranks, M=1024), a group of one row reads B once per row tile."""
     group = GROUP_M
     if GATHER_DIM == 0:
         if not WHOLE_K:
-            group = tl.minimum(group, tl.maximum(Ms // BLOCK_M, 1))
+            if not GROUP_ACROSS:
+                group = tl.minimum(group, tl.maximum(Ms // BLOCK_M, 1))
     return group
 
 
@@ -128,6 +130,7 @@ def consume_tiles(
     B_ROW_MAJOR: tl.constexpr = True,
     WHOLE_K: tl.constexpr = False,
     DYNAMIC: tl.constexpr = False,
+    GROUP_ACROSS: tl.constexpr = False,
 ):
     """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
 
@@ -161,7 +164,7 @@ def consume_tiles(
     # gather_dim=0: start at the first row tile holding local rows, then the next ranks' rows.
     first_local_m = (rank * Ms) // BLOCK_M
     loops, span = k_segments(n_kc, kcw, Ks, WHOLE_K)
-    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K)
+    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K, GROUP_ACROSS)
     tile_id = first_tile
     while tile_id < num_pid_m * num_pid_n:
         next_tile = next_tile_of(tile_id, num_consumers, queue_ptr, DYNAMIC)

@@ -86,6 +86,7 @@ def consume_tiles_tma(
     B_ROW_MAJOR: tl.constexpr,
     WHOLE_K: tl.constexpr,
     DYNAMIC: tl.constexpr,
+    GROUP_ACROSS: tl.constexpr = False,
 ):
     """``push``'s consumer (``consume.consume_tiles``: the same tile order, queue and waits)
     with TMA loads. gather_dim=0 requires ``Ms % BLOCK_M == 0`` (a tile's rows have one owner)."""
@@ -93,7 +94,7 @@ def consume_tiles_tma(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     first_local_m = (rank * Ms) // BLOCK_M
     loops, span = k_segments(n_kc, kcw, Ks, WHOLE_K)
-    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K)
+    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K, GROUP_ACROSS)
     if GATHER_DIM == 0:
         b_desc = b_descriptor(b_ptr, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_ROW_MAJOR)
     slot_elems = tl.cast(Ms, tl.int64) * Ks

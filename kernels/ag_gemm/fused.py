@@ -40,6 +40,10 @@ class FusedConfig:
     microseconds, instead of trickling through a few producers, and no SM is withheld from the GEMM.
     ``prefetch_k`` (NVIDIA, 0 = off):
     a gather_dim=0 tile that waits for peers' rows first prefetches that many rows of its B slab into L2.
+    For many peers (each 0 = the kernel as first shipped): ``group_across`` 1 groups gather_dim=0 tiles
+    over the gathered M instead of inside one shard; ``push_order`` 1 sends each chunk to the peers in
+    the order they read it (``rank - 1`` first); ``release_each`` 1 releases each peer's flag right after
+    its copy instead of after the copies to every peer.
     """
 
     block_m: int = 128
@@ -52,6 +56,9 @@ class FusedConfig:
     row_chunks: int = 4
     k_chunks: int = 1
     prefetch_k: int = 0
+    group_across: int = 0
+    push_order: int = 0
+    release_each: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -61,6 +68,9 @@ class FusedConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.comm_sms < 0:
             raise ValueError(f"comm_sms: must be >= 0, got {self.comm_sms}")
+        for name in ("group_across", "push_order", "release_each"):
+            if getattr(self, name) not in (0, 1):
+                raise ValueError(f"{name}: must be 0 or 1, got {getattr(self, name)}")
         if self.prefetch_k and (self.prefetch_k < 128 or self.prefetch_k & (self.prefetch_k - 1)):
             raise ValueError(f"prefetch_k: must be 0 or a power of two >= 128, got {self.prefetch_k}")
 
@@ -144,6 +154,8 @@ def _launch_args(
     if how not in TRANSPORTS:
         raise ValueError(f"how: must be one of {', '.join(TRANSPORTS)}, got {how!r}")
     config.validate()
+    if how == "pull" and (config.push_order or config.release_each):
+        raise ValueError("push_order, release_each: push's transport only (pull fetches in its own order)")
     if gather_dim not in (0, 1):
         raise ValueError(f"gather_dim: must be 0 or 1, got {gather_dim}")
     if phase not in _PHASES:
@@ -198,7 +210,8 @@ def _launch_args(
         EVEN_K=ks % config.block_k == 0, EVEN_N=n % config.block_n == 0, ALIGNED=aligned,
         STEPS=_PHASES[phase],
         PREFETCH_K=config.prefetch_k, B_ROW_MAJOR=b.stride(1) == 1, WHOLE_K=producers == 0,
-        PULL=how == "pull", TMA=tma,
+        PULL=how == "pull", TMA=tma, GROUP_ACROSS=bool(config.group_across), PUSH_ORDER=config.push_order,
+        RELEASE_EACH=bool(config.release_each),
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(values):

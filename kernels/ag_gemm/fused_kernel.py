@@ -55,6 +55,9 @@ def fused_ag_gemm_kernel(
     WHOLE_K: tl.constexpr,
     PULL: tl.constexpr,
     TMA: tl.constexpr = False,
+    GROUP_ACROSS: tl.constexpr = False,
+    PUSH_ORDER: tl.constexpr = 0,
+    RELEASE_EACH: tl.constexpr = False,
 ):
     """``C = all_gather(A) @ B`` on one rank: program ids below ``num_producers`` move the local shard
     (push or pull, :func:`produce_chunks`) and then join the GEMM; the others run it from the start.
@@ -65,7 +68,8 @@ def fused_ag_gemm_kernel(
     (bits: 1 stage/store, 2 pull's fetch, 4 the GEMM) lets the interpreter run the steps as separate
     launches; every program counts its arrival in the launch that runs the GEMM. ``TMA`` (push only):
     the GEMM is :func:`consume_tiles_tma`, for which ``EVEN_K``, ``EVEN_N`` and ``PREFETCH_K`` are unused
-    (TMA zero-fills edges; no L2 prefetch).
+    (TMA zero-fills edges; no L2 prefetch). For many peers: ``GROUP_ACROSS`` (:func:`tile_group`),
+    ``PUSH_ORDER`` and ``RELEASE_EACH`` (:func:`produce_chunks`); their defaults are the kernel as shipped.
     """
     pid = tl.program_id(0)
     grid = num_producers + num_consumers  # the GEMM launch's grid (the interpreter's earlier steps: fewer)
@@ -78,7 +82,7 @@ def fused_ag_gemm_kernel(
             movers = tl.where(num_producers > 0, num_producers, num_consumers)
             produce_chunks(
                 pid, movers, a_ptr, inbox, flags, heap_bases, rank, epoch, Ms, Ks, rcw, n_rc, kcw, n_kc,
-                stride_am, WORLD_SIZE, ALIGNED, P_ROWS, P_COLS, STEPS, PULL,
+                stride_am, WORLD_SIZE, ALIGNED, P_ROWS, P_COLS, STEPS, PULL, PUSH_ORDER, RELEASE_EACH,
             )  # fmt: skip
     if STEPS & 4:
         # the queue: the low 32 bits of sync[1] (little-endian), drawn in wrapping int32 arithmetic
@@ -98,12 +102,12 @@ def fused_ag_gemm_kernel(
                 first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, rank, epoch, M, N, K,
                 Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
                 GATHER_DIM, WORLD_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, B_ROW_MAJOR, WHOLE_K,
-                DYNAMIC=not WHOLE_K,
+                DYNAMIC=not WHOLE_K, GROUP_ACROSS=GROUP_ACROSS,
             )  # fmt: skip
         else:
             consume_tiles(
                 first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, rank, epoch, M, N, K,
                 Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
                 GATHER_DIM, WORLD_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, EVEN_N, ALIGNED,
-                PREFETCH_K, B_ROW_MAJOR, WHOLE_K, DYNAMIC=not WHOLE_K,
+                PREFETCH_K, B_ROW_MAJOR, WHOLE_K, DYNAMIC=not WHOLE_K, GROUP_ACROSS=GROUP_ACROSS,
             )  # fmt: skip

@@ -183,6 +183,18 @@ def chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw):
 
 
 @triton.jit
+def push_peer(rank, i, WORLD_SIZE: tl.constexpr, PUSH_ORDER: tl.constexpr):
+    """The ``i``-th peer (1 <= i < WORLD_SIZE) push sends a chunk to. ``PUSH_ORDER`` 0: ``rank + i``; 1:
+    ``rank - i``, the peers in the order they consume this shard (each consumer starts at its own rows,
+    then the next ranks', so rank ``rank - 1`` reads this shard first, ``rank + 1`` last)."""
+    if PUSH_ORDER == 0:
+        peer = (rank + i) % WORLD_SIZE
+    else:
+        peer = (rank - i + WORLD_SIZE) % WORLD_SIZE
+    return peer
+
+
+@triton.jit
 def produce_chunks(
     pid,
     movers,
@@ -205,6 +217,8 @@ def produce_chunks(
     P_COLS: tl.constexpr,
     STEPS: tl.constexpr,
     PULL: tl.constexpr,
+    PUSH_ORDER: tl.constexpr = 0,
+    RELEASE_EACH: tl.constexpr = False,
 ):
     """Move chunks ``pid, pid + movers, ...`` of the local shard (K-chunk major), each followed by a CTA
     barrier and one release (system scope) of its flag at ``epoch``.
@@ -214,6 +228,9 @@ def produce_chunks(
     waits); step 2 waits (acquire, system scope) for each peer's staging flag of the chunk, loads the
     chunk from the peer's slot into the local inbox and raises the local flag the consumers wait on.
     Remote addresses are the heap translation of ``iris.store``/``iris.load``, hoisted out of the copy.
+    Push's peers in the order of :func:`push_peer` (``PUSH_ORDER``); ``RELEASE_EACH``: each peer's flag is
+    released right after its copy (a barrier each), so a chunk is usable by a peer as soon as it lands
+    there instead of after the copies to every peer.
     """
     slot_elems = tl.cast(Ms, tl.int64) * Ks
     own = tl.cast(rank, tl.int64) * slot_elems  # this rank's slot in every inbox
@@ -225,17 +242,26 @@ def produce_chunks(
                 copy_chunk(a_ptr, 0, stride_am, inbox_ptr, own, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
                 tl.debug_barrier()  # all of this CTA's stores precede the single release below
                 tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
+            elif RELEASE_EACH:
+                for i in tl.static_range(1, WORLD_SIZE):
+                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    dst = own + heap_delta(inbox_ptr, rank, peer, heap_bases)
+                    copy_chunk(
+                        a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
+                    )
+                    tl.debug_barrier()  # all of this CTA's stores to the peer precede its release
+                    iris.atomic_xchg(flag, epoch, rank, peer, heap_bases, sem="release", scope="sys")
             else:
                 for i in tl.static_range(1, WORLD_SIZE):
-                    dst = own + heap_delta(inbox_ptr, rank, (rank + i) % WORLD_SIZE, heap_bases)
+                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    dst = own + heap_delta(inbox_ptr, rank, peer, heap_bases)
                     copy_chunk(
                         a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
                     )
                 tl.debug_barrier()  # all of this CTA's stores precede the single release below
                 for i in tl.static_range(1, WORLD_SIZE):
-                    iris.atomic_xchg(
-                        flag, epoch, rank, (rank + i) % WORLD_SIZE, heap_bases, sem="release", scope="sys"
-                    )
+                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    iris.atomic_xchg(flag, epoch, rank, peer, heap_bases, sem="release", scope="sys")
     if PULL:
         if STEPS & 2:
             for chunk in range(pid, n_rc * n_kc, movers):

@@ -199,6 +199,31 @@ def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.parametrize("schedule", ["push_order", "release_each", "all"])
+def test_many_peer_schedules(world_size: int, schedule: str) -> None:
+    """push's many-peer schedule (issue 26): peers in the order they read the shard (``push_order``), each
+    peer's flag released after its copy (``release_each``), gather_dim=0 tiles grouped over the gathered M
+    (``group_across``; 16-row shards, one tile row each, grouped 4 at a time across ranks), dedicated
+    producers and every program producing; right results, the flag and inbox contents of every call."""
+    ws = world_size
+    extra = {"push_order": "push_order=1", "release_each": "release_each=1"}.get(
+        schedule, "push_order=1, release_each=1"
+    )
+    cfg = SMALL.format(rc=1, kc=2).replace("group_m=2", "group_m=4").rstrip(")") + f", {extra})"
+    across = cfg.rstrip(")") + ", group_across=1)"
+    out = _run(
+        f"""
+        check("push", {ws}, 0, {16 * ws}, 40, 24, {across}, calls=2)
+        check("push", {ws}, 1, 20, 40, {8 * ws}, {cfg}, calls=2)
+        check("push", {ws}, 0, {5 * ws}, 40, 24, {across.replace("comm_sms=2", "comm_sms=0")}, calls=2)
+        """,
+        timeout=600.0,
+    )
+    assert out.count("OK") == 3
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pull", "push"])
 def test_every_program_produces_its_share(kind: str) -> None:
     """comm_sms=0: no dedicated producers; each program of the GEMM's grid (here 4) moves chunks
@@ -230,6 +255,19 @@ def test_persistent_gemm_in_interpreter() -> None:
         """
     )
     assert "OK" in out
+
+
+def test_pull_refuses_push_only_schedules() -> None:
+    out = _run(
+        """
+        cfg = FusedConfig(block_m=16, block_n=32, block_k=16, comm_sms=2, push_order=1)
+        try:
+            check("pull", 4, 0, 64, 40, 24, cfg, calls=1)
+        except ValueError as exc:
+            print("refused:", exc)
+        """
+    )
+    assert "refused: push_order, release_each: push's transport only" in out
 
 
 def test_configs_reject_bad_fields() -> None:

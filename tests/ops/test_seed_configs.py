@@ -12,9 +12,9 @@ H200 = Target("nvidia-h200", "sm_90", 132)
 MI300 = Target("amd-mi300x", "gfx942", 304)
 
 
-def _key(m: int, gd: int, target: Target = H200) -> ProblemKey:
+def _key(m: int, gd: int, target: Target = H200, world_size: int = 2) -> ProblemKey:
     return ProblemKey.make(
-        "ag_gemm", target.gpu_model, 2, "bf16", {"M": m, "N": 8192, "K": 8192}, {"gather_dim": gd}
+        "ag_gemm", target.gpu_model, world_size, "bf16", {"M": m, "N": 8192, "K": 8192}, {"gather_dim": gd}
     )
 
 
@@ -72,3 +72,31 @@ def test_tuner_enqueues_seeds_once() -> None:
     enqueue_seeds(study, op, space)  # a resumed run queues nothing twice
     waiting = [t for t in study.trials if t.state == optuna.trial.TrialState.WAITING]
     assert len(waiting) == n
+
+
+@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.parametrize("m,gd", [(64, 0), (256, 1), (1024, 0), (4096, 1)])
+def test_many_peer_seeds_follow_the_first_and_stay_in_the_space(world_size: int, m: int, gd: int) -> None:
+    """From 3 ranks on the second seed is the first with the many-peer schedule (push: peer order and
+    per-peer release; gather_dim=0: groups over the gathered M); with dedicated producers a third doubles
+    them. pull gets no push-only field. At 2 ranks nothing changes (those fields have one value there)."""
+    op = get_op("ag_gemm")
+    key = _key(m, gd, world_size=world_size)
+    for name in ("push", "pull", "push_tma"):
+        variant = op.variants[name]
+        seeds = variant.seed_configs(key, H200)
+        first, wide = seeds[0], seeds[1]
+        assert wide["group_across"] == int(gd == 0)
+        assert (wide["push_order"], wide["release_each"]) == ((0, 0) if name == "pull" else (1, 1))
+        assert {k: v for k, v in wide.items() if k not in ("group_across", "push_order", "release_each")} == {
+            k: v for k, v in first.items() if k not in ("group_across", "push_order", "release_each")
+        }
+        if first["comm_sms"]:
+            assert seeds[2]["comm_sms"] == min(2 * first["comm_sms"], 32)
+        valid = [variant.check(key, H200, c) is None for c in seeds]
+        assert valid[1] == valid[0], (name, seeds[:2])  # valid wherever the first seed is
+        space = SearchSpace.build(op, key, H200, (name,))
+        points = [split_params(p)[1] for p in seed_points(op, space)]
+        assert (wide in points) == valid[1]  # queued by the tuner wherever it is valid
+    two = op.variants["push"].seed_configs(_key(m, gd), H200)
+    assert not any(c["push_order"] or c["release_each"] or c["group_across"] for c in two)

@@ -299,3 +299,38 @@ def test_two_tuners_taking_one_configuration_at_once_leave_one_of_them_running(d
     params = {"variant": "bsp"}
     assert duplicate_of(study, params, first.number) is None
     assert duplicate_of(study, params, second.number) == first.number
+
+
+def test_sampled_trials_follow_the_queued_ones_and_a_resume_keeps_the_budget(db) -> None:
+    """``--sampled``: the budget is at least the queued configurations (baseline, seeds) plus that many
+    sampler draws, whatever ``--trials`` says; a resumed run counts the same queue and runs nothing more."""
+    from autotaxer.tuner.study import queued_points
+
+    first, executor = _run(db, trials=1, sampled=3)
+    study_trials = _trials(db)
+    queued = sum("fixed_params" in t.system_attrs for t in study_trials)
+    assert queued >= 1  # at least the baseline was queued
+    assert first.trials == queued + 3 == len(executor.requests)
+    import optuna
+
+    assert queued_points(optuna.load_study(study_name=KEY.text, storage=db.optuna_storage())) == queued
+    again, executor = _run(db, trials=1, sampled=3)
+    assert executor.requests == [] and again.trials == first.trials
+
+
+def test_a_budget_spent_on_the_queue_says_so(db) -> None:
+    from autotaxer.tuner.progress import Reporter
+
+    class Notes(Reporter):
+        def __init__(self) -> None:
+            self.notes: list[str] = []
+
+        def note(self, text: str) -> None:
+            self.notes.append(text)
+
+    notes = Notes()
+    results, _ = tune([KEY], cpu_target(), db, TuneConfig(trials=1, timing=FAST), InlineExecutor(), notes)
+    assert results[0].trials == 1
+    assert any("the sampler draws none" in n for n in notes.notes), notes.notes
+    with pytest.raises(ValueError, match="--sampled: must be >= 0"):
+        TuneConfig(sampled=-1).validate()

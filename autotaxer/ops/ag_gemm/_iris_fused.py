@@ -28,6 +28,8 @@ class IrisFusedVariant(Variant):
     """Base of the fused Iris variants; subclasses name the kernel and the heap buffer's shape."""
 
     device_types = frozenset({"cuda"})
+    #: True where producers store into the peers (push's transport): push_order and release_each apply.
+    pushes: bool = True
 
     # -- availability and search space ----------------------------------------------------------
     def unavailable_reason(self, target: Target) -> str | None:
@@ -55,7 +57,19 @@ class IrisFusedVariant(Variant):
             "row_chunks": (4, 1, 8, 16) if small else (4, 1, 8, 16, 32, 64),
             "k_chunks": (4, 2, 1, 8) if small else (1, 2, 4, 8),
             "prefetch_k": (0, 1024) if small and key["gather_dim"] == 0 else (0,),
+            # many peers (one value at 2 ranks, where the orders coincide and a chunk has one peer):
+            # gather_dim=0 groups over the gathered M; push's peer order and per-peer flag release
+            "group_across": (0, 1) if key["gather_dim"] == 0 and key.world_size > 2 else (0,),
+            "push_order": (0, 1) if self.pushes and key.world_size > 2 else (0,),
+            "release_each": (0, 1) if self.pushes and key.world_size > 2 else (0,),
         }
+
+    def complete_params(self, params: Params) -> dict[str, Any]:
+        """``params`` with the fields added since it was tuned at their defaults (the kernel it ran)."""
+        from autotaxer.kernels.ag_gemm.fused import FusedConfig
+
+        defaults = {f: v.default for f, v in FusedConfig.__dataclass_fields__.items()}
+        return {**{f: defaults[f] for f in ("group_across", "push_order", "release_each")}, **params}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
         """Good starting points by regime (2xH200 sweeps, best first: the tuner may run only the first
@@ -71,35 +85,52 @@ class IrisFusedVariant(Variant):
         def cfg(bm, bn, bk, warps, stages, comm, rc, kc, pf=0):
             return dict(
                 block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, num_stages=stages,
-                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=pf,
+                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=pf, group_across=0, push_order=0,
+                release_each=0,
             )  # fmt: skip
 
         if m <= 64:  # one row tile covering every row: B is read once
             bm = 16 if m <= 16 else 32 if m <= 32 else 64
             prefetch = gd == 0 and not target.is_amd  # only gather_dim=0 tiles wait first
             shard_rows = m // key.world_size if gd == 0 else m
-            return [
+            return self._many_peers(key, [
                 cfg(bm, 64 if gd == 0 else 128, 128, 4, 4, 0, 4 if shard_rows >= 4 else 1, 8),
                 cfg(bm, 128, 128, 4, 4, 8, 4, 1),
                 cfg(bm, 128, 128, 4, 4, 8, 4, 1, 1024) if prefetch else cfg(bm, 128, 128, 4, 4, 8, 1, 2),
-            ]
+            ])  # fmt: skip
         if m <= 256:
-            return [
+            return self._many_peers(key, [
                 cfg(128, 128, 64, 4, 4, 0, 16, 8),
                 cfg(128, 128, 64, 4, 4, 4, 4, 2),
                 cfg(128, 128, 64, 4, 4, 4, 4, 4),
-            ]
+            ])  # fmt: skip
         if m <= 512:
-            return [
+            return self._many_peers(key, [
                 cfg(128, 128, 64, 4, 4, 16, 16, 1),
                 cfg(128, 128, 64, 4, 4, 0, 16, 8),
                 cfg(128, 128, 64, 4, 4, 4, 4, 2),
-            ]
-        return [
+            ])  # fmt: skip
+        return self._many_peers(key, [
             cfg(128, 128, 64, 4, 4, 16, 64, 1),
             cfg(128, 128, 64, 4, 4, 8, 64, 1),
             cfg(128, 256, 64, 8, 3, 16, 64, 1),
-        ]
+        ])  # fmt: skip
+
+    def _many_peers(self, key: ProblemKey, seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """At 3+ ranks, after the first seed: the same with the many-peer schedule (push in the order the
+        peers read, each peer's flag released after its copy, gather_dim=0 tiles grouped over the whole
+        M) and, where producers are dedicated, twice as many of them (8 ranks: 16 -> 8 producers cost
+        47-94 µs on 8xH200, and each chunk goes to 7 peers)."""
+        if key.world_size <= 2 or not seeds:
+            return seeds
+        first = seeds[0]
+        wide = dict(first, group_across=int(key["gather_dim"] == 0))
+        if self.pushes:
+            wide.update(push_order=1, release_each=1)
+        extra = [wide]
+        if first["comm_sms"]:
+            extra.append(dict(wide, comm_sms=min(2 * first["comm_sms"], 32)))
+        return [first, *extra, *seeds[1:]]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.ag_gemm.fused import FusedConfig, geometry, smem_bytes

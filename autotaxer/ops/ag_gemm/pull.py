@@ -9,6 +9,7 @@ from ._op import shard_shape
 
 class PullVariant(IrisFusedVariant):
     name = "pull"
+    pushes = False
 
     def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
         from autotaxer.kernels.ag_gemm.fused import inbox_shape

@@ -50,12 +50,15 @@ class PushTmaVariant(PushVariant):
         def cfg(bn, warps, stages, comm, rc, kc):
             return dict(
                 block_m=128, block_n=bn, block_k=64, group_m=8, num_warps=warps, num_stages=stages,
-                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=0,
+                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=0, group_across=0, push_order=0,
+                release_each=0,
             )  # fmt: skip
 
         if m <= 512:
-            return [cfg(256, 8, 3, 0, 16, 8), cfg(128, 4, 4, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1)]
-        return [cfg(256, 8, 3, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1), cfg(256, 8, 3, 16, 64, 1)]
+            seeds = [cfg(256, 8, 3, 0, 16, 8), cfg(128, 4, 4, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1)]
+        else:
+            seeds = [cfg(256, 8, 3, 0, 16, 8), cfg(128, 4, 5, 16, 64, 1), cfg(256, 8, 3, 16, 64, 1)]
+        return self._many_peers(key, seeds)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         reason = super().check(key, target, params)
