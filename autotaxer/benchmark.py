@@ -42,7 +42,8 @@ DEVICES = ("cuda", "cpu")
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmarked problem: global ``M, N, K``, the layout and the dtype."""
+    """One benchmarked problem: global ``M, N, K``, the layout, the dtype and the op (``ag_gemm`` or
+    ``gemm_rs``; ``gather_dim`` is the op's dimension: the scatter dim of ``gemm_rs``)."""
 
     M: int
     N: int
@@ -50,16 +51,17 @@ class Case:
     gather_dim: int = 0
     dtype: str = "bf16"
     b_layout: str = "kn"
+    op: str = "ag_gemm"
 
     def key(self, gpu_model: str, world_size: int) -> ProblemKey:
         """The problem key of this case on ``gpu_model`` with ``world_size`` ranks."""
         return ProblemKey.make(
-            "ag_gemm",
+            self.op,
             gpu_model,
             world_size,
             self.dtype,
             {"M": self.M, "N": self.N, "K": self.K},
-            {"gather_dim": self.gather_dim, "b_layout": self.b_layout},
+            {DIM_FIELD[self.op]: self.gather_dim, "b_layout": self.b_layout},
         )
 
 
@@ -125,19 +127,24 @@ class BenchConfig:
 Tuned = Mapping[int, Mapping[str, Mapping[str, Any]]]
 
 
+#: The ops ``bench`` runs and the layout field each calls its dimension.
+DIM_FIELD = {"ag_gemm": "gather_dim", "gemm_rs": "scatter_dim"}
+
+
 def cases_from_shapes(rows: Iterable[Any]) -> tuple[Case, ...]:
-    """Cases of the ``ag_gemm`` rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`)."""
+    """Cases of the ``ag_gemm`` and ``gemm_rs`` rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`)."""
     return tuple(
         Case(
             r.shape["M"],
             r.shape["N"],
             r.shape["K"],
-            r.layout.get("gather_dim", 0),
+            r.layout.get(DIM_FIELD[r.op], 0),
             r.dtype,
             r.layout.get("b_layout", "kn"),
+            r.op,
         )  # fmt: skip
         for r in rows
-        if r.op == "ag_gemm"
+        if r.op in DIM_FIELD
     )
 
 
@@ -271,11 +278,11 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
     ``timings``."""
     from .ops import relative_error
 
-    gd = key["gather_dim"]
+    layout = {DIM_FIELD[key.op]: key[DIM_FIELD[key.op]]}
     try:
-        plan = rt.plan("ag_gemm", *inputs, gather_dim=gd)
+        plan = rt.plan(key.op, *inputs, **layout)
         out = op.empty_output(key, ctx.device)
-        got = rt.dispatch("ag_gemm", *inputs, out=out, gather_dim=gd)
+        got = rt.dispatch(key.op, *inputs, out=out, **layout)
         got = out if got is None else got
         err = relative_error(got, op.reference(key, ctx.rank, ctx.device, cfg.seed))
         d = plan.decision
@@ -285,7 +292,7 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
         if not err <= op.tolerance(key):
             entry["error"] = f"relative error {err:.3g}"
             return entry
-        return timings.add(entry, partial(rt.dispatch, "ag_gemm", *inputs, out=out, gather_dim=gd))
+        return timings.add(entry, partial(rt.dispatch, key.op, *inputs, out=out, **layout))
     except Exception as exc:
         return {"error": error_text(exc)}
 
@@ -301,14 +308,17 @@ def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dic
 
     try:
         group_name = dist.group.WORLD.group_name
-        symm_mem.enable_symm_mem_for_group(group_name)
-        a_shard, b = inputs
-        fn = lambda: torch.ops.symm_mem.fused_all_gather_matmul(
-            a_shard, [b], gather_dim=0, group_name=group_name
-        )
-        c = fn()[1][0]
+        if hasattr(symm_mem, "enable_symm_mem_for_group") and torch.__version__ < "2.10":  # later: implied
+            symm_mem.enable_symm_mem_for_group(group_name)
+        a, b = inputs
+        if key.op == "ag_gemm":
+            fn = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, group_name)
+            c = fn()[1][0]
+        else:
+            fn = lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
+            c = fn()
         torch.cuda.synchronize()
-        err = relative_error(c, get_op("ag_gemm").reference(key, ctx.rank, ctx.device, cfg.seed))
+        err = relative_error(c, get_op(key.op).reference(key, ctx.rank, ctx.device, cfg.seed))
         return timings.add({"err": err}, fn)
     except Exception as exc:
         return {"error": error_text(exc)}
@@ -319,10 +329,10 @@ def _torch_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dic
     the row's speedups use the main group's BSP forms)."""
     from .ops import get_op
 
-    op = get_op("ag_gemm")
-    bsp = op.baseline()
     out_rows = []
     for case in cases:
+        op = get_op(case.op)
+        bsp = op.baseline()
         key = case.key(ctx.target.gpu_model, ctx.world_size)
         inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
         timings = RowTimings()
@@ -368,25 +378,55 @@ def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
         return None, error_text(exc)
 
 
-def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]:
-    """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
+#: The row entry of each op's communication alone (the other half of the ceiling is the GEMM alone).
+COMM_ENTRY = {"ag_gemm": "allgather", "gemm_rs": "reduce_scatter"}
+
+
+def _entries(available: Mapping[str, Any], selected: tuple[str, ...] | None) -> list[str]:
+    """The variants a row times besides ``bsp``: ``selected`` (else every non-experimental one), and the
+    BSP forms always (every speedup is against the fastest of them)."""
+    names = [n for n, v in available.items() if not v.is_baseline]
+    if selected is not None:
+        return [n for n in names if n in selected or available[n].bsp_form]
+    return [n for n in names if not available[n].experimental]
+
+
+def _parts(key: ProblemKey, ctx: Any, inputs: tuple, ws: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """``(communication alone, GEMM alone)`` of ``key`` with BSP's buffers ``ws``: ``ag_gemm``: the
+    all-gather, and the full ``A @ B``; ``gemm_rs``: the reduce-scatter of the partial product, and the
+    local ``A_r @ B_r``."""
     import torch
 
     from ._problem import torch_dtype
+
+    if key.op == "ag_gemm":
+        from .ops.ag_gemm.bsp import all_gather_shards
+
+        a_full = torch.randn((key["M"], key["K"]), device=ctx.device).to(torch_dtype(key.dtype))
+        gemm_out = torch.empty((key["M"], key["N"]), dtype=a_full.dtype, device=ctx.device)
+        comm = partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx)
+        return comm, partial(torch.matmul, a_full, inputs[1], out=gemm_out)
+    from .ops.gemm_rs._op import out_shape
+    from .ops.gemm_rs.bsp import reduce_scatter
+
+    partial_product = ws.buffers["partial"]
+    rs_out = torch.empty(out_shape(key), dtype=partial_product.dtype, device=ctx.device)
+    comm = partial(reduce_scatter, partial_product, rs_out, key["scatter_dim"], ctx.group)
+    return comm, partial(torch.matmul, inputs[0], inputs[1], out=torch.empty_like(partial_product))
+
+
+def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]:
+    """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
+
     from .ops import get_op
-    from .ops.ag_gemm.bsp import all_gather_shards
 
     ctx.heap_size = cfg.heap_gib << 30
-    op = get_op("ag_gemm")
-    available = op.available_variants(ctx.target)
-    names = [n for n, v in available.items() if not v.is_baseline]
-    if cfg.variants is not None:  # the BSP forms always: every speedup is against the fastest of them
-        names = [n for n in names if n in cfg.variants or available[n].bsp_form]
-    else:  # experimental variants only when named
-        names = [n for n in names if not available[n].experimental]
     rt, rt_error = _runtime(cfg, ctx) if cfg.dispatch else (None, None)
     rows = []
     for i, case in enumerate(cfg.cases):
+        op = get_op(case.op)
+        available = op.available_variants(ctx.target)
+        names = _entries(available, cfg.variants)
         key = case.key(ctx.target.gpu_model, ctx.world_size)
         row: dict[str, Any] = asdict(case)
         try:
@@ -401,10 +441,9 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         out = op.empty_output(key, ctx.device)
         timings = RowTimings()  # every entry of the row, timed side by side once all are ready
         row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
-        row["allgather"] = timings.add({}, partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx))
-        a_full = torch.randn((case.M, case.K), device=ctx.device).to(torch_dtype(case.dtype))
-        gemm_out = op.empty_output(key, ctx.device)
-        row["gemm"] = timings.add({}, partial(torch.matmul, a_full, inputs[1], out=gemm_out))
+        comm, gemm = _parts(key, ctx, inputs, ws)  # the communication alone and the GEMM alone
+        row[COMM_ENTRY[case.op]] = timings.add({}, comm)
+        row["gemm"] = timings.add({}, gemm)
         row["variants"] = {
             n: _variant_entry(op, available[n], key, ctx, inputs, cfg, tuned.get(i, {}).get(n), timings)
             for n in names
@@ -419,7 +458,7 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
             # peer then runs in a process group of its own, after this one, see torch_fused_peer)
             row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg, timings)
         timings.run(ctx, cfg)
-        if cfg.peers and case.gather_dim == PEERS["iris_stock"] and ctx.target.device_type != "cuda":
+        if cfg.peers and _iris_case(case) and ctx.target.device_type != "cuda":
             row["iris_stock"] = {"skipped": "needs CUDA"}
         rows.append(row)
         if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
@@ -459,6 +498,11 @@ def _iris_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict
         out_rows.append(timings.add({"M": case.M, "err": err}, fn))
         timings.run(ctx, cfg)
     return out_rows
+
+
+def _iris_case(case: Case) -> bool:
+    """Iris ships an all-gather + GEMM for gather_dim=1 only."""
+    return case.op == "ag_gemm" and case.gather_dim == PEERS["iris_stock"]
 
 
 def iris_stock(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
@@ -559,7 +603,7 @@ def run_bench(
                     row["torch_fused"] = entry
         groups: dict[tuple[int, int, str], list[Case]] = {}
         for c in cfg.cases:
-            if c.gather_dim == PEERS["iris_stock"] and c.K % cfg.world_size == 0:
+            if _iris_case(c) and c.K % cfg.world_size == 0:
                 groups.setdefault((c.N, c.K, c.dtype), []).append(c)
         for group in groups.values():
             for case, entry in iris_stock(cfg, tuple(group)).items():
@@ -602,10 +646,15 @@ def row_entries(row: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return out
 
 
+def comm_entry(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The row's communication alone: the all-gather (``ag_gemm``) or the reduce-scatter (``gemm_rs``)."""
+    return row.get(COMM_ENTRY.get(row.get("op", "ag_gemm"), "allgather"))
+
+
 def ceiling_us(row: Mapping[str, Any]) -> float | None:
-    """The best possible fused time: max(all-gather alone, GEMM alone), each at its faster mode."""
-    ag, gemm = best_us(row.get("allgather")), best_us(row.get("gemm"))
-    return max(ag, gemm) if ag is not None and gemm is not None else None
+    """The best possible fused time: max(communication alone, GEMM alone), each at its faster mode."""
+    comm, gemm = best_us(comm_entry(row)), best_us(row.get("gemm"))
+    return max(comm, gemm) if comm is not None and gemm is not None else None
 
 
 def _fmt(us: float | None) -> str:
@@ -614,14 +663,15 @@ def _fmt(us: float | None) -> str:
 
 def row_line(row: Mapping[str, Any]) -> str:
     """One printable line: shape, BSP eager/graph, AG and GEMM alone, each entry with its speedup."""
-    head = f"{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row.get('b_layout', 'kn')} {row['M']:>5}"
+    op = "" if row.get("op", "ag_gemm") == "ag_gemm" else "rs "
+    head = f"{op}{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row.get('b_layout', 'kn')} {row['M']:>5}"
     if "error" in row:
         return f"{head} | {row['error']}"
     bsp = bsp_us(row)
     parts = [
         head,
         f"{_fmt(row['bsp'].get('eager'))}/{_fmt(row['bsp'].get('graph'))}",
-        _fmt(best_us(row["allgather"])),
+        _fmt(best_us(comm_entry(row))),
         _fmt(best_us(row["gemm"])),
     ]
     ceiling = ceiling_us(row)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmark import best_us, bsp_us, ceiling_us, row_entries
+from .benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries
 
 #: Fewer COMPLETE trials than this and a study gets no importance plot (the estimate is noise).
 MIN_TRIALS_FOR_IMPORTANCE = 5
@@ -102,7 +102,7 @@ def load_bench_file(path: str | os.PathLike[str]) -> BenchRun:
         for f in _ROW_FIELDS:
             if isinstance(row.get(f), bool) or not isinstance(row.get(f), int):
                 raise ReportError(f"{name}: rows[{i}]: field {f!r}: expected an integer, got {row.get(f)!r}")
-        for f in ("bsp", "allgather", "gemm", "variants"):
+        for f in ("bsp", "allgather", "reduce_scatter", "gemm", "variants"):
             if f in row and not isinstance(row[f], dict):
                 raise ReportError(f"{name}: rows[{i}]: field {f!r}: expected an object")
     ws = data.get("world_size", (data.get("config") or {}).get("world_size"))
@@ -257,8 +257,9 @@ def _ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1e3:.3f}"
 
 
-def _group_label(dtype: Any, n: Any, k: Any, gd: Any, b_layout: Any = "kn") -> str:
-    return f"{dtype} N={n} K={k} gd={gd}" + ("" if b_layout == "kn" else f" {b_layout}")
+def _group_label(dtype: Any, n: Any, k: Any, gd: Any, b_layout: Any = "kn", op: str = "ag_gemm") -> str:
+    head = "" if op == "ag_gemm" else f"{op} "
+    return f"{head}{dtype} N={n} K={k} gd={gd}" + ("" if b_layout == "kn" else f" {b_layout}")
 
 
 def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
@@ -286,7 +287,7 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         bsp = bsp_us(row)
         ceiling = ceiling_us(row)
         entries = row_entries(row)
-        cells = [_ms(bsp), _ms(best_us(row.get("allgather"))), _ms(best_us(row.get("gemm")))]
+        cells = [_ms(bsp), _ms(best_us(comm_entry(row))), _ms(best_us(row.get("gemm")))]
         cells.append(f"{bsp / ceiling:.2f}x" if bsp and ceiling else "-")
         for n in names:
             t = best_us(entries.get(n))
@@ -294,7 +295,8 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         table_rows.append([*head, *cells])
         if not bsp:
             continue
-        g = groups.setdefault(_group_label(*head[:5]), {"series": {}, "ceiling": []})
+        label = _group_label(*head[:5], row.get("op", "ag_gemm"))
+        g = groups.setdefault(label, {"series": {}, "ceiling": []})
         if ceiling:
             g["ceiling"].append((row["M"], bsp / ceiling))
         timed = {"bsp": bsp}
@@ -303,7 +305,7 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
             if t is not None:
                 g["series"].setdefault(n, []).append((row["M"], bsp / t))
                 timed[n] = t
-        wins.append((_group_label(*head[:5]), row["M"], min(timed, key=timed.get)))
+        wins.append((label, row["M"], min(timed, key=timed.get)))
     header = ("dtype", "N", "K", "gd", "B", "M", "BSP ms", "AG ms", "GEMM ms", "ceiling", *names)
     parts = [f"<h2>Bench results: {_esc(os.path.basename(run.path))}</h2>", meta, _table(header, table_rows)]
     base = _slug("bench", index, Path(run.path).stem)

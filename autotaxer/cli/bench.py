@@ -1,4 +1,4 @@
-"""``autotaxer bench``: side-by-side benchmark of every ag_gemm implementation on the shapes of a file.
+"""``autotaxer bench``: side-by-side benchmark of every ag_gemm and gemm_rs implementation on a shapes file.
 
 Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
 :func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
@@ -70,7 +70,7 @@ def bench_command(
         raise ValueError(str(e)) from None
     cases = cases_from_shapes(_load_rows(shapes, world_size))
     if not cases:
-        raise ValueError(f"{shapes}: no ag_gemm shapes to benchmark")
+        raise ValueError(f"{shapes}: no ag_gemm or gemm_rs shapes to benchmark")
     timing = TimingConfig.for_device(target.device_type)
     cfg = BenchConfig(
         cases=cases,
@@ -90,7 +90,7 @@ def bench_command(
         progress_path=f"{out}.rows.jsonl",
     )
     cfg.validate()
-    _check_variants(cfg.variants, target)
+    _check_variants(cfg.variants, target, {c.op for c in cases})
     try:
         with open_database(db, read_only=True) as database:
             tuned = tuned_params(database, cases, target.gpu_model, world_size)
@@ -116,25 +116,25 @@ def _load_rows(path: Path, world_size: int) -> list[Any]:
         rows = load_shapes(path, world_size)
     for w in caught:
         typer.echo(f"warning: {w.message}", err=True)
-    skipped = sum(r.op != "ag_gemm" for r in rows)
+    skipped = sum(r.op not in ("ag_gemm", "gemm_rs") for r in rows)
     if skipped:
-        typer.echo(f"warning: {path}: {skipped} row(s) of other ops skipped (bench runs ag_gemm)", err=True)
+        typer.echo(
+            f"warning: {path}: {skipped} row(s) of other ops skipped (bench: ag_gemm, gemm_rs)", err=True
+        )
     return rows
 
 
-def _check_variants(selected: tuple[str, ...] | None, target: Any) -> None:
+def _check_variants(selected: tuple[str, ...] | None, target: Any, ops: set[str]) -> None:
+    """Every name of ``--variants`` is a variant of one of the benchmarked ``ops``, available here."""
     from ..ops import get_op
 
     if selected is None:
         return
-    op = get_op("ag_gemm")
-    unknown = [n for n in selected if n not in op.variants]
+    known = {n: get_op(o) for o in sorted(ops) for n in get_op(o).variants}
+    unknown = [n for n in selected if n not in known]
     if unknown:
-        raise ValueError(
-            f"--variants: unknown variant(s) {', '.join(unknown)} (known: {', '.join(op.variants)})"
-        )
-    available = op.available_variants(target)
-    cannot = [n for n in selected if n not in available]
+        raise ValueError(f"--variants: unknown variant(s) {', '.join(unknown)} (known: {', '.join(known)})")
+    cannot = [n for n in selected if known[n].variants[n].unavailable_reason(target) is not None]
     if cannot:
         raise ValueError(f"--variants: not available on {target.gpu_model}: {', '.join(cannot)}")
 
@@ -150,7 +150,7 @@ def _print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, row_entries
+    from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries
 
     names: list[str] = []
     for row in report["rows"]:
@@ -160,16 +160,17 @@ def _print_table(report: dict[str, Any]) -> None:
         "xSpeedup over the fastest BSP form"
     )
     table = Table(title=title)
-    for col in ("N", "K", "gd", "B", "M", "dtype", "BSP", "AG", "GEMM", "ceiling", *names):
+    for col in ("op", "N", "K", "dim", "B", "M", "dtype", "BSP", "comm", "GEMM", "ceiling", *names):
         table.add_column(col, justify="right")
     for row in report["rows"]:
-        head = [str(row.get(f, "kn")) for f in ("N", "K", "gather_dim", "b_layout", "M", "dtype")]
+        head = [str(row.get("op", "ag_gemm"))]
+        head += [str(row.get(f, "kn")) for f in ("N", "K", "gather_dim", "b_layout", "M", "dtype")]
         if "error" in row:
             table.add_row(*head, row["error"], *[""] * (3 + len(names)))
             continue
         bsp = bsp_us(row)
         entries = row_entries(row)
-        cells = [_cell(bsp, None), _cell(best_us(row["allgather"]), None), _cell(best_us(row["gemm"]), None)]
+        cells = [_cell(bsp, None), _cell(best_us(comm_entry(row)), None), _cell(best_us(row["gemm"]), None)]
         cells.append(_cell(ceiling_us(row), bsp))
         cells += ["" if n not in entries else _cell(best_us(entries[n]), bsp) for n in names]
         table.add_row(*head, *cells)

@@ -50,16 +50,7 @@ import iris
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def epoch_begin(sync_ptr, grid, COUNT: tl.constexpr):
-    """This call's epoch (int32, from 1) from the arrival count ``sync[0]``; ``COUNT``: add this
-    program's arrival (the launch that runs the GEMM; the interpreter's producer-only launches read)."""
-    if COUNT:
-        arrival = tl.atomic_add(sync_ptr, 1, sem="relaxed", scope="gpu")
-    else:
-        arrival = tl.load(sync_ptr, volatile=True)
-    return (arrival // grid + 1).to(tl.int32)
+from ..common.sync import epoch_begin, heap_delta, spin_until
 
 
 @triton.jit
@@ -72,27 +63,6 @@ def begin_call(
     flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
     inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
     return epoch, flags, inbox
-
-
-@triton.jit
-def heap_delta(ptr, rank, peer, heap_bases):
-    """Elements from ``ptr`` to the same heap offset on ``peer`` (the translation ``iris.load`` does).
-
-    Hoisted out of the copy loops as one scalar so the per-element address arithmetic stays
-    ``base + row * stride + col`` and its alignment (and so 16-byte vector accesses) stays provable.
-    """
-    elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
-    return (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // elem
-
-
-@triton.jit
-def spin_until(ptrs, live, epoch):
-    """Spin until every live flag of ``ptrs`` reaches ``epoch``: acquire loads at system scope, side by
-    side in the CTA's threads, so several flags cost one round trip."""
-    pending = 1
-    while pending > 0:
-        seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
-        pending = tl.sum((live & (seen < epoch)).to(tl.int32), axis=0)
 
 
 #: Row-chunk flags one wait polls at once (a tile spans at most ``row_chunks`` (<= 16) of them).

@@ -61,3 +61,61 @@ def test_gemm_rs_on_two_gpus() -> None:
     for per_rank in run_ranks(_check, 2, "cuda", timeout=300):
         for case, errs in per_rank.items():
             assert max(errs) < 1e-2, (case, errs)
+
+
+def _every_variant(ctx) -> dict:
+    """Every available gemm_rs variant (its first seed, else its default), both scatter dims and layouts:
+    two calls with fresh inputs, both results kept, each against fp32; the output is never a buffer the
+    variant keeps."""
+    import torch
+
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op, relative_error
+
+    op, found = get_op("gemm_rs"), {}
+    for name, variant in sorted(op.available_variants(ctx.target).items()):
+        for sd in (0, 1):
+            for layout in ("kn", "nk"):
+                shape = {"M": 512, "N": 768, "K": 1024}
+                key = ProblemKey.make(
+                    "gemm_rs", ctx.target.gpu_model, ctx.world_size, "bf16", shape,
+                    {"scatter_dim": sd, "b_layout": layout},
+                )  # fmt: skip
+                seeds = [
+                    c
+                    for c in variant.seed_configs(key, ctx.target)
+                    if variant.check(key, ctx.target, c) is None
+                ]
+                ws = variant.prepare(key, seeds[0] if seeds else variant.default_params(key, ctx.target), ctx)
+                results = [
+                    (s, variant.run(ws, op.make_inputs(key, ctx.rank, ctx.device, s), ctx)) for s in (1, 2)
+                ]
+                torch.cuda.synchronize()
+                errs = [relative_error(c, op.reference(key, ctx.rank, ctx.device, s)) for s, c in results]
+                found[(name, sd, layout)] = (max(errs), len({c.data_ptr() for _, c in results}))
+    return found
+
+
+def _assert_every_variant(results: list[dict]) -> None:
+    names = set()
+    for per_rank in results:
+        for case, (err, distinct) in per_rank.items():
+            assert err < 1e-2, (case, err)
+            assert distinct == 2, case
+            names.add(case[0])
+    assert {"bsp", "push"} <= names, names
+
+
+@pytest.mark.gpu
+def test_every_variant_on_one_gpu() -> None:
+    _assert_every_variant(run_ranks(_every_variant, 1, "cuda", timeout=300))
+
+
+@pytest.mark.gpu(world_size=2)
+def test_every_variant_on_two_gpus() -> None:
+    _assert_every_variant(run_ranks(_every_variant, 2, "cuda", timeout=300))
+
+
+@pytest.mark.gpu(world_size=4)
+def test_every_variant_on_four_gpus() -> None:
+    _assert_every_variant(run_ranks(_every_variant, 4, "cuda", timeout=300))

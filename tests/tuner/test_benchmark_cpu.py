@@ -139,3 +139,32 @@ def test_row_line_tells_no_valid_config_from_failure():
     line = row_line(row)
     assert "push_tma: n/a" in line and "pull: FAIL" in line
     assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line
+
+
+def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
+    """A shapes file with both ops: the gemm_rs rows time BSP, the reduce-scatter alone and the local
+    GEMM alone (the ceiling), dispatch, and report the speedups against the fastest BSP form."""
+    from autotaxer.benchmark import bsp_us, comm_entry
+
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text(
+        "op,M,N,K,dtype,gather_dim,scatter_dim\n"
+        "ag_gemm,32,64,64,fp32,0,\ngemm_rs,32,64,64,fp32,,0\ngemm_rs,32,64,64,fp32,,1\n"
+    )
+    out = tmp_path / "bench.json"
+    args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--out", str(out)]
+    res = runner.invoke(app, [*args, "--iters", "2", "--samples", "3", "--db", f"sqlite:///{tmp_path}/d.db"])
+    assert res.exit_code == 0, res.output
+    assert "gemm_rs" in res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["op"], r["gather_dim"]) for r in rows] == [("ag_gemm", 0), ("gemm_rs", 0), ("gemm_rs", 1)]
+    for row in rows[1:]:
+        assert "error" not in row, row
+        assert "allgather" not in row and row["reduce_scatter"]["eager"] > 0
+        assert comm_entry(row) is row["reduce_scatter"] and ceiling_us(row) > 0
+        assert row["bsp"]["eager"] > 0 and bsp_us(row) == best_us(row["bsp"])  # one BSP form on CPU
+        disp = row["dispatch"]
+        assert disp["variant"] == "bsp" and disp["err"] <= 1e-3 and disp["eager"] > 0
+        assert "iris_stock" not in row  # Iris ships no reduce-scatter + GEMM
+        if row["gather_dim"] == 0:  # torch's fused_matmul_reduce_scatter: scatter dim 0, on GPUs
+            assert row["torch_fused"] == {"skipped": "needs CUDA"}

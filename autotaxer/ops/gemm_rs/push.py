@@ -1,0 +1,131 @@
+"""``push``: the fused ``gemm_rs``: each rank's GEMM tiles are pushed to their owner as they finish (the
+next rank's slice first) with a flag per tile, and the owner reduces them in fp32 (one persistent
+launch on the Iris heap; ``autotaxer.kernels.gemm_rs.push_kernel``).
+
+History: written 2026-11-25 with its interpreter tests at 2, 4 and 8 emulated ranks and checked on one
+H100 at world size 1; its speed against BSP needs peers (the 2- and 8-GPU run issues: ``bench/run_ws*``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._problem import ProblemKey, Target, torch_dtype
+from .._base import Params, RunContext, Variant, Workspace
+from ._op import GemmRs, out_shape
+
+#: Shared-memory budget of one CTA (H100/H200).
+_SMEM_BYTES = 232448
+_ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+class PushVariant(Variant):
+    name = "push"
+    device_types = frozenset({"cuda"})
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        reason = super().unavailable_reason(target)
+        if reason is not None:
+            return reason
+        try:
+            import iris  # noqa: F401
+            import triton  # noqa: F401
+        except Exception as exc:  # any import failure means the variant cannot run here
+            return f"{self.name}: cannot import triton/iris ({type(exc).__name__}: {exc})"
+        return None
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        return {
+            "block_m": (128, 64),
+            "block_n": (128, 256, 64),
+            "block_k": (64, 128),
+            "group_m": (8, 4),
+            "num_warps": (4, 8),
+            "num_stages": (3, 4),
+            "programs": (0,),
+        }
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """The persistent GEMM's usual tiles: 128x128 on 4 warps, then 128x256 on 8 (large N)."""
+        base = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4, programs=0)
+        return [base, dict(base, block_n=256, num_warps=8, num_stages=3)]
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from autotaxer.kernels.gemm_rs.push import RsConfig
+
+        try:
+            config = RsConfig(**params)
+            config.validate()
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        if config.block_m * config.block_n > 128 * 256:
+            return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
+        if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
+            return "num_warps: a 128x256 tile needs 8 warps"
+        elem = _ELEM_BYTES[key.dtype]
+        if config.num_stages * (config.block_m + config.block_n) * config.block_k * elem > _SMEM_BYTES:
+            return f"num_stages: {config.num_stages} stages exceed the shared memory"
+        return None
+
+    def heap_bytes(self, key: ProblemKey, params: Params) -> int:
+        """Symmetric heap a rank needs: the inbox (two parity slots of every rank's partial slice), flags."""
+        from autotaxer.kernels.gemm_rs.push import RsConfig, flags_count
+
+        mo, no = out_shape(key)
+        ws = key.world_size
+        config = RsConfig(**params)
+        return 2 * ws * mo * no * _ELEM_BYTES[key.dtype] + 4 * flags_count(
+            key["M"], key["N"], ws, key["scatter_dim"], config
+        )
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        from autotaxer.kernels.gemm_rs.push import SYNC_WORDS, RsConfig, flags_count, inbox_shape
+
+        GemmRs().validate(key)
+        reason = self.check(key, ctx.target, params)
+        if reason is not None:
+            raise ValueError(f"{self.name} params {dict(params)}: {reason}")
+        need = self.heap_bytes(key, params) + 4096
+        if need > ctx.heap_size:
+            raise ValueError(
+                f"heap_size: {self.name} needs {need} B of symmetric heap for {key.text}, "
+                f"the context has {ctx.heap_size} B"
+            )
+        config = RsConfig(**params)
+        heap = ctx.iris()
+        mo, no = out_shape(key)
+        buffers = {
+            "inbox": heap.zeros(*inbox_shape(mo, no, ctx.world_size), dtype=torch_dtype(key.dtype)),
+            "flags": heap.zeros(
+                flags_count(key["M"], key["N"], ctx.world_size, key["scatter_dim"], config), dtype=torch.int32
+            ),
+            "sync": torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device),
+            "heap_bases": heap.get_heap_bases(),
+            "config": config,
+        }
+        heap.barrier()  # every rank's flags are zero before any peer can signal into them
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
+        from autotaxer.kernels.gemm_rs.push import gemm_rs_push
+
+        a, b = inputs
+        buf = ws.buffers
+        if out is None:  # fresh from the caching allocator: no later call writes it
+            out = torch.empty(out_shape(ws.key), dtype=a.dtype, device=a.device)
+        return gemm_rs_push(
+            a=a, b=b, out=out, inbox=buf["inbox"], flags=buf["flags"], sync=buf["sync"],
+            heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
+            scatter_dim=ws.key["scatter_dim"], config=buf["config"], num_sms=ctx.target.num_sms,
+        )  # fmt: skip
+
+    def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
+        """``(C slice, None)``: backward needs only the inputs it already holds."""
+        return self.run(ws, inputs, ctx), None
+
+
+VARIANTS = [PushVariant()]

@@ -1,0 +1,113 @@
+"""Host side of the fused ``gemm_rs`` kernel (``push``): config, buffers' shapes, launch.
+
+The kernel and its synchronisation are in :mod:`.push_kernel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+
+from ..common.gemm import validate_tiles
+from .push_kernel import gemm_rs_push_kernel
+
+KERNEL = gemm_rs_push_kernel
+#: int64 words of a rank's ``sync`` buffer: the program arrivals (only grow).
+SYNC_WORDS = 1
+#: Launch phase -> steps run (bit 1: GEMM and push, bit 2: reduce).
+PHASES = {"all": 3, "push": 1, "reduce": 2}
+
+
+@dataclass(frozen=True)
+class RsConfig:
+    """Tiles and grid of the fused ``gemm_rs`` kernel (``programs`` 0: one per SM)."""
+
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 64
+    group_m: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+    programs: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        validate_tiles(self)
+        if self.programs < 0:
+            raise ValueError(f"programs: must be >= 0, got {self.programs}")
+
+
+def out_dims(m: int, n: int, world_size: int, scatter_dim: int) -> tuple[int, int]:
+    """``(Mo, No)``: one rank's output slice."""
+    return (m // world_size, n) if scatter_dim == 0 else (m, n // world_size)
+
+
+def inbox_shape(mo: int, no: int, world_size: int) -> tuple[int, int, int, int]:
+    """A rank's inbox: two parity slots of every rank's partial slice."""
+    return (2, world_size, mo, no)
+
+
+def flags_count(m: int, n: int, world_size: int, scatter_dim: int, config: RsConfig) -> int:
+    """int32 flags a rank needs: two parity slots of ``world_size x`` one owner's tiles."""
+    mo, no = out_dims(m, n, world_size, scatter_dim)
+    return 2 * world_size * triton.cdiv(mo, config.block_m) * triton.cdiv(no, config.block_n)
+
+
+def grid_of(config: RsConfig, num_sms: int) -> int:
+    """Programs of a launch: all resident (at most one per SM), so every wait in the reduce step ends."""
+    return min(config.programs or num_sms, num_sms)
+
+
+def gemm_rs_push(
+    *,
+    a: Any,
+    b: Any,
+    out: Any,
+    inbox: Any,
+    flags: Any,
+    sync: Any,
+    heap_bases: Any,
+    rank: int,
+    world_size: int,
+    scatter_dim: int,
+    config: RsConfig,
+    num_sms: int,
+    phase: str = "all",
+) -> Any:
+    """``out`` = this rank's slice of ``sum_r a_r @ b_r`` along ``scatter_dim``; collective over
+    ``world_size`` ranks. ``inbox`` (:func:`inbox_shape`, a's dtype) and ``flags`` (int32,
+    :func:`flags_count`, zeroed once) live in the symmetric heap; ``sync`` (int64, zeroed once) counts the
+    arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter."""
+    config.validate()
+    if scatter_dim not in (0, 1):
+        raise ValueError(f"scatter_dim: must be 0 or 1, got {scatter_dim}")
+    if phase not in PHASES:
+        raise ValueError(f"phase: must be one of {', '.join(PHASES)}, got {phase!r}")
+    m, k = a.shape
+    n = b.shape[1]
+    mo, no = out_dims(m, n, world_size, scatter_dim)
+    if b.shape[0] != k or (m, n)[scatter_dim] % world_size or tuple(out.shape) != (mo, no):
+        raise ValueError(
+            f"shapes: a {tuple(a.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)} do not form "
+            f"gemm_rs(scatter_dim={scatter_dim}) over {world_size} ranks"
+        )
+    want = inbox_shape(mo, no, world_size)
+    if tuple(inbox.shape) != want or inbox.dtype != a.dtype:
+        raise ValueError(f"inbox: expected {want} {a.dtype}, got {tuple(inbox.shape)} {inbox.dtype}")
+    needed = flags_count(m, n, world_size, scatter_dim, config)
+    if flags.numel() < needed:
+        raise ValueError(f"flags: {flags.numel()} flags, {needed} needed")
+    grid = grid_of(config, num_sms)
+    KERNEL[(grid,)](
+        a, b, out, inbox, flags, sync, heap_bases, rank,
+        m, n, k, mo, no,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+        grid,
+        WORLD_SIZE=world_size, SCATTER_DIM=scatter_dim,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase],
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,121 @@
+"""The fused ``gemm_rs`` kernel (``push``): each rank's GEMM tiles go to their owner as they finish, and
+the owner reduces them.
+
+Rank ``r`` holds ``A_r (M, Ks)`` and ``B_r (Ks, N)``; the output is ``sum_r A_r B_r`` scattered along
+``SCATTER_DIM`` (rank ``o`` owns rows ``[o Mo, (o+1) Mo)``, or columns ``[o No, (o+1) No)``). One
+persistent launch, two steps per program:
+
+1. **GEMM and push.** The tiles of the partial product in owner order: the next rank's slice first,
+   this rank's own last (``rank + 1, rank + 2, ...``), so every peer's slice is finished and sent while
+   the rest is computed. Each tile (fp32 accumulator, stored in the input's dtype, as BSP's partial
+   product is) goes to slot ``rank`` of its owner's inbox (``2 parity x WORLD_SIZE x Mo x No`` in the
+   symmetric heap), then, after a CTA barrier, one release at system scope of its flag
+   ``[parity, rank, tile]`` on the owner. Nothing in this step waits.
+2. **Reduce.** The owner's tiles: for each source (the one that sends it first, ``rank - 1``, first;
+   its own last), spin on the flag with acquire loads until it holds this call's epoch, then add the
+   partial in fp32; store the sum in the output's dtype.
+
+Every program finishes its step 1 before it waits in step 2, and the grid is at most one program per SM
+(all resident), so every wait ends. Epoch and parity as in ``ag_gemm``'s protocol (``common.sync``):
+``sync[0]`` counts arrivals, flags hold epochs, inbox and flags have two parity slots, a rank is at
+most one call ahead of any peer (a call's reduce waits for every peer's tiles of that call). ``STEPS``
+(bit 1: GEMM and push, bit 2: reduce) splits a call for the interpreter, whose programs run one after
+another: every rank's step 1, then every rank's step 2 (which counts the arrivals).
+"""
+
+from __future__ import annotations
+
+import iris
+import triton
+import triton.language as tl
+
+from ..common.gemm import mma_k_range
+from ..common.sync import epoch_begin, heap_delta
+from ..common.tiles import grouped_tile
+
+
+@triton.jit
+def owner_tiles(M, N, Mo, No, SCATTER_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``(tile rows, tile columns)`` of one owner's slice (``Mo x N`` or ``M x No``)."""
+    if SCATTER_DIM == 0:
+        tm = tl.cdiv(Mo, BLOCK_M)
+        tn = tl.cdiv(N, BLOCK_N)
+    else:
+        tm = tl.cdiv(M, BLOCK_M)
+        tn = tl.cdiv(No, BLOCK_N)
+    return tm, tn
+
+
+@triton.jit
+def gemm_rs_push_kernel(
+    a_ptr, b_ptr, c_ptr, inbox_ptr, flags_ptr, sync_ptr, heap_bases, rank,
+    M, N, K, Mo, No,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    num_programs,
+    WORLD_SIZE: tl.constexpr, SCATTER_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EVEN_K: tl.constexpr, STEPS: tl.constexpr,
+):  # fmt: skip
+    """One rank's slice of ``sum_r A_r @ B_r`` (module docstring); ``c_ptr`` is the ``Mo x N`` or
+    ``M x No`` output, ``inbox_ptr`` and ``flags_ptr`` this rank's heap buffers."""
+    pid = tl.program_id(0)
+    epoch = epoch_begin(sync_ptr, num_programs, (STEPS & 2) != 0)
+    parity = epoch % 2
+    tm, tn = owner_tiles(M, N, Mo, No, SCATTER_DIM, BLOCK_M, BLOCK_N)
+    per_owner = tm * tn
+    slot = tl.cast(Mo, tl.int64) * No
+    flags = flags_ptr + parity * (WORLD_SIZE * per_owner)
+    inbox = inbox_ptr + parity.to(tl.int64) * WORLD_SIZE * slot
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    if STEPS & 1:
+        for t in range(pid, WORLD_SIZE * per_owner, num_programs):
+            owner = (rank + 1 + t // per_owner) % WORLD_SIZE
+            tile = t % per_owner
+            pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
+            lr = pm * BLOCK_M + offs_m  # rows and columns inside the owner's slice
+            lc = pn * BLOCK_N + offs_n
+            if SCATTER_DIM == 0:
+                rows = owner * Mo + lr
+                cols = lc
+                live_r = lr < Mo
+                live_c = lc < N
+            else:
+                rows = lr
+                cols = owner * No + lc
+                live_r = lr < M
+                live_c = lc < No
+            # rows past the slice read row 0 (never stored); columns stay contiguous (B's loads vectorise
+            # along N where B is row-major) and are masked instead
+            safe_rows = tl.where(live_r, rows, 0).to(tl.int64)
+            cols = tl.max_contiguous(cols, BLOCK_N)  # (its alignment follows from No, specialised)
+            a_ptrs = a_ptr + safe_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+            b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            acc = mma_k_range(acc, a_ptrs, b_ptrs, 0, K, stride_ak, stride_bk, live_c, BLOCK_K, EVEN_K, False)
+            dst = inbox + rank * slot + heap_delta(inbox_ptr, rank, owner, heap_bases)
+            ptrs = dst + lr.to(tl.int64)[:, None] * No + lc[None, :]
+            tl.store(ptrs, acc.to(inbox_ptr.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])
+            tl.debug_barrier()  # every thread's stores precede the single release below
+            iris.atomic_xchg(
+                flags + rank * per_owner + tile, epoch, rank, owner, heap_bases, sem="release", scope="sys"
+            )
+    if STEPS & 2:
+        for tile in range(pid, per_owner, num_programs):
+            pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
+            lr = pm * BLOCK_M + offs_m
+            lc = pn * BLOCK_N + offs_n
+            live = (lr < Mo)[:, None] & (lc < No)[None, :]
+            at = lr.to(tl.int64)[:, None] * No + lc[None, :]
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(WORLD_SIZE):
+                src = (rank + WORLD_SIZE - 1 - s) % WORLD_SIZE  # in the order the partials are sent
+                flag = flags + src * per_owner + tile
+                while tl.atomic_add(flag, 0, sem="acquire", scope="sys") < epoch:
+                    pass
+                tl.debug_barrier()  # the acquiring thread's observation precedes every thread's loads
+                part = tl.load(inbox + src * slot + at, mask=live, other=0.0, cache_modifier=".cg")
+                total += part.to(tl.float32)
+            c_ptrs = c_ptr + lr.to(tl.int64)[:, None] * stride_cm + lc[None, :] * stride_cn
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=live)
