@@ -110,3 +110,16 @@ def software_versions() -> dict[str, str | None]:
         "cuda_or_hip": driver,
         "python": platform.python_version(),
     }
+
+
+def sm_version(arch: str) -> int:
+    """``90`` for ``sm_90``; 0 when ``arch`` is not an NVIDIA compute capability."""
+    digits = arch[3:] if arch.startswith("sm_") else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+def tma_unavailable(name: str, target: Target) -> str | None:
+    """Why variant ``name``'s TMA loads cannot run on ``target`` (None on NVIDIA sm_90 or later)."""
+    if target.is_amd or sm_version(target.arch) < 90:
+        return f"{name}: TMA loads need an NVIDIA GPU of sm_90 or later (this is {target.arch})"
+    return None

@@ -346,16 +346,8 @@ def _torch_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dic
 
 def torch_fused_peer(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
     """torch's fused kernel per case in a process group of its own (its symmetric memory must run the
-    CUDA backend, while ``bsp_symm`` runs NCCL's in the main group); a hang or crash marks the cases."""
-    from .testing import RanksFailed, run_ranks
-
-    if not cases:
-        return {}
-    try:
-        rows = run_ranks(_torch_rank, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
-        return dict(zip(cases, rows[0], strict=True))
-    except RanksFailed as exc:
-        return {c: {"error": str(exc)[-400:]} for c in cases}
+    CUDA backend, while ``bsp_symm`` runs NCCL's in the main group)."""
+    return _peer_group(_torch_rank, cfg, cases)
 
 
 def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
@@ -506,14 +498,20 @@ def _iris_case(case: Case) -> bool:
 
 
 def iris_stock(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
-    """Iris stock results per case (same N, K, dtype). A group that hangs marks every case as timed
-    out; one that raises is retried case by case, so one failing M does not hide the others."""
+    """Iris stock results per case (same N, K, dtype)."""
+    return _peer_group(_iris_rank, cfg, cases)
+
+
+def _peer_group(rank_fn: Callable[..., Any], cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, Any]:
+    """``rank_fn(ctx, cfg, cases)`` on ``cfg.world_size`` fresh GPU ranks: its per-case entries. A group
+    that hangs marks every case as timed out; one that raises is retried case by case, so one failing M
+    does not hide the others."""
     from .testing import RanksFailed, run_ranks
 
     if not cases:
         return {}
     try:
-        rows = run_ranks(_iris_rank, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
+        rows = run_ranks(rank_fn, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
         return dict(zip(cases, rows[0], strict=True))
     except RanksFailed as exc:
         if "did not finish" in str(exc):
@@ -521,9 +519,7 @@ def iris_stock(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str
     result = {}
     for case in cases:
         try:
-            rows = run_ranks(
-                _iris_rank, cfg.world_size, "cuda", args=(cfg, (case,)), timeout=cfg.peer_timeout
-            )
+            rows = run_ranks(rank_fn, cfg.world_size, "cuda", args=(cfg, (case,)), timeout=cfg.peer_timeout)
             result[case] = rows[0][0]
         except RanksFailed as exc:
             result[case] = {"error": str(exc)[-400:]}

@@ -37,3 +37,13 @@ def get_iris(heap_size: int) -> Any:
     ctx = iris.iris(heap_size)
     _HEAPS[heap_size] = ctx
     return ctx
+
+
+def iris_unavailable(name: str) -> str | None:
+    """Why variant ``name`` cannot use Triton and Iris in this installation (None when it can)."""
+    try:
+        import iris  # noqa: F401
+        import triton  # noqa: F401
+    except Exception as exc:  # any import failure means the variant cannot run here
+        return f"{name}: cannot import triton/iris ({type(exc).__name__}: {exc})"
+    return None

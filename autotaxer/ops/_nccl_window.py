@@ -70,3 +70,16 @@ def window_tensor(shape: tuple[int, ...], dtype: Any, group: Any, device: Any, s
         symm_mem.rendezvous(buffer, name)
         _WINDOWS[key] = buffer
     return buffer[:nbytes].view(dtype).view(shape)
+
+
+class SymmetricBspForm:
+    """Mixin of the BSP forms on NCCL symmetric windows (``bsp_symm`` of each op): CUDA only, not the
+    baseline but a BSP form, available where :func:`unavailable_reason` finds nothing missing."""
+
+    name = "bsp_symm"
+    device_types = frozenset({"cuda"})
+    is_baseline = False
+    bsp_form = True
+
+    def unavailable_reason(self, target: Any) -> str | None:
+        return super().unavailable_reason(target) or unavailable_reason()  # type: ignore[misc]

@@ -22,33 +22,9 @@ import triton.language as tl
 
 from ..common.gemm import store_tile
 from ..common.tiles import rotate
+from ..common.tma import b_descriptor, tma_k_range
 from .consume import k_segments, next_tile_of, tile_at, tile_group
 from .protocol import wait_segment
-
-
-@triton.jit
-def tma_k_range(acc, a_desc, a_row, b_desc, b_k0, off_n, k_lo, k_hi, BLOCK_K: tl.constexpr,
-                B_ROW_MAJOR: tl.constexpr):  # fmt: skip
-    """Accumulate ``A[a_row:, k_lo:k_hi] @ B[b_k0 + k_lo : b_k0 + k_hi, off_n:]`` into ``acc`` by TMA
-    loads (``B_ROW_MAJOR``: ``b_desc`` is over ``(K, N)``, else over ``(N, K)`` and transposed)."""
-    for k in range(k_lo, k_hi, BLOCK_K):
-        a = a_desc.load([a_row, k])
-        if B_ROW_MAJOR:
-            b = b_desc.load([b_k0 + k, off_n])
-        else:
-            b = b_desc.load([off_n, b_k0 + k]).T
-        acc = tl.dot(a, b, acc)
-    return acc
-
-
-@triton.jit
-def b_descriptor(b_ptr, rows, N, stride_bk, stride_bn, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr,
-                 B_ROW_MAJOR: tl.constexpr):  # fmt: skip
-    """A descriptor over ``rows`` rows of B from ``b_ptr`` (``(rows, N)``, or ``(N, rows)`` column-major)."""
-    if B_ROW_MAJOR:
-        return tl.make_tensor_descriptor(b_ptr, [rows, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-    else:
-        return tl.make_tensor_descriptor(b_ptr, [N, rows], [stride_bn, 1], [BLOCK_N, BLOCK_K])
 
 
 @triton.jit

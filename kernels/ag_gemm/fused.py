@@ -8,8 +8,7 @@ variants' modules (:mod:`.push`, :mod:`.pull`) are :func:`fused_launcher` of it;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ import triton
 
 from ..common.gemm import validate_tiles
 from ..common.tiles import ChunkGeometry, chunk_geometry
+from ..common.tma import Scratch, scratch_allocator
 from .fused_kernel import fused_ag_gemm_kernel
 
 #: The one fused kernel; ``PULL`` (constexpr) picks the producers' transport, ``TMA`` the consumer.
@@ -233,38 +233,6 @@ def _specialization(a_shard, b, out) -> tuple:
     )  # fmt: skip
 
 
-class _Scratch:
-    """Triton's allocator for device-made TMA descriptors: one buffer, grown on demand, reused."""
-
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = None
-
-    def __call__(self, size: int, alignment: int, stream: Any):
-        import torch
-
-        if self.buf is None or self.buf.numel() < size:
-            self.buf = torch.empty(max(size, 4096), dtype=torch.int8, device="cuda")
-        return self.buf
-
-
-@contextmanager
-def _allocator(scratch: _Scratch | None) -> Iterator[None]:
-    """Triton's allocator set to ``scratch`` for the launches inside (a ContextVar, so graph capture and
-    other threads' launches are unaffected); nothing with ``None``."""
-    if scratch is None:
-        yield
-        return
-    from triton.runtime import _allocation
-
-    token = _allocation._allocator.set(scratch)
-    try:
-        yield
-    finally:
-        _allocation._allocator.reset(token)
-
-
 class _CompiledLaunch:
     """One compiled kernel with its grid and arguments; a call swaps in the per-call tensors and
     launches through the compiled kernel's own launcher, skipping Triton's argument binding and
@@ -272,7 +240,7 @@ class _CompiledLaunch:
 
     __slots__ = ("runner", "args", "scratch")
 
-    def __init__(self, compiled: Any, grid: int, args: list[Any], scratch: _Scratch | None = None) -> None:
+    def __init__(self, compiled: Any, grid: int, args: list[Any], scratch: Scratch | None = None) -> None:
         self.runner = compiled[(grid, 1, 1)]
         self.args = args
         self.scratch = scratch
@@ -284,7 +252,7 @@ class _CompiledLaunch:
             if self.scratch is None:
                 self.runner(*args)
             else:
-                with _allocator(self.scratch):
+                with scratch_allocator(self.scratch):
                     self.runner(*args)
         finally:
             args[0] = args[1] = args[2] = None  # hold no user tensor between calls
@@ -327,8 +295,8 @@ def launch(
     )  # fmt: skip
     scratch = None
     if args[KERNEL.arg_names.index("TMA")]:  # the device-made descriptors' scratch, kept with the launches
-        scratch = cache.setdefault("tma_scratch", _Scratch()) if cache is not None else _Scratch()
-    with _allocator(scratch):
+        scratch = cache.setdefault("tma_scratch", Scratch()) if cache is not None else Scratch()
+    with scratch_allocator(scratch):
         handle = KERNEL[(grid,)](*args, **options)
     if fast and hasattr(handle, "run") and len(cache) < 64:  # a compiled kernel (not the interpreter)
         cache[spec] = _CompiledLaunch(handle, grid, [None, None, None, *args[3:]], scratch)

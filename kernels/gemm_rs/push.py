@@ -11,6 +11,7 @@ from typing import Any
 import triton
 
 from ..common.gemm import validate_tiles
+from ..common.tma import Scratch, scratch_allocator
 from .push_kernel import gemm_rs_push_kernel
 
 KERNEL = gemm_rs_push_kernel
@@ -60,6 +61,22 @@ def grid_of(config: RsConfig, num_sms: int) -> int:
     return min(config.programs or num_sms, num_sms)
 
 
+def tma_ready(a: Any, b: Any) -> str | None:
+    """Why TMA cannot address ``a`` and ``b`` (None when it can): A K-contiguous, B row- or column-major,
+    bases and leading strides on 16 bytes."""
+    elem = a.element_size()
+    if a.stride(1) != 1:
+        return "a: its K dimension is not contiguous"
+    if b.stride(1) != 1 and b.stride(0) != 1:
+        return "b: neither stride is 1"
+    b_lead = b.stride(0) if b.stride(1) == 1 else b.stride(1)
+    for what, value in (("a's base", a.data_ptr()), ("a's row stride", a.stride(0) * elem),
+                        ("b's base", b.data_ptr()), ("b's leading stride", b_lead * elem)):  # fmt: skip
+        if value % 16:
+            return f"{what} is not a multiple of 16 bytes"
+    return None
+
+
 def gemm_rs_push(
     *,
     a: Any,
@@ -75,11 +92,16 @@ def gemm_rs_push(
     config: RsConfig,
     num_sms: int,
     phase: str = "all",
+    tma: bool = False,
+    scratch: Scratch | None = None,
 ) -> Any:
     """``out`` = this rank's slice of ``sum_r a_r @ b_r`` along ``scatter_dim``; collective over
     ``world_size`` ranks. ``inbox`` (:func:`inbox_shape`, a's dtype) and ``flags`` (int32,
     :func:`flags_count`, zeroed once) live in the symmetric heap; ``sync`` (int64, zeroed once) counts the
-    arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter."""
+    arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter.
+    ``tma``: the GEMM's K loop by TMA loads where :func:`tma_ready` allows (else the plain one, same
+    buffers and protocol), its descriptors' scratch from ``scratch`` (kept by the caller: one per
+    workspace)."""
     config.validate()
     if scatter_dim not in (0, 1):
         raise ValueError(f"scatter_dim: must be 0 or 1, got {scatter_dim}")
@@ -100,6 +122,15 @@ def gemm_rs_push(
     if flags.numel() < needed:
         raise ValueError(f"flags: {flags.numel()} flags, {needed} needed")
     grid = grid_of(config, num_sms)
+    use_tma = tma and tma_ready(a, b) is None
+    with scratch_allocator((scratch or Scratch()) if use_tma else None):
+        _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase,
+                grid, m, n, k, mo, no, use_tma)  # fmt: skip
+    return out
+
+
+def _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase, grid,
+            m, n, k, mo, no, tma) -> None:  # fmt: skip
     KERNEL[(grid,)](
         a, b, out, inbox, flags, sync, heap_bases, rank,
         m, n, k, mo, no,
@@ -107,7 +138,6 @@ def gemm_rs_push(
         grid,
         WORLD_SIZE=world_size, SCATTER_DIM=scatter_dim,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase],
+        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase], TMA=tma, B_ROW_MAJOR=b.stride(1) == 1,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
-    return out

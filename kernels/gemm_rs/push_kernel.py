@@ -32,6 +32,7 @@ import triton.language as tl
 from ..common.gemm import mma_k_range
 from ..common.sync import epoch_begin, heap_delta
 from ..common.tiles import grouped_tile
+from ..common.tma import b_descriptor, tma_k_range
 
 
 @triton.jit
@@ -54,10 +55,12 @@ def gemm_rs_push_kernel(
     num_programs,
     WORLD_SIZE: tl.constexpr, SCATTER_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, STEPS: tl.constexpr,
+    EVEN_K: tl.constexpr, STEPS: tl.constexpr, TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = True,
 ):  # fmt: skip
     """One rank's slice of ``sum_r A_r @ B_r`` (module docstring); ``c_ptr`` is the ``Mo x N`` or
-    ``M x No`` output, ``inbox_ptr`` and ``flags_ptr`` this rank's heap buffers."""
+    ``M x No`` output, ``inbox_ptr`` and ``flags_ptr`` this rank's heap buffers. ``TMA``: the tiles' K loop
+    by TMA loads (A K-contiguous, B row-major or, ``B_ROW_MAJOR`` false, column-major; 16-byte aligned),
+    rows past the slice read from the next one and never stored."""
     pid = tl.program_id(0)
     epoch = epoch_begin(sync_ptr, num_programs, (STEPS & 2) != 0)
     parity = epoch % 2
@@ -70,30 +73,40 @@ def gemm_rs_push_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     if STEPS & 1:
+        if TMA:
+            a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+            b_desc = b_descriptor(b_ptr, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_ROW_MAJOR)
         for t in range(pid, WORLD_SIZE * per_owner, num_programs):
             owner = (rank + 1 + t // per_owner) % WORLD_SIZE
             tile = t % per_owner
             pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
             lr = pm * BLOCK_M + offs_m  # rows and columns inside the owner's slice
             lc = pn * BLOCK_N + offs_n
-            if SCATTER_DIM == 0:
-                rows = owner * Mo + lr
-                cols = lc
+            if SCATTER_DIM == 0:  # the tile's first row and column in the partial product
+                row0 = owner * Mo + pm * BLOCK_M
+                col0 = pn * BLOCK_N
                 live_r = lr < Mo
                 live_c = lc < N
             else:
-                rows = lr
-                cols = owner * No + lc
+                row0 = pm * BLOCK_M
+                col0 = owner * No + pn * BLOCK_N
                 live_r = lr < M
                 live_c = lc < No
-            # rows past the slice read row 0 (never stored); columns stay contiguous (B's loads vectorise
-            # along N where B is row-major) and are masked instead
-            safe_rows = tl.where(live_r, rows, 0).to(tl.int64)
-            cols = tl.max_contiguous(cols, BLOCK_N)  # (its alignment follows from No, specialised)
-            a_ptrs = a_ptr + safe_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-            b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+            rows = row0 + offs_m
+            cols = col0 + offs_n
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            acc = mma_k_range(acc, a_ptrs, b_ptrs, 0, K, stride_ak, stride_bk, live_c, BLOCK_K, EVEN_K, False)
+            if TMA:
+                acc = tma_k_range(acc, a_desc, row0, b_desc, 0, col0, 0, K, BLOCK_K, B_ROW_MAJOR)
+            else:
+                # rows past the slice read row 0 (never stored); columns stay contiguous (B's loads
+                # vectorise along N where B is row-major) and are masked instead
+                safe_rows = tl.where(live_r, rows, 0).to(tl.int64)
+                cols = tl.max_contiguous(cols, BLOCK_N)  # (its alignment follows from No, specialised)
+                a_ptrs = a_ptr + safe_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+                b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+                acc = mma_k_range(
+                    acc, a_ptrs, b_ptrs, 0, K, stride_ak, stride_bk, live_c, BLOCK_K, EVEN_K, False
+                )
             dst = inbox + rank * slot + heap_delta(inbox_ptr, rank, owner, heap_bases)
             ptrs = dst + lr.to(tl.int64)[:, None] * No + lc[None, :]
             tl.store(ptrs, acc.to(inbox_ptr.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..._problem import ProblemKey, Target, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
+from .._iris_heap import iris_unavailable
 from ._op import AgGemm, shard_shape
 
 #: Shared-memory budget of one CTA (H100/H200: 227 KiB; MI300X: 64 KiB LDS, pruned by the same rule).
@@ -33,15 +34,7 @@ class IrisFusedVariant(Variant):
 
     # -- availability and search space ----------------------------------------------------------
     def unavailable_reason(self, target: Target) -> str | None:
-        reason = super().unavailable_reason(target)
-        if reason is not None:
-            return reason
-        try:
-            import iris  # noqa: F401
-            import triton  # noqa: F401
-        except Exception as exc:  # any import failure means the variant cannot run here
-            return f"{self.name}: cannot import triton/iris ({type(exc).__name__}: {exc})"
-        return None
+        return super().unavailable_reason(target) or iris_unavailable(self.name)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
         small = key["M"] <= 256  # bound by reading B: many narrow tiles, K chunks to start early

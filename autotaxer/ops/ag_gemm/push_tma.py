@@ -11,27 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, Target
+from ..._target import tma_unavailable
 from .._base import Params
 from ._op import shard_shape
 from .push import PushVariant
-
-
-def _sm(arch: str) -> int:
-    """``90`` for ``sm_90``; 0 when ``arch`` is not an NVIDIA compute capability."""
-    digits = arch[3:] if arch.startswith("sm_") else ""
-    return int(digits) if digits.isdigit() else 0
 
 
 class PushTmaVariant(PushVariant):
     name = "push_tma"
 
     def unavailable_reason(self, target: Target) -> str | None:
-        reason = super().unavailable_reason(target)
-        if reason is not None:
-            return reason
-        if target.is_amd or _sm(target.arch) < 90:
-            return f"{self.name}: TMA loads need an NVIDIA GPU of sm_90 or later (this is {target.arch})"
-        return None
+        return super().unavailable_reason(target) or tma_unavailable(self.name, target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
         space = dict(super().search_space(key, target))

@@ -10,22 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._problem import ProblemKey, Target, torch_dtype
+from ..._problem import ProblemKey, torch_dtype
 from .._base import Params, RunContext, Workspace
-from .._nccl_window import unavailable_reason, window_tensor
+from .._nccl_window import SymmetricBspForm, window_tensor
 from ._op import out_shape
 from .bsp import BspVariant
 
 
-class BspSymmVariant(BspVariant):
-    name = "bsp_symm"
-    device_types = frozenset({"cuda"})
-    is_baseline = False
-    bsp_form = True
-
-    def unavailable_reason(self, target: Target) -> str | None:
-        return super().unavailable_reason(target) or unavailable_reason()
-
+class BspSymmVariant(SymmetricBspForm, BspVariant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         dtype = torch_dtype(key.dtype)
         m, n, world = key["M"], key["N"], ctx.world_size

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, Target, torch_dtype
+from ..._target import tma_unavailable
 from .._base import Params, RunContext, Variant, Workspace
+from .._iris_heap import iris_unavailable
 from ._op import GemmRs, out_shape
 
 #: Shared-memory budget of one CTA (H100/H200).
@@ -22,17 +24,11 @@ _ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 class PushVariant(Variant):
     name = "push"
     device_types = frozenset({"cuda"})
+    #: The GEMM's K loop by TMA loads (``push_tma``; calls TMA cannot address run the plain loop).
+    tma = False
 
     def unavailable_reason(self, target: Target) -> str | None:
-        reason = super().unavailable_reason(target)
-        if reason is not None:
-            return reason
-        try:
-            import iris  # noqa: F401
-            import triton  # noqa: F401
-        except Exception as exc:  # any import failure means the variant cannot run here
-            return f"{self.name}: cannot import triton/iris ({type(exc).__name__}: {exc})"
-        return None
+        return super().unavailable_reason(target) or iris_unavailable(self.name)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
         return {
@@ -81,6 +77,7 @@ class PushVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
+        from autotaxer.kernels.common.tma import Scratch
         from autotaxer.kernels.gemm_rs.push import SYNC_WORDS, RsConfig, flags_count, inbox_shape
 
         GemmRs().validate(key)
@@ -104,6 +101,7 @@ class PushVariant(Variant):
             "sync": torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
             "config": config,
+            "scratch": Scratch(),  # the TMA descriptors' global scratch (push_tma)
         }
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -121,6 +119,7 @@ class PushVariant(Variant):
             a=a, b=b, out=out, inbox=buf["inbox"], flags=buf["flags"], sync=buf["sync"],
             heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
             scatter_dim=ws.key["scatter_dim"], config=buf["config"], num_sms=ctx.target.num_sms,
+            tma=self.tma, scratch=buf["scratch"],
         )  # fmt: skip
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
@@ -128,4 +127,14 @@ class PushVariant(Variant):
         return self.run(ws, inputs, ctx), None
 
 
-VARIANTS = [PushVariant()]
+class PushTmaVariant(PushVariant):
+    """``push`` with a TMA GEMM core (NVIDIA sm_90+): the same buffers, protocol and parameters."""
+
+    name = "push_tma"
+    tma = True
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        return super().unavailable_reason(target) or tma_unavailable(self.name, target)
+
+
+VARIANTS = [PushVariant(), PushTmaVariant()]

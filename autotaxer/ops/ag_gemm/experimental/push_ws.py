@@ -19,10 +19,10 @@ import functools
 from typing import Any
 
 from ...._problem import ProblemKey, Target
+from ...._target import sm_version
 from ..._base import Params
 from .._op import shard_shape
 from ..push import PushVariant
-from ..push_tma import _sm
 
 
 class PushWsVariant(PushVariant):
@@ -33,7 +33,7 @@ class PushWsVariant(PushVariant):
         reason = super().unavailable_reason(target)
         if reason is not None:
             return reason
-        if target.is_amd or _sm(target.arch) != 90:
+        if target.is_amd or sm_version(target.arch) != 90:
             return f"{self.name}: Hopper's wgmma and TMA (sm_90) only, this is {target.arch}"
         try:
             from triton.experimental import gluon  # noqa: F401
@@ -51,6 +51,9 @@ class PushWsVariant(PushVariant):
             num_stages=(4, 3, 5, 6),
             comm_sms=(4, 0, 2, 8, 16),  # 0: the consumer CTAs move the shard first (no producer kernel)
             prefetch_k=(0,),
+            group_across=(0,),  # the many-peer schedule is push's kernel's, not the Gluon consumer's
+            push_order=(0,),
+            release_each=(0,),
         )
         return space
 
@@ -65,7 +68,16 @@ class PushWsVariant(PushVariant):
         if key["M"] > 256:
             rows = [(256, 8, 4, 4, 4, 8), (128, 8, 5, 4, 4, 8), (256, 8, 3, 16, 16, 8)]
         return [
-            dict(block_m=128, block_k=64, group_m=8, prefetch_k=0, **dict(zip(fields, r, strict=True)))
+            dict(
+                block_m=128,
+                block_k=64,
+                group_m=8,
+                prefetch_k=0,
+                group_across=0,
+                push_order=0,
+                release_each=0,
+                **dict(zip(fields, r, strict=True)),
+            )  # fmt: skip
             for r in rows
         ]
 
@@ -115,7 +127,7 @@ class PushWsFwdVariant(PushWsVariant):
         if key["M"] > 256:
             rows = [(256, 8, 4, 8), (256, 8, 4, 1), (128, 8, 5, 8)]
         fixed = dict(block_m=128, block_k=64, comm_sms=0, prefetch_k=0, row_chunks=_row_blocks(key),
-                     k_chunks=_k_steps(key))  # fmt: skip
+                     k_chunks=_k_steps(key), group_across=0, push_order=0, release_each=0)  # fmt: skip
         return [dict(fixed, **dict(zip(fields, r, strict=True))) for r in rows]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
