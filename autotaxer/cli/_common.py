@@ -24,7 +24,7 @@ DbOption = Annotated[
         "--db",
         envvar="AUTOTAXER_DB",
         show_default=False,
-        help="SQLAlchemy URL of the tuning database [default: sqlite file under ~/.local/share/autotaxer].",
+        help="SQLAlchemy URL of the tuning database (default: a SQLite file in ~/.local/share/autotaxer).",
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]

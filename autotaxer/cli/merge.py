@@ -54,7 +54,7 @@ def merge(
     new: Annotated[Path, typer.Argument(help="Freshly tuned records (`autotaxer export` of the re-tune).")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write [default: SHIPPED, atomically]."),
+        typer.Option("--out", "-o", help="Where to write (default: SHIPPED, replaced atomically)."),
     ] = None,
     margin: Annotated[
         float,

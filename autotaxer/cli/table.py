@@ -25,7 +25,7 @@ def export(
     world_size: WorldSizeFilter = None,
     file_format: Annotated[
         FileFormat | None,
-        typer.Option("--file-format", help="json or csv [default: from the suffix of --out]."),
+        typer.Option("--file-format", help="json or csv (default: from the suffix of --out)."),
     ] = None,
     quiet: QuietOption = False,
 ) -> None:

@@ -46,7 +46,7 @@ def tune_command(
         typer.Option(
             "--sampled",
             help="Trials the sampler draws after the queued ones (BSP forms, warm starts, seeds): a shape's "
-            "budget is at least those plus this many [default: 8 on GPUs, 0 on CPU].",
+            "budget is at least those plus this many (default: 8 on GPUs, 0 on CPU).",
         ),
     ] = None,
     retune: Annotated[

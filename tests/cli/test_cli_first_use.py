@@ -107,3 +107,22 @@ def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: b
     lines = out.getvalue().splitlines()
     assert lines[0] == "[1/3] ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0: 2 of 8 trials done"
     assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs (1.00× vs bsp)")
+
+
+def test_no_option_help_is_swallowed_as_rich_markup() -> None:
+    """Typer renders help through rich, which takes ``[...]`` as markup and drops it: a help text such as
+    "the database [default: ...]" would print as "the database ." (it did, for --db and --file-format)."""
+    import re
+
+    import typer
+
+    from autotaxer.cli import app
+
+    group = typer.main.get_command(app)
+    swallowed = [
+        f"{name} {param.name}: {param.help}"
+        for name, command in group.commands.items()
+        for param in command.params
+        if getattr(param, "help", None) and re.search(r"\[[a-z][^\]]*\]", param.help)
+    ]
+    assert swallowed == []
