@@ -5,12 +5,11 @@ The kernel and its synchronisation are in :mod:`.push_kernel`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import triton
 
-from ..common.gemm import validate_tiles
+from ..common.gemm import GemmConfig
 from ..common.tma import Scratch, scratch_allocator
 from .push_kernel import gemm_rs_push_kernel
 
@@ -21,23 +20,8 @@ SYNC_WORDS = 1
 PHASES = {"all": 3, "push": 1, "reduce": 2}
 
 
-@dataclass(frozen=True)
-class RsConfig:
-    """Tiles and grid of the fused ``gemm_rs`` kernel (``programs`` 0: one per SM)."""
-
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 64
-    group_m: int = 8
-    num_warps: int = 4
-    num_stages: int = 3
-    programs: int = 0
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the first bad field."""
-        validate_tiles(self)
-        if self.programs < 0:
-            raise ValueError(f"programs: must be >= 0, got {self.programs}")
+#: Tiles and grid of the fused ``gemm_rs`` kernel: the persistent GEMM's (``num_programs`` 0: one per SM).
+RsConfig = GemmConfig
 
 
 def out_dims(m: int, n: int, world_size: int, scatter_dim: int) -> tuple[int, int]:
@@ -58,7 +42,7 @@ def flags_count(m: int, n: int, world_size: int, scatter_dim: int, config: RsCon
 
 def grid_of(config: RsConfig, num_sms: int) -> int:
     """Programs of a launch: all resident (at most one per SM), so every wait in the reduce step ends."""
-    return min(config.programs or num_sms, num_sms)
+    return min(config.num_programs or num_sms, num_sms)
 
 
 def tma_ready(a: Any, b: Any) -> str | None:

@@ -24,7 +24,7 @@ _SCRIPT = textwrap.dedent(
     ws, sd, m, n, k, layout = int(sys.argv[1]), int(sys.argv[2]), *map(int, sys.argv[3:6]), sys.argv[6]
     dtype = {"fp32": torch.float32, "fp16": torch.float16}[sys.argv[7]]  # (no bf16 dot in the interpreter)
     tma = sys.argv[8] == "tma"
-    cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, programs=3)
+    cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
     ks = k // ws
     mo, no = out_dims(m, n, ws, sd)
     nbytes = 1 << 20

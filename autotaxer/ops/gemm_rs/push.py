@@ -38,12 +38,14 @@ class PushVariant(Variant):
             "group_m": (8, 4),
             "num_warps": (4, 8),
             "num_stages": (3, 4),
-            "programs": (0,),
+            "num_programs": (0,),
         }
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
         """The persistent GEMM's usual tiles: 128x128 on 4 warps, then 128x256 on 8 (large N)."""
-        base = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4, programs=0)
+        base = dict(
+            block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4, num_programs=0
+        )
         return [base, dict(base, block_n=256, num_warps=8, num_stages=3)]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
