@@ -115,19 +115,19 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
     problem and config; returns ``(fn, args, kw)``."""
     import torch
 
-    from autotaxer.kernels.ag_gemm import fused as _ag_fused
+    from autotaxer.kernels.ag_gemm import fused
 
-    config = _ag_fused.FusedConfig(**params)
-    ms, ks = _ag_fused.shard_dims(m, k, world_size, gather_dim)
+    config = fused.FusedConfig(**params)
+    ms, ks = fused.shard_dims(m, k, world_size, gather_dim)
     dt = torch.bfloat16
-    geo = _ag_fused.geometry(config, ms, ks)
-    _, args, kw = _ag_fused._launch_args(
+    geo = fused.geometry(config, ms, ks)
+    _, args, kw = fused._launch_args(
         "push" if kind == "push_tma" else kind,
         a_shard=torch.empty(ms, ks, dtype=dt),
         b=torch.empty(k, n, dtype=dt),
         out=torch.empty(m, n, dtype=dt),
-        flags=torch.zeros(_ag_fused.flags_count(geo, world_size), dtype=torch.int32),
-        sync=torch.zeros(_ag_fused.SYNC_WORDS, dtype=torch.int64),
+        flags=torch.zeros(fused.flags_count(geo, world_size), dtype=torch.int32),
+        sync=torch.zeros(fused.SYNC_WORDS, dtype=torch.int64),
         heap_bases=torch.zeros(world_size, dtype=torch.int64),
         rank=0,
         world_size=world_size,
@@ -135,10 +135,10 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         config=config,
         num_sms=132,
         phase="all",
-        buf=torch.empty(_ag_fused.inbox_shape(ms, ks, world_size), dtype=dt),
+        buf=torch.empty(fused.inbox_shape(ms, ks, world_size), dtype=dt),
         tma=kind == "push_tma",
     )
-    return _ag_fused.KERNEL, args, kw
+    return fused.KERNEL, args, kw
 
 
 def ws_launch(m: int, n: int, k: int, gather_dim: int, config, world_size: int = 2, col_b: bool = False,

@@ -37,7 +37,7 @@ def test_runs_are_contiguous_and_follow_the_rotated_order(world_size: int) -> No
 
 
 class _FakeChannel:
-    """Just enough of ``ag_gemm_ce.Channel`` for ``make_plan``: addresses, no GPU."""
+    """Just enough of ``copy_engine.Channel`` for ``make_plan``: addresses, no GPU."""
 
     class _Buf:
         def __init__(self, addr: int) -> None:

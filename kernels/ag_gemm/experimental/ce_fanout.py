@@ -1,7 +1,7 @@
 """Copy-engine all-gather + GEMM for three or more ranks: peer copies fanned out over several side
 streams, the peers' rows multiplied in as few GEMMs as their layout allows.
 
-:mod:`ag_gemm_ce` issues every peer copy on one side stream, one after another, and runs one vendor GEMM
+:mod:`..copy_engine` issues every peer copy on one side stream, one after another, and runs one vendor GEMM
 per peer (and chunk). With ``W - 1`` peers both costs grow: each copy-engine copy has a floor of about
 16 µs however small (``bench/ce_copy_probe.py``), and each GEMM of ``M / W`` rows reads all of ``B``
 again (on 8×H200, N=K=8192, ``copy_engine`` ran 1.1–2.2× slower than BSP at M ≥ 1024). Here, on rank
@@ -15,10 +15,10 @@ again (on 8×H200, N=K=8192, ``copy_engine`` ran 1.1–2.2× slower than BSP at 
   every peer of one contiguous run of ranks (``r+1 .. W-1``, then ``0 .. r-1``) and multiplies the whole
   run in one GEMM: inbox slots are in rank order, as are the output's rows, so a run is one matrix.
   ``gemms="peer"`` (and every ``gather_dim=1`` call, whose peers' K-slices do not form one matrix in the
-  inbox) keeps one GEMM per peer and chunk, as :mod:`ag_gemm_ce` does;
+  inbox) keeps one GEMM per peer and chunk, as :mod:`..copy_engine` does;
 * then it tells every peer that its inbox has been consumed and joins every lane.
 
-Flags, tokens, inboxes and the epoch are :mod:`ag_gemm_ce`'s channel: the same protocol, so calls of the
+Flags, tokens, inboxes and the epoch are :mod:`..copy_engine`'s channel: the same protocol, so calls of the
 two schedules may follow one another on one channel. CUDA-graph safe for the same reasons.
 """
 
@@ -157,7 +157,7 @@ def ag_gemm_ce_fanout(
                     ce._await(ch, flags[p, c : c + 1], main)
                     lo = p * rows + first
                     torch.matmul(a_p[first : first + cnt], b, out=out[lo : lo + cnt])
-    else:  # as in ag_gemm_ce, kept apart: an edit there would make every copy_engine record stale
+    else:  # as in copy_engine, kept apart: an edit there would make every copy_engine record stale
         target = acc if base.fp32_accumulate else out
         if base.fp32_accumulate:
             torch.mm(a_shard, b[r * ks : (r + 1) * ks], out_dtype=torch.float32, out=target)
