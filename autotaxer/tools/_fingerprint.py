@@ -17,6 +17,7 @@ Self-contained on purpose: it must run against an older tree that does not have 
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -88,6 +89,7 @@ def _describe(value: Any) -> Any:
     return repr(type(value).__name__)
 
 
+@functools.cache
 def _sm90() -> Any:
     """:mod:`autotaxer.tools.sm90` of this tool's own tree (loaded by path: the tree under test may not
     have it)."""

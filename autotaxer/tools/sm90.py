@@ -216,7 +216,8 @@ def main() -> None:
     parser.add_argument("--kinds", default="push,pull")
     parser.add_argument("--json")
     args = parser.parse_args()
-    from autotaxer.kernels.ag_gemm.fused import FusedConfig, smem_bytes
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
+    from autotaxer.kernels.common.gemm import smem_bytes
 
     rows = [_gemm_row(4096, args.n, args.k)]
     print(json.dumps(rows[0]), flush=True)

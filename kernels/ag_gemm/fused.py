@@ -85,15 +85,6 @@ def flags_count(geo: ChunkGeometry, world_size: int) -> int:
     return 2 * world_size * geo.count
 
 
-def smem_bytes(config: FusedConfig, elem_bytes: int) -> int:
-    """Shared memory the consumer's pipelined K loop allocates: ``num_stages`` A and B tiles.
-
-    Matches Triton's ``metadata.shared`` on sm_90 (checked by ``autotaxer/tools/sm90.py``), where
-    the epilogue reuses the pipeline's buffers; the producers' copies go through registers only.
-    """
-    return config.num_stages * (config.block_m + config.block_n) * config.block_k * elem_bytes
-
-
 def shard_dims(m: int, k: int, world_size: int, gather_dim: int) -> tuple[int, int]:
     """``(Ms, Ks)``: the shape of one rank's shard."""
     return (m // world_size, k) if gather_dim == 0 else (m, k // world_size)

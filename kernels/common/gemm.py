@@ -116,6 +116,34 @@ def validate_tiles(config: Any) -> None:
             raise ValueError(f"{name}: must be >= 1, got {getattr(config, name)}")
 
 
+def smem_bytes(config: Any, elem_bytes: int) -> int:
+    """Shared memory a pipelined K loop of ``config``'s tiles allocates: ``num_stages`` A and B tiles.
+
+    Matches Triton's ``metadata.shared`` on sm_90 (checked by ``autotaxer/tools/sm90.py``), where the
+    epilogue reuses the pipeline's buffers.
+    """
+    return config.num_stages * (config.block_m + config.block_n) * config.block_k * elem_bytes
+
+
+def register_error(config: Any) -> str | None:
+    """Why ``config``'s accumulator tile does not fit one CTA's registers (at most 128x256, which needs 8
+    warps), or None."""
+    if config.block_m * config.block_n > 128 * 256:
+        return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
+    if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
+        return "num_warps: a 128x256 tile needs 8 warps"
+    return None
+
+
+def smem_error(config: Any, elem_bytes: int, budget: int) -> str | None:
+    """Why ``config``'s pipeline does not fit ``budget`` bytes of shared memory (:func:`smem_bytes`), or
+    None."""
+    smem = smem_bytes(config, elem_bytes)
+    if smem > budget:
+        return f"num_stages: {config.num_stages} stages need {smem} B of shared memory"
+    return None
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     """Tile sizes and schedule of the persistent GEMM (``num_programs=0``: one CTA per SM)."""

@@ -126,7 +126,8 @@ class IrisFusedVariant(Variant):
         return [first, *extra, *seeds[1:]]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
-        from autotaxer.kernels.ag_gemm.fused import FusedConfig, geometry, smem_bytes
+        from autotaxer.kernels.ag_gemm.fused import FusedConfig, geometry
+        from autotaxer.kernels.common.gemm import register_error, smem_error
 
         if key.dtype not in _ELEM_BYTES:
             return f"dtype: {self.name} supports bf16 and fp16, not {key.dtype}"
@@ -138,10 +139,9 @@ class IrisFusedVariant(Variant):
         m, k, ws = key["M"], key["K"], key.world_size
         if config.block_m > max(16, _next_pow2(m)):
             return f"block_m: {config.block_m} is larger than M={m} needs"
-        if config.block_m * config.block_n > 128 * 256:
-            return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
-        if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
-            return "num_warps: a 128x256 tile needs 8 warps"
+        tiles = register_error(config)
+        if tiles is not None:
+            return tiles
         if config.prefetch_k:
             if target.is_amd:
                 return "prefetch_k: the L2 prefetch is NVIDIA PTX; AMD runs without it"
@@ -149,10 +149,9 @@ class IrisFusedVariant(Variant):
                 return "prefetch_k: only gather_dim=0 tiles wait before reading B"
             if config.prefetch_k > k:
                 return f"prefetch_k: {config.prefetch_k} rows exceed K={k}"
-        vendor = "amd" if target.is_amd else "nvidia"
-        smem = smem_bytes(config, _ELEM_BYTES[key.dtype])
-        if smem > _SMEM_BYTES[vendor]:
-            return f"num_stages: {config.num_stages} stages need {smem} B of shared memory"
+        smem = smem_error(config, _ELEM_BYTES[key.dtype], _SMEM_BYTES["amd" if target.is_amd else "nvidia"])
+        if smem is not None:
+            return smem
         if config.comm_sms >= target.num_sms:
             return f"comm_sms: {config.comm_sms} leaves no SM for the GEMM ({target.num_sms} SMs)"
         if key["gather_dim"] not in (0, 1) or (k if key["gather_dim"] else m) % ws:

@@ -49,6 +49,7 @@ class PushVariant(Variant):
         return [base, dict(base, block_n=256, num_warps=8, num_stages=3)]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from autotaxer.kernels.common.gemm import register_error, smem_error
         from autotaxer.kernels.gemm_rs.push import RsConfig
 
         try:
@@ -56,14 +57,7 @@ class PushVariant(Variant):
             config.validate()
         except (TypeError, ValueError) as exc:
             return str(exc)
-        if config.block_m * config.block_n > 128 * 256:
-            return f"block_m x block_n: {config.block_m}x{config.block_n} exceeds the register budget"
-        if config.block_m * config.block_n >= 128 * 256 and config.num_warps < 8:
-            return "num_warps: a 128x256 tile needs 8 warps"
-        elem = _ELEM_BYTES[key.dtype]
-        if config.num_stages * (config.block_m + config.block_n) * config.block_k * elem > _SMEM_BYTES:
-            return f"num_stages: {config.num_stages} stages exceed the shared memory"
-        return None
+        return register_error(config) or smem_error(config, _ELEM_BYTES[key.dtype], _SMEM_BYTES)
 
     def heap_bytes(self, key: ProblemKey, params: Params) -> int:
         """Symmetric heap a rank needs: the inbox (two parity slots of every rank's partial slice), flags."""
