@@ -69,7 +69,7 @@ class Case:
 class BenchConfig:
     """What to run; frozen so every rank gets the same plan.
 
-    ``variants``: None = every available non-baseline, non-experimental variant. ``max_configs``:
+    ``variants``: None = every available non-baseline variant of the tuner's default space. ``max_configs``:
     configurations swept per variant that has no tuned configuration. ``db_url``/``tables``: where tuned
     configurations and dispatch's table come from (None/empty: dispatch's defaults); ``dispatch_timing``
     is dispatch's ``RuntimeConfig.timing`` (only winners tuned that way). ``progress_path``:
@@ -374,13 +374,13 @@ def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
 COMM_ENTRY = {"ag_gemm": "allgather", "gemm_rs": "reduce_scatter"}
 
 
-def _entries(available: Mapping[str, Any], selected: tuple[str, ...] | None) -> list[str]:
-    """The variants a row times besides ``bsp``: ``selected`` (else every non-experimental one), and the
-    BSP forms always (every speedup is against the fastest of them)."""
+def _entries(op: Any, available: Mapping[str, Any], selected: tuple[str, ...] | None, ws: int) -> list[str]:
+    """The variants a row times besides ``bsp``: ``selected`` (else those of the tuner's default space at
+    world size ``ws``), and the BSP forms always (every speedup is against the fastest of them)."""
     names = [n for n, v in available.items() if not v.is_baseline]
     if selected is not None:
         return [n for n in names if n in selected or available[n].bsp_form]
-    return [n for n in names if not available[n].experimental]
+    return [n for n in names if op.in_default_space(n, ws)]
 
 
 def _parts(key: ProblemKey, ctx: Any, inputs: tuple, ws: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -418,7 +418,7 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
     for i, case in enumerate(cfg.cases):
         op = get_op(case.op)
         available = op.available_variants(ctx.target)
-        names = _entries(available, cfg.variants)
+        names = _entries(op, available, cfg.variants, ctx.world_size)
         key = case.key(ctx.target.gpu_model, ctx.world_size)
         row: dict[str, Any] = asdict(case)
         try:

@@ -140,6 +140,15 @@ class Op(ABC):
         #: Variants whose tuned configuration holds only at the size it was tuned at (the first shape
         #: field: M for ag_gemm): dispatch's nearest-size lookup never reuses them at another size.
         self.tied_to_size: frozenset[str] = frozenset()
+        #: Experimental variants that the tuner's default space (no ``--variants``) holds from a world
+        #: size on: those that a run at that size is to measure before they are kept or retired.
+        self.default_from_world_size: dict[str, int] = {}
+
+    def in_default_space(self, name: str, world_size: int) -> bool:
+        """Whether the tuner tries variant ``name`` at ``world_size`` when no ``--variants`` is given."""
+        if not self._variants[name].experimental:
+            return True
+        return world_size >= self.default_from_world_size.get(name, 1 << 30)
 
     # -- registry -------------------------------------------------------------------------------
     def register(self, variant: Variant) -> Variant:

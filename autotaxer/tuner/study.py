@@ -58,12 +58,14 @@ class SearchSpace:
     def build(cls, op: Op, key: ProblemKey, target: Target, selected: tuple[str, ...] | None) -> SearchSpace:
         """The BSP forms first (the baseline, then every other available one: always measured, since a
         speedup is against the fastest), then ``selected`` (in the given order) or every available
-        non-experimental variant."""
+        variant of the default space (:meth:`Op.in_default_space`)."""
         available = op.available_variants(target)
         base = op.baseline().name
         forms = op.bsp_forms(target)
         if selected is None:
-            names = forms + sorted(n for n, v in available.items() if n not in forms and not v.experimental)
+            names = forms + sorted(
+                n for n in available if n not in forms and op.in_default_space(n, key.world_size)
+            )
         else:
             unknown = [n for n in selected if n not in op.variants]
             if unknown:

@@ -245,3 +245,206 @@ def test_schedule_gathers_and_multiplies_on_an_emulated_heap(
     monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int
 ) -> None:
     _emulate(monkeypatch, world_size, gather_dim, gemms, streams, chunks)
+
+
+# -- ce_grouped and gemm_rs's copy_engine: the same threads-as-ranks emulation ----------------------------
+
+
+def _patch_transport(monkeypatch, *modules) -> None:
+    """Copies by memmove (strided ones row by row), flags and tokens by host writes and polls, streams
+    and events as no-ops, in the copy-engine channel and in ``modules`` (which import some by name)."""
+    import contextlib
+    import ctypes
+    import time
+
+    import autotaxer.kernels.ag_gemm.copy_engine as ce
+    import autotaxer.kernels.common.signal as sig
+    import torch
+
+    def _await(ch, flag, stream, offset=0):
+        deadline = time.monotonic() + 20
+        while int(flag[0]) != 1:
+            assert time.monotonic() < deadline, f"rank {ch.rank}: a flag was never raised"
+            time.sleep(1e-4)
+        flag[0] = 0
+
+    def _copy2d(dst, dst_pitch, src, src_pitch, width, height, stream):
+        for row in range(height):
+            ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
+
+    monkeypatch.setattr(ce, "_await", _await)
+    monkeypatch.setattr(
+        ce, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
+    )
+    monkeypatch.setattr(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
+    for module in modules:
+        monkeypatch.setattr(
+            module, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)]
+        )
+        if hasattr(module, "memcpy2d_async"):
+            monkeypatch.setattr(module, "memcpy2d_async", _copy2d)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Nothing())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+
+
+def _run_ranks(world_size: int, call_rank) -> None:
+    """``call_rank(r)`` on one thread per rank; the first error raised."""
+    import threading
+
+    errors: list = []
+
+    def one(r: int) -> None:
+        try:
+            call_rank(r)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+
+
+def test_groups_are_consecutive_runs_in_arrival_order() -> None:
+    from autotaxer.kernels.ag_gemm.experimental.ce_grouped import peer_groups
+
+    for ws in (3, 4, 8):
+        for rank in range(ws):
+            for group in (1, 2, 4, 8):
+                groups = peer_groups(rank, ws, group)
+                flat = [p for lo, hi in groups for p in range(lo, hi + 1)]
+                assert flat == list(peer_order(rank, ws, "rotated"))
+                assert all(0 <= hi - lo < group for lo, hi in groups)
+    assert peer_groups(2, 8, 2) == ((3, 4), (5, 6), (7, 7), (0, 1))
+    assert peer_groups(2, 8, 8) == peer_runs(2, 8)
+
+
+@pytest.mark.parametrize(
+    ("world_size", "gather_dim", "group", "streams"),
+    [(3, 0, 1, 2), (4, 0, 2, 1), (8, 0, 2, 4), (8, 0, 8, 8), (4, 1, 2, 2), (8, 1, 2, 4), (8, 1, 8, 1)],
+)  # fmt: skip
+def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
+    monkeypatch, world_size: int, gather_dim: int, group: int, streams: int
+) -> None:
+    import autotaxer.kernels.ag_gemm.experimental.ce_grouped as grp
+    import torch
+
+    _patch_transport(monkeypatch, grp)
+    m, n, k = 8 * world_size, 24, 16 * world_size
+    rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
+    ranks: list = []
+    ranks.extend(_HeapChannel(r, world_size, ranks) for r in range(world_size))
+    for ch in ranks:
+        ch.arena(world_size * rows * ks * 4)
+    plans = [
+        grp.make_grouped_plan(
+            ch, m=m, k=k, gather_dim=gather_dim, elem=4, streams=streams, group=group, fp32_accumulate=False
+        )  # fmt: skip
+        for ch in ranks
+    ]
+    for call in range(3):  # the tokens carry over from call to call
+        gen = torch.Generator().manual_seed(call)
+        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+        shards = a.split(rows, 0) if gather_dim == 0 else a.split(ks, 1)
+        outs = [torch.full((m, n), float("nan")) for _ in ranks]
+
+        def rank_call(r: int, shards=shards, b=b, outs=outs) -> None:
+            inbox = ranks[r].arena(0).view(torch.float32)
+            grp.ag_gemm_ce_grouped(ranks[r], plans[r], inbox, shards[r].contiguous(), b, outs[r])
+
+        _run_ranks(world_size, rank_call)
+        ref = a.double() @ b.double()
+        for r, out in enumerate(outs):
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-5, f"call {call} rank {r}: relative error {err}"
+
+
+@pytest.mark.parametrize(
+    ("world_size", "scatter_dim", "streams", "b_layout"),
+    [(2, 0, 1, "kn"), (3, 1, 2, "nk"), (4, 0, 2, "nk"), (8, 0, 4, "kn"), (8, 1, 8, "kn")],
+)  # fmt: skip
+def test_gemm_rs_copy_engine_reduces_on_an_emulated_heap(
+    monkeypatch, world_size: int, scatter_dim: int, streams: int, b_layout: str
+) -> None:
+    import autotaxer.kernels.gemm_rs.copy_engine as rsce
+    import torch
+
+    _patch_transport(monkeypatch, rsce)
+    ws = world_size
+    m, n, ks = (8 * ws, 24, 16) if scatter_dim == 0 else (24, 8 * ws, 16)
+    mo, no = (m // ws, n) if scatter_dim == 0 else (m, n // ws)
+    ranks: list = []
+    ranks.extend(_HeapChannel(r, ws, ranks) for r in range(ws))
+    for ch in ranks:
+        ch.arena(ws * mo * no * 4)
+    plans = [
+        rsce.make_rs_plan(ch, m=m, n=n, scatter_dim=scatter_dim, elem=4, streams=streams) for ch in ranks
+    ]
+    assert all(len(p.lanes) == min(streams, ws - 1) for p in plans)
+    staging = [torch.empty(ws - 1, mo, no) for _ in ranks]
+    for call in range(3):
+        gen = torch.Generator().manual_seed(call)
+        a = [torch.randn(m, ks, generator=gen) for _ in ranks]
+        b = [torch.randn(ks, n, generator=gen) if b_layout == "kn" else torch.randn(n, ks, generator=gen).t()
+             for _ in ranks]  # fmt: skip
+        outs = [torch.full((mo, no), float("nan")) for _ in ranks]
+
+        def rank_call(r: int, a=a, b=b, outs=outs) -> None:
+            inbox = ranks[r].arena(0).view(torch.float32)
+            ready = [_Nothing() for _ in range(ws - 1)]
+            rsce.gemm_rs_ce(ranks[r], plans[r], inbox, staging[r], ready, a[r], b[r], outs[r])
+
+        _run_ranks(ws, rank_call)
+        full = sum(x.double() @ y.double() for x, y in zip(a, b, strict=True))
+        for r, out in enumerate(outs):
+            ref = full.chunk(ws, dim=scatter_dim)[r]
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-5, f"call {call} rank {r}: relative error {err}"
+
+
+def test_ce_grouped_and_gemm_rs_copy_engine_prune_their_spaces(monkeypatch) -> None:
+    import autotaxer.kernels.common.signal as sig
+
+    monkeypatch.setattr(sig, "memop_available", lambda: None)  # as on an NVIDIA GPU
+    v = get_op("ag_gemm").variants["ce_grouped"]
+    ok = {"streams": 4, "group": 2, "signal": "memop", "accumulate": "out"}
+    assert v.check(_key(8, 0), H200, ok) is None
+    assert "at least 3 ranks" in v.check(_key(2, 0), H200, ok)
+    assert "already covers them all" in v.check(_key(4, 0), H200, {**ok, "group": 8})
+    assert "accumulate" in v.check(_key(8, 0), H200, {**ok, "accumulate": "fp32"})
+    for ws, gd in ((3, 0), (4, 0), (4, 1), (8, 0), (8, 1)):  # (K = 8192 does not split over 3 ranks)
+        key = _key(ws, gd)
+        seeds = v.seed_configs(key, H200)
+        assert seeds and all(v.check(key, H200, s) is None for s in seeds), seeds
+        space = v.search_space(key, H200)
+        assert all(s[f] in space[f] for s in seeds for f in space)
+    rs = get_op("gemm_rs").variants["copy_engine"]
+    for ws in (2, 4, 8):
+        key = ProblemKey.make("gemm_rs", "nvidia-h200", ws, "bf16", {"M": 1024, "N": 8192, "K": 8192},
+                              {"scatter_dim": 0})  # fmt: skip
+        space = rs.search_space(key, H200)
+        valid = [p for p in iter_grid(space) if rs.check(key, H200, p) is None]
+        assert {p["streams"] for p in valid} == {s for s in (1, 2, 4, 8) if s == 1 or s // 2 < ws - 1}
+        assert all(s in valid for s in rs.seed_configs(key, H200))
+    assert "at least 2 ranks" in rs.check(
+        ProblemKey.make("gemm_rs", "nvidia-h200", 1, "bf16", {"M": 64, "N": 64, "K": 64}, {"scatter_dim": 0}),
+        H200, {"streams": 1, "signal": "triton"},
+    )  # fmt: skip
+
+
+def test_copy_engine_schedules_join_the_default_space_from_three_ranks(monkeypatch) -> None:
+    from autotaxer.tuner.study import SearchSpace
+
+    op = get_op("ag_gemm")
+    assert op.in_default_space("push", 2) and op.in_default_space("copy_engine", 8)
+    assert not op.in_default_space("ce_fanout", 2) and not op.in_default_space("ce_grouped", 2)
+    assert op.in_default_space("ce_fanout", 3) and op.in_default_space("ce_grouped", 8)
+    assert not op.in_default_space("push_ws", 8)  # opt-in at every size
+    monkeypatch.setattr(type(op), "available_variants", lambda self, target: dict(self.variants))
+    at = {ws: SearchSpace.build(op, _key(ws, 0), H200, None).names for ws in (2, 8)}
+    assert "ce_grouped" not in at[2] and {"ce_fanout", "ce_grouped"} <= set(at[8])
+    assert "push_ws" not in at[8]
+    named = SearchSpace.build(op, _key(8, 0), H200, ("push",)).names  # --variants still decides alone
+    assert "ce_grouped" not in named and "push" in named

@@ -1,12 +1,10 @@
-"""The pull and push kernels (and the persistent GEMM) under Triton's interpreter, on CPU.
-
-Each check runs in a subprocess with ``TRITON_INTERPRET=1`` set before Triton is imported. Ranks are
-emulated in one process: one byte buffer per rank is its symmetric heap (``heap_bases`` = their
-addresses) and buffers are carved at the same offsets on every rank. Programs run one after another,
-so every rank's producers are launched before any rank's consumers. Several calls run on one set of
-flags with fresh inputs and NaN-poisoned outputs and no reset: a consumer that read the wrong parity
-slot, or a device epoch that did not advance, gives a wrong result or fails the arrival check.
-"""
+"""The pull and push kernels (and the persistent GEMM) under Triton's interpreter, on CPU. Each check runs in
+a subprocess with ``TRITON_INTERPRET=1`` set before Triton is imported. Ranks are emulated in one process
+(``autotaxer.tools.emulated_ranks``): one byte buffer per rank is its symmetric heap (``heap_bases`` = their
+addresses), buffers carved at the same offsets on every rank. Programs run one after another, so every rank's
+producers are launched before any rank's consumers. Several calls run on one set of flags with fresh inputs
+and NaN-poisoned outputs and no reset: a consumer that read the wrong parity slot, or a device epoch that did
+not advance, gives a wrong result or fails the arrival check."""
 
 from __future__ import annotations
 
@@ -21,94 +19,17 @@ _PRELUDE = textwrap.dedent(
     """
     import torch
 
-    from autotaxer.kernels.ag_gemm.fused import (
-        SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape, shard_dims,
-    )
-    from autotaxer.kernels.ag_gemm.pull import ag_gemm_pull
-    from autotaxer.kernels.ag_gemm.push import ag_gemm_push
-    from autotaxer.kernels.ag_gemm.push_tma import ag_gemm_push_tma, tma_ready
-
-    LAUNCHERS = {"pull": ag_gemm_pull, "push": ag_gemm_push, "push_tma": ag_gemm_push_tma}
+    from autotaxer.kernels.ag_gemm.fused import FusedConfig
+    from autotaxer.kernels.ag_gemm.push_tma import tma_ready
+    from autotaxer.tools.emulated_ranks import check_ag_gemm, grid_and_tiles
 
 
-    class Heap:
-        def __init__(self, world_size, nbytes=1 << 21):
-            self.bufs = [torch.zeros(nbytes, dtype=torch.uint8) for _ in range(world_size)]
-            self.off = 0
-            self.bases = torch.tensor([b.data_ptr() for b in self.bufs], dtype=torch.int64)
-
-        def alloc(self, shape, dtype):
-            n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-            o, self.off = self.off, (self.off + n + 255) // 256 * 256
-            return [b[o : o + n].view(dtype).view(shape) for b in self.bufs]
-
-
-    def fused_buffers(ws, gd, m, k, cfg, dtype):
-        # (heap, ms, ks, geo, inboxes, flags, syncs) of ws emulated ranks, in one emulated heap
-        heap = Heap(ws)
-        ms, ks = shard_dims(m, k, ws, gd)
-        geo = geometry(cfg, ms, ks)
-        buf = heap.alloc(inbox_shape(ms, ks, ws), dtype)
-        flags = heap.alloc((flags_count(geo, ws),), torch.int32)
-        syncs = [torch.zeros(SYNC_WORDS, dtype=torch.int64) for _ in range(ws)]
-        return heap, ms, ks, geo, buf, flags, syncs
+    def check(*args, **kwargs):
+        print(check_ag_gemm(*args, **kwargs))
 
 
     def tiles_and_grid(m, n, cfg, num_sms=4):
-        # the GEMM launch's grid and tile count, as the launcher computes them
-        tiles = -(-m // cfg.block_m) * -(-n // cfg.block_n)
-        return cfg.comm_sms + min(num_sms - cfg.comm_sms, tiles), tiles
-
-
-    def fresh_call(ws, gd, ms, ks, m, n, k, dtype):
-        # fresh random shards and B, NaN-poisoned outputs, and the fp32 reference
-        shards = [torch.randn(ms, ks).to(dtype) for _ in range(ws)]
-        b = torch.randn(k, n).to(dtype)
-        outs = [torch.full((m, n), float("nan"), dtype=dtype) for _ in range(ws)]
-        return shards, b, outs, torch.cat([s.float() for s in shards], dim=gd) @ b.float()
-
-
-    def check(kind, ws, gd, m, n, k, cfg, calls=3, dtype=torch.float32, seed=0, first_epoch=1, b_t=False,
-              tma=True):
-        # first_epoch > 1: the sync words start as that many calls had left them (the queue's low 32
-        # bits wrapping, the arrival count beyond 32 bits, when the test picks it so); b_t: B is the
-        # transpose of a row-major (N, K) tensor (column-major)
-        torch.manual_seed(seed)
-        heap, ms, ks, geo, buf, flags, syncs = fused_buffers(ws, gd, m, k, cfg, dtype)
-        grid, tiles = tiles_and_grid(m, n, cfg)
-        per_call = tiles + cfg.comm_sms if cfg.comm_sms else 0  # the queue's draws per call
-        for s in syncs:
-            s[0], s[1] = (first_epoch - 1) * grid, ((first_epoch - 1) * per_call) % 2**32
-        for epoch in range(first_epoch, first_epoch + calls):
-            shards, b, outs, ref = fresh_call(ws, gd, ms, ks, m, n, k, dtype)
-            if b_t:
-                b = b.t().contiguous().t()
-            if kind == "push_tma":  # the TMA kernel itself, or (tma=False) push's kernel as its fallback
-                assert (tma_ready(shards[0], b, buf[0], gd, cfg) is None) == tma, tma
-            # pull's fetch step waits on every peer's staging step: stage everywhere first
-            for phase in ("stage", "fetch", "consumers"):
-                for r in range(ws):
-                    args = dict(a_shard=shards[r], b=b, out=outs[r], flags=flags[r], sync=syncs[r],
-                                heap_bases=heap.bases, rank=r, world_size=ws, gather_dim=gd, config=cfg,
-                                num_sms=4, phase=phase, inbox=buf[r])
-                    LAUNCHERS[kind](**args)
-            for r in range(ws):
-                err = ((outs[r].float() - ref).norm() / ref.norm()).item()
-                tol = 1e-5 if dtype == torch.float32 else 2e-3
-                assert err < tol, (kind, ws, gd, m, n, k, epoch, r, err)
-                # every program of the GEMM launch arrived once per call; the queue (low 32 bits) advanced
-                # by exactly tiles + dedicated producers per call (nothing drawn when every program produces)
-                arrivals, drawn = syncs[r].tolist()
-                assert arrivals == epoch * grid, (epoch, arrivals)
-                assert drawn % 2**32 == (epoch * per_call) % 2**32, (epoch, drawn)
-                # this call's flags hold its epoch (pull: its own staging flags too); never reset
-                slot = flags[r].view(2, ws, geo.count)[epoch % 2]
-                assert slot.flatten().tolist().count(epoch) == (ws if kind == "pull" else ws - 1) * geo.count
-                # every peer's chunks arrived in the inbox, bit for bit (pull: the own shard is staged)
-                for src in range(ws):
-                    if src != r or kind == "pull":
-                        assert torch.equal(buf[r][epoch % 2, src], shards[src]), (kind, r, src)
-        print("OK", kind, ws, gd, m, n, k)
+        return grid_and_tiles(m, n, cfg, num_sms)
     """
 )
 
@@ -182,7 +103,8 @@ def test_three_ranks_both_layouts(kind: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pull", "push"])
-@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.emulated
+@pytest.mark.parametrize("world_size", [4, 8], ids=lambda ws: f"ws{ws}")
 def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
     """The flag layout (one slot per source rank and chunk), the inbox (one slot per rank) and the
     producer loop over peers at the world sizes of issue 6; gather_dim=0 shards of 5 rows straddle the
@@ -199,7 +121,8 @@ def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.emulated
+@pytest.mark.parametrize("world_size", [4, 8], ids=lambda ws: f"ws{ws}")
 @pytest.mark.parametrize("schedule", ["push_order", "release_each", "all"])
 def test_many_peer_schedules(world_size: int, schedule: str) -> None:
     """push's many-peer schedule (issue 26): peers in the order they read the shard (``push_order``), each

@@ -13,7 +13,7 @@ from ._op import AgGemm
 
 _VARIANT_MODULES = ("bsp", "bsp_symm", "cpu_chunked", "pull", "push", "push_tma", "copy_engine")
 #: Opt-in variants (``experimental = True``): registered, tuned only when named.
-_EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout")
+_EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout", "experimental.ce_grouped")
 #: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).
 _TEST_MODULES = ("autotaxer.testing.planted",)
 
@@ -23,6 +23,9 @@ AG_GEMM = AgGemm()
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking
 # carried over in all 20 (1.08-1.39x): bench/results/2026-11-22_ws4_h200x4/nearest_reuse.md.
 AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd"})
+# The copy-engine schedules for many peers join the default space from 3 ranks on: the 4- and 8-GPU runs
+# measure them beside copy_engine, and decide which of the three stay (issue 26).
+AG_GEMM.default_from_world_size = {"ce_fanout": 3, "ce_grouped": 3}
 for _qual in (*(f"{__name__}.{n}" for n in (*_VARIANT_MODULES, *_EXPERIMENTAL_MODULES)), *_TEST_MODULES):
     if importlib.util.find_spec(_qual) is None:
         continue

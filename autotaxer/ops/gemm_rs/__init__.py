@@ -4,8 +4,9 @@ The row-parallel half of tensor parallelism (and the backward of ``ag_gemm``): e
 ``A_r (M, K/ws)`` and ``B_r (K/ws, N)``; every rank gets its slice of ``sum_r A_r @ B_r`` along
 ``scatter_dim`` (0: rows, ``(M/ws, N)``; 1: columns, ``(M, N/ws)``), PyTorch's
 ``fused_matmul_reduce_scatter`` contract. Variants: ``bsp`` (GEMM + NCCL ``reduce_scatter_tensor``),
-``bsp_symm`` (the same on NCCL symmetric-memory windows) and ``push`` (fused: tiles pushed to their owner
-as they finish, reduced there; Iris).
+``bsp_symm`` (the same on NCCL symmetric-memory windows), ``push`` and ``push_tma`` (fused: tiles pushed
+to their owner as they finish, reduced there; Iris) and ``copy_engine`` (owners' slices in rotated order,
+each copied to its owner by the copy engine while the next slices' GEMMs run).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 
 from ._op import GemmRs
 
-_VARIANT_MODULES = ("bsp", "bsp_symm", "push")
+_VARIANT_MODULES = ("bsp", "bsp_symm", "push", "copy_engine")
 
 GEMM_RS = GemmRs()
 for _name in _VARIANT_MODULES:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...common import signal as sig
+from ...common.lanes import lane_streams, peer_lanes
 from .. import copy_engine as ce
 
 GEMMS = ("range", "peer")
@@ -40,12 +41,6 @@ class FanoutPlan:
     base: ce.Plan
     lanes: tuple[tuple[int, ...], ...]  # peers per side stream, in issue order
     runs: tuple[tuple[int, int], ...]  # gather_dim=0 "range": (first, last) rank of each GEMM's peers
-
-
-def peer_lanes(peers: tuple[int, ...], streams: int) -> tuple[tuple[int, ...], ...]:
-    """``peers`` dealt round robin to ``min(streams, len(peers))`` lanes, each keeping their order."""
-    n = max(1, min(streams, len(peers)))
-    return tuple(tuple(peers[i::n]) for i in range(n))
 
 
 def peer_runs(rank: int, world_size: int) -> tuple[tuple[int, int], ...]:
@@ -82,22 +77,6 @@ def make_fanout_plan(
     )  # fmt: skip
     runs = peer_runs(channel.rank, channel.world_size) if gemms == "range" else ()
     return FanoutPlan(base=base, lanes=peer_lanes(base.peers, streams), runs=runs)
-
-
-_LANE_STREAMS: dict[tuple[int, int], list[tuple[Any, Any]]] = {}  # (channel, lanes) -> (stream, join)
-
-
-def lane_streams(ch: ce.Channel, n: int) -> list[tuple[Any, Any]]:
-    """``n`` (stream, join event) pairs for ``ch``: the channel's side stream first, then streams of
-    their own (created once per channel and count, reused by every call; call it at prepare time so
-    that none is created during a CUDA-graph capture)."""
-    import torch
-
-    key = (id(ch), n)
-    if key not in _LANE_STREAMS:
-        extra = [(torch.cuda.Stream(device=ch.data.device), torch.cuda.Event()) for _ in range(n - 1)]
-        _LANE_STREAMS[key] = [(ch.side, ch.join), *extra]
-    return _LANE_STREAMS[key]
 
 
 def _send_lane(ch: ce.Channel, plan: FanoutPlan, a_shard: Any, peers: tuple[int, ...], stream: Any) -> None:

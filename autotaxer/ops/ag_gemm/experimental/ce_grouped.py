@@ -1,0 +1,123 @@
+"""``ce_grouped``: the copy-engine family for many peers: peer copies over several side streams, the
+peers' GEMMs grouped so that ``B`` is read once per ``group`` peers, at both gather dims
+(``gather_dim=1``: peers' K-slices land as column blocks of one buffer by strided copies).
+
+Parameters: ``streams`` (side streams the peers are dealt to), ``group`` (consecutive peers per GEMM),
+``signal`` (``memop`` | ``triton``) and ``accumulate`` (``gather_dim=1``: ``out`` | ``fp32``).
+Experimental (opt-in with ``--variants``) until measured on a 4- or 8-GPU machine; it lands beside
+``copy_engine`` and ``ce_fanout``, whose records stay valid, and the 8-GPU run decides which of the three
+stay. NVIDIA only; see ``autotaxer.kernels.ag_gemm.experimental.ce_grouped``.
+
+History: written 2026-11-25 for issue 26 (the copy-engine family for many peers), checked with 3, 4 and 8
+ranks as threads on CPU buffers and with 4 and 8 ranks emulated on one H100; ``bench/cost_model.py``
+predicts it the only copy-engine design near BSP at gather_dim=1 on 8 GPUs (1.02-1.08x), where one GEMM
+per peer reads and writes all of ``out`` eight times. Not yet run on peers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...._problem import ProblemKey, Target, torch_dtype
+from ..._base import Params, RunContext, Variant, Workspace
+from ..copy_engine import CopyEngineVariant
+from .ce_fanout import _streams_reason
+
+_STREAMS = (8, 4, 2, 1)
+_GROUPS = (8, 4, 2, 1)
+
+
+def _group_reason(group: int, peers: int) -> str | None:
+    """Why ``group`` peers per GEMM makes no sense for ``peers`` peers (of the powers of two, only the
+    smallest that covers every peer is kept)."""
+    if group < 1:
+        return f"group: {group} must be at least 1"
+    if group > 1 and group // 2 >= peers:
+        return f"group: {group} for {peers} peers ({group // 2} already covers them all)"
+    return None
+
+
+class CeGroupedVariant(Variant):
+    name = "ce_grouped"
+    experimental = True
+    _copy_engine = CopyEngineVariant()  # the transport's own checks
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        reason = self._copy_engine.unavailable_reason(target)
+        return None if reason is None else f"ce_grouped: {reason}"
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        return {
+            "group": _GROUPS,
+            "streams": _STREAMS,
+            "signal": ("memop", "triton"),
+            "accumulate": ("out",) if key["gather_dim"] == 0 else ("out", "fp32"),
+        }
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """Every peer on a stream of its own; GEMMs of two peers (B read about W/2 times, the first GEMM
+        after two copies), then of every contiguous run (B read at most three times)."""
+        peers = key.world_size - 1
+        streams = next(s for s in _STREAMS if _streams_reason(s, peers) is None)
+        groups = [g for g in (2, *_GROUPS) if _group_reason(g, peers) is None][:2]
+        base = {"streams": streams, "signal": "memop", "accumulate": "out"}
+        return [{"group": g, **base} for g in dict.fromkeys(groups)]
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        gd, ws = key["gather_dim"], key.world_size
+        missing = {"streams", "group", "signal", "accumulate"} - set(params)
+        if missing:
+            return f"missing parameters: {', '.join(sorted(missing))}"
+        if ws < 3:
+            return "ce_grouped needs at least 3 ranks (with one peer it is copy_engine)"
+        reason = _streams_reason(params["streams"], ws - 1) or _group_reason(params["group"], ws - 1)
+        if reason is not None:
+            return reason
+        as_copy_engine = {
+            "signal": params["signal"], "chunks": 1, "accumulate": params["accumulate"],
+            "gather_first": False, "order": "rotated",
+        }  # fmt: skip
+        reason = self._copy_engine.check(key, target, as_copy_engine)
+        if reason is None and gd == 1 and (key["K"] // ws) * 2 % 16:
+            return "K / world size: a strided copy's rows must be whole 16-byte units"
+        return reason
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        from autotaxer.kernels.ag_gemm.copy_engine import get_channel
+        from autotaxer.kernels.ag_gemm.experimental.ce_grouped import make_grouped_plan
+        from autotaxer.kernels.common.lanes import lane_streams
+
+        reason = self.check(key, ctx.target, params)
+        if reason is not None:
+            raise ValueError(f"ce_grouped: {reason}")
+        dtype = torch_dtype(key.dtype)
+        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
+        plan = make_grouped_plan(
+            channel, m=key["M"], k=key["K"], gather_dim=key["gather_dim"],
+            elem=torch.empty((), dtype=dtype).element_size(), streams=params["streams"],
+            group=params["group"], fp32_accumulate=params["accumulate"] == "fp32",
+        )  # fmt: skip
+        lane_streams(channel, len(plan.lanes))  # created now, not inside a CUDA-graph capture
+        buffers: dict[str, Any] = {"channel": channel, "plan": plan, "inbox": channel.arena(0).view(dtype)}
+        if plan.base.fp32_accumulate:
+            buffers["acc"] = torch.empty((key["M"], key["N"]), dtype=torch.float32, device=ctx.device)
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
+        from autotaxer.kernels.ag_gemm.experimental.ce_grouped import ag_gemm_ce_grouped
+
+        a_shard, b = inputs
+        a_shard = a_shard.contiguous()  # the peer copies move whole rows; B may be kn or nk (vendor GEMMs)
+        if out is None:
+            out = torch.empty((ws.key["M"], ws.key["N"]), dtype=a_shard.dtype, device=a_shard.device)
+        elif not out.is_contiguous():
+            raise ValueError("ce_grouped: out must be contiguous")
+        buf = ws.buffers
+        return ag_gemm_ce_grouped(buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+
+
+VARIANTS = [CeGroupedVariant()]
