@@ -1,4 +1,5 @@
-"""Host side of the fused ``gemm_rs`` kernel (``push``): config, buffers' shapes, launch.
+"""Host side of the fused ``gemm_rs`` kernel (``push``, ``push_tma`` and ``pull``): config, buffers'
+shapes, launch.
 
 The kernel and its synchronisation are in :mod:`.push_kernel`.
 """
@@ -78,6 +79,7 @@ def gemm_rs_push(
     phase: str = "all",
     tma: bool = False,
     scratch: Scratch | None = None,
+    pull: bool = False,
 ) -> Any:
     """``out`` = this rank's slice of ``sum_r a_r @ b_r`` along ``scatter_dim``; collective over
     ``world_size`` ranks. ``inbox`` (:func:`inbox_shape`, a's dtype) and ``flags`` (int32,
@@ -85,7 +87,7 @@ def gemm_rs_push(
     arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter.
     ``tma``: the GEMM's K loop by TMA loads where :func:`tma_ready` allows (else the plain one, same
     buffers and protocol), its descriptors' scratch from ``scratch`` (kept by the caller: one per
-    workspace)."""
+    workspace). ``pull``: the same buffers, each tile kept in its maker's heap and loaded by its owner."""
     config.validate()
     if scatter_dim not in (0, 1):
         raise ValueError(f"scatter_dim: must be 0 or 1, got {scatter_dim}")
@@ -109,12 +111,12 @@ def gemm_rs_push(
     use_tma = tma and tma_ready(a, b) is None
     with scratch_allocator((scratch or Scratch()) if use_tma else None):
         _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase,
-                grid, m, n, k, mo, no, use_tma)  # fmt: skip
+                grid, m, n, k, mo, no, use_tma, pull)  # fmt: skip
     return out
 
 
 def _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase, grid,
-            m, n, k, mo, no, tma) -> None:  # fmt: skip
+            m, n, k, mo, no, tma, pull) -> None:  # fmt: skip
     KERNEL[(grid,)](
         a, b, out, inbox, flags, sync, heap_bases, rank,
         m, n, k, mo, no,
@@ -122,6 +124,6 @@ def _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter
         grid,
         WORLD_SIZE=world_size, SCATTER_DIM=scatter_dim,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase], TMA=tma, B_ROW_MAJOR=b.stride(1) == 1,
+        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase], TMA=tma, B_ROW_MAJOR=b.stride(1) == 1, PULL=pull,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip

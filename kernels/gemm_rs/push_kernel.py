@@ -15,6 +15,10 @@ persistent launch, two steps per program:
    its own last), spin on the flag with acquire loads until it holds this call's epoch, then add the
    partial in fp32; store the sum in the output's dtype.
 
+``PULL`` (the ``pull`` variant): step 1 stores each tile in this rank's own inbox (slot ``owner``) and
+releases its own flag ``[parity, owner, tile]``; step 2 spins on the flag in the source's heap and loads
+the tile from there (remote acquire loads and reads over NVLink instead of remote stores).
+
 Every program finishes its step 1 before it waits in step 2, and the grid is at most one program per SM
 (all resident), so every wait ends. Epoch and parity as in ``ag_gemm``'s protocol (``common.sync``):
 ``sync[0]`` counts arrivals, flags hold epochs, inbox and flags have two parity slots, a rank is at
@@ -56,11 +60,13 @@ def gemm_rs_push_kernel(
     WORLD_SIZE: tl.constexpr, SCATTER_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     EVEN_K: tl.constexpr, STEPS: tl.constexpr, TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = True,
+    PULL: tl.constexpr = False,
 ):  # fmt: skip
     """One rank's slice of ``sum_r A_r @ B_r`` (module docstring); ``c_ptr`` is the ``Mo x N`` or
     ``M x No`` output, ``inbox_ptr`` and ``flags_ptr`` this rank's heap buffers. ``TMA``: the tiles' K loop
     by TMA loads (A K-contiguous, B row-major or, ``B_ROW_MAJOR`` false, column-major; 16-byte aligned),
-    rows past the slice read from the next one and never stored."""
+    rows past the slice read from the next one and never stored. ``PULL`` (``pull``): each tile stays in
+    this rank's own heap (slot ``owner``), its flag released here, and the owner loads it from there."""
     pid = tl.program_id(0)
     epoch = epoch_begin(sync_ptr, num_programs, (STEPS & 2) != 0)
     parity = epoch % 2
@@ -107,13 +113,19 @@ def gemm_rs_push_kernel(
                 acc = mma_k_range(
                     acc, a_ptrs, b_ptrs, 0, K, stride_ak, stride_bk, live_c, BLOCK_K, EVEN_K, False
                 )
-            dst = inbox + rank * slot + heap_delta(inbox_ptr, rank, owner, heap_bases)
+            if PULL:  # kept here, in the owner's slot: the owner loads it
+                dst = inbox + owner * slot
+            else:  # into this rank's slot of the owner's inbox
+                dst = inbox + rank * slot + heap_delta(inbox_ptr, rank, owner, heap_bases)
             ptrs = dst + lr.to(tl.int64)[:, None] * No + lc[None, :]
             tl.store(ptrs, acc.to(inbox_ptr.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])
             tl.debug_barrier()  # every thread's stores precede the single release below
-            iris.atomic_xchg(
-                flags + rank * per_owner + tile, epoch, rank, owner, heap_bases, sem="release", scope="sys"
-            )
+            if PULL:
+                flag = flags + owner * per_owner + tile
+                tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
+            else:
+                flag = flags + rank * per_owner + tile
+                iris.atomic_xchg(flag, epoch, rank, owner, heap_bases, sem="release", scope="sys")
     if STEPS & 2:
         for tile in range(pid, per_owner, num_programs):
             pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
@@ -123,12 +135,18 @@ def gemm_rs_push_kernel(
             at = lr.to(tl.int64)[:, None] * No + lc[None, :]
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(WORLD_SIZE):
-                src = (rank + WORLD_SIZE - 1 - s) % WORLD_SIZE  # in the order the partials are sent
-                flag = flags + src * per_owner + tile
+                src = (rank + WORLD_SIZE - 1 - s) % WORLD_SIZE  # in the order the partials are made
+                if PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
+                    delta = heap_delta(inbox_ptr, rank, src, heap_bases)
+                    flag = flags + rank * per_owner + tile + heap_delta(flags_ptr, rank, src, heap_bases)
+                    part_ptrs = inbox + rank * slot + delta + at
+                else:
+                    flag = flags + src * per_owner + tile
+                    part_ptrs = inbox + src * slot + at
                 while tl.atomic_add(flag, 0, sem="acquire", scope="sys") < epoch:
                     pass
                 tl.debug_barrier()  # the acquiring thread's observation precedes every thread's loads
-                part = tl.load(inbox + src * slot + at, mask=live, other=0.0, cache_modifier=".cg")
+                part = tl.load(part_ptrs, mask=live, other=0.0, cache_modifier=".cg")
                 total += part.to(tl.float32)
             c_ptrs = c_ptr + lr.to(tl.int64)[:, None] * stride_cm + lc[None, :] * stride_cn
             tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=live)

@@ -23,7 +23,9 @@ _SCRIPT = textwrap.dedent(
     ws, sd, m, n, k, layout = int(sys.argv[1]), int(sys.argv[2]), *map(int, sys.argv[3:6]), sys.argv[6]
     dtype = {"fp32": torch.float32, "fp16": torch.float16}[sys.argv[7]]  # (no bf16 dot in the interpreter)
     cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
-    print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=sys.argv[8] == "tma"))
+    core = sys.argv[8]
+    print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=core == "tma",
+                             pull=core == "pull"))  # fmt: skip
     """
 )
 
@@ -46,10 +48,12 @@ def test_push_matches_fp32_on_emulated_ranks(world_size: int, scatter_dim: int) 
     m, n = (24 * world_size, 40) if scatter_dim == 0 else (40, 24 * world_size)
     k = 24 * world_size
     out = _run(world_size, scatter_dim, m, n, k, "kn", "fp32", "plain")
+    # pull: every tile kept where it is made, its flag raised there, loaded and awaited by its owner
+    out += _run(world_size, scatter_dim, m, n, k, "nk" if world_size == 4 else "kn", "fp32", "pull")
     if world_size > 4:  # 8 ranks: the protocol at scale; the layouts and cores are covered at 2 and 4
-        assert out.count("OK") == 1
+        assert out.count("OK") == 2
         return
     out += _run(world_size, scatter_dim, m, n, k + 8 * world_size, "nk", "fp16", "plain")
     # push_tma's core: TMA loads of A and B (both layouts), edges zero-filled, tiles past a slice unused
     out += _run(world_size, scatter_dim, m, n, k, "nk" if scatter_dim else "kn", "fp32", "tma")
-    assert out.count("OK") == 3
+    assert out.count("OK") == 4

@@ -2,8 +2,12 @@
 next rank's slice first) with a flag per tile, and the owner reduces them in fp32 (one persistent
 launch on the Iris heap; ``autotaxer.kernels.gemm_rs.push_kernel``).
 
+``pull`` (issue 27's owner-pull form) is the same kernel with the tiles kept where they are made and
+loaded by their owner.
+
 History: written 2026-11-25 with its interpreter tests at 2, 4 and 8 emulated ranks and checked on one
-H100 at world size 1; its speed against BSP needs peers (the 2- and 8-GPU run issues: ``bench/run_ws*``).
+H100 at world size 1 (``pull`` later that day, also with 4 and 8 ranks emulated on one H100); its speed
+against BSP needs peers (the 2- and 8-GPU run issues: ``bench/run_device.sh``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ class PushVariant(Variant):
     device_types = frozenset({"cuda"})
     #: The GEMM's K loop by TMA loads (``push_tma``; calls TMA cannot address run the plain loop).
     tma = False
+    #: Tiles kept in their maker's heap and loaded by their owner (``pull``).
+    pull = False
 
     def unavailable_reason(self, target: Target) -> str | None:
         return super().unavailable_reason(target) or iris_unavailable(self.name)
@@ -115,7 +121,7 @@ class PushVariant(Variant):
             a=a, b=b, out=out, inbox=buf["inbox"], flags=buf["flags"], sync=buf["sync"],
             heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
             scatter_dim=ws.key["scatter_dim"], config=buf["config"], num_sms=ctx.target.num_sms,
-            tma=self.tma, scratch=buf["scratch"],
+            tma=self.tma, scratch=buf["scratch"], pull=self.pull,
         )  # fmt: skip
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
@@ -133,4 +139,13 @@ class PushTmaVariant(PushVariant):
         return super().unavailable_reason(target) or tma_unavailable(self.name, target)
 
 
-VARIANTS = [PushVariant(), PushTmaVariant()]
+class PullVariant(PushVariant):
+    """The owner pulls: each rank keeps its partial tiles in its own heap with a flag per tile, and each
+    owner loads its slice's tiles from every rank as their flags come up and reduces them in fp32. The
+    same buffers, parameters and protocol as ``push``; remote loads instead of remote stores."""
+
+    name = "pull"
+    pull = True
+
+
+VARIANTS = [PushVariant(), PushTmaVariant(), PullVariant()]
