@@ -31,8 +31,9 @@ class CopyEngineVariant(Variant):
         return AgCopyEngine().unavailable_reason(target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        peers = key.world_size - 1
-        streams = tuple(s for s in _STREAMS if s == 1 or s // 2 < peers)
+        from ..ag_gemm._lanes import _streams_reason
+
+        streams = tuple(s for s in _STREAMS if _streams_reason(s, key.world_size - 1) is None)
         return {"streams": streams, "signal": ("memop", "triton")}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
@@ -46,9 +47,11 @@ class CopyEngineVariant(Variant):
             return f"missing parameters: {', '.join(sorted(missing))}"
         if key.world_size < 2:
             return "copy_engine needs at least 2 ranks"
-        streams = params["streams"]
-        if streams < 1 or (streams > 1 and streams // 2 >= key.world_size - 1):
-            return f"streams: {streams} for {key.world_size - 1} peers"
+        from ..ag_gemm._lanes import _streams_reason
+
+        reason = _streams_reason(params["streams"], key.world_size - 1)
+        if reason is not None:
+            return reason
         if params["signal"] not in ("memop", "triton"):
             return f"signal: unknown back end {params['signal']!r}"
         if params["signal"] == "memop":

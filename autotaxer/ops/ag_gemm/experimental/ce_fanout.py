@@ -15,20 +15,11 @@ from typing import Any
 
 from ...._problem import ProblemKey, Target, torch_dtype
 from ..._base import Params, RunContext, Variant, Workspace
+from .._lanes import _streams_reason
 from ..copy_engine import CopyEngineVariant
 
 _STREAMS = (8, 4, 2, 1)
 _CHUNKS = (1, 2, 4)
-
-
-def _streams_reason(streams: int, peers: int) -> str | None:
-    """Why ``streams`` side streams make no sense for ``peers`` peers: lanes are capped at one per peer,
-    so of the powers of two only the smallest one that covers every peer is kept."""
-    if streams < 1:
-        return f"streams: {streams} must be at least 1"
-    if streams > 1 and streams // 2 >= peers:
-        return f"streams: {streams} for {peers} peers ({streams // 2} already gives each its own)"
-    return None
 
 
 class CeFanoutVariant(Variant):

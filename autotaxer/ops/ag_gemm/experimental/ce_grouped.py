@@ -20,8 +20,8 @@ from typing import Any
 
 from ...._problem import ProblemKey, Target, torch_dtype
 from ..._base import Params, RunContext, Variant, Workspace
+from .._lanes import _streams_reason
 from ..copy_engine import CopyEngineVariant
-from .ce_fanout import _streams_reason
 
 _STREAMS = (8, 4, 2, 1)
 _GROUPS = (8, 4, 2, 1)
