@@ -3,7 +3,7 @@
 # 8 ranks, the copy-engine family of both ops at 2, 4 and 8), the one-rank GPU tests of gemm_rs, then the
 # fused kernels' GEMM core against cuBLAS. Logs and JSON under $OUT, a summary line per step printed last:
 #   source bench/device_env.sh && bash bench/emulated_ranks_device.sh [STEP ...]
-# Steps: emulated (default), gemm_rs, cublas.
+# Steps: emulated (default), gemm_rs, gpu (every other GPU test, at the visible GPUs' world size), cublas.
 set -u
 : "${OUT:?source bench/device_env.sh first}"
 # shellcheck source=bench/_step.sh
@@ -16,6 +16,7 @@ for s in "${steps[@]}"; do
     case "$s" in
         emulated) step emulated "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs \
                       tests/ops/test_emulated_ranks_gpu.py ${K:+-k "$K"} ;;
+        gpu) step gpu "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs -m "gpu and not emulated" tests ;;
         gemm_rs) step gemm_rs 200 python3 -P -m pytest -q -p no:cacheprovider -rs tests/ops/test_gemm_rs_gpu.py ;;
         cublas) step cublas 240 python3 -P bench/gemm_vs_cublas.py --fused --tma --shapes 8192x8192 \
                     --ms 256,1024,4096 --out "$OUT/gemm_vs_cublas.json" ;;

@@ -96,7 +96,13 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, help="comma list of NxK (default: the three LLM shapes)")
     parser.add_argument("--fused", action="store_true", help="also the fused kernel at one rank")
     parser.add_argument("--tma", action="store_true", help="with --fused: push_tma's kernel too")
+    parser.add_argument(
+        "--configs", default=None, help="bm,bn,bk,group_m,warps,stages,programs;... (default: a fixed set)"
+    )
     args = parser.parse_args()
+    configs = CONFIGS + (TMA_CONFIGS if args.tma else [])
+    if args.configs:
+        configs = [tuple(map(int, c.split(","))) for c in args.configs.split(";")]
     kinds = ("push", "push_tma") if args.tma else ("push",)
     import torch
     from autotaxer.kernels.common.gemm import GemmConfig, gemm
@@ -112,7 +118,7 @@ def main() -> None:
             t_cublas = _time(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
             best = None
             fused: list[dict] = []  # per fused-eligible config: cuBLAS, gemm and fused side by side
-            for bm, bn, bk, g, w, s, p in CONFIGS + (TMA_CONFIGS if args.tma else []):
+            for bm, bn, bk, g, w, s, p in configs:
                 if bm > max(16, 1 << (m - 1).bit_length()):
                     continue
                 cfg = GemmConfig(

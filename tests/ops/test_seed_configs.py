@@ -100,3 +100,18 @@ def test_many_peer_seeds_follow_the_first_and_stay_in_the_space(world_size: int,
         assert (wide in points) == valid[1]  # queued by the tuner wherever it is valid
     two = op.variants["push"].seed_configs(_key(m, gd), H200)
     assert not any(c["push_order"] or c["release_each"] or c["group_across"] for c in two)
+
+
+@pytest.mark.parametrize("name", ["push", "pull", "push_tma"])
+def test_deep_pipelines_are_searched_and_seeded_where_b_bounds_the_gemm(name: str) -> None:
+    """M <= 256: six pipeline stages are a choice and a seed (valid in an H200's shared memory); above,
+    neither. 128x256 tiles do not fit six stages, and the check says so."""
+    variant = get_op("ag_gemm").variants[name]
+    small, large = _key(256, 0), _key(1024, 0)
+    assert 6 in variant.search_space(small, H200)["num_stages"]
+    assert 6 not in variant.search_space(large, H200)["num_stages"]
+    deep = [c for c in variant.seed_configs(small, H200) if c["num_stages"] == 6]
+    assert deep and all(variant.check(small, H200, c) is None for c in deep)
+    assert not any(c["num_stages"] == 6 for c in variant.seed_configs(large, H200))
+    wide = dict(deep[0], block_n=256, num_warps=8)
+    assert "num_stages" in variant.check(small, H200, wide)

@@ -44,7 +44,10 @@ class IrisFusedVariant(Variant):
             "block_k": (64, 128, 256) if small else (64, 128),
             "group_m": (8, 4),
             "num_warps": (8, 4),
-            "num_stages": (3, 4, 2),
+            # deeper pipelines at small M (B-bound: bytes in flight): 128x128x64 on 4 warps, one H100 at
+            # one rank, M=256: 62.6 against 58.3 us with 4 and 5 stages in one call, 59.0 against 56.9
+            # with 5 and 6 in the next (bench/results/2026-11-25_gemm_core_h100/)
+            "num_stages": (3, 4, 2, 5, 6) if small else (3, 4, 2),
             "comm_sms": (16, 8, 32, 4, 0),  # 0: every program moves its share, then computes
             # many row chunks per producer (large M): the first wave's rows land first
             "row_chunks": (4, 1, 8, 16) if small else (4, 1, 8, 16, 32, 64),
@@ -69,10 +72,11 @@ class IrisFusedVariant(Variant):
         few): one row tile over all of M at small M (64 wide at gather_dim=0, where deeper searches
         found narrow tiles best), 128x128 tiles above (they beat 128x256 in the fused kernel at
         M=1024-4096 on 2xH200). Up to M=256 first the one with no dedicated producers (``comm_sms=0``,
-        its shard cut fine enough that many programs move a piece each); from M=512, where the grid
-        runs more than one wave, first 8-16 dedicated producers that join the GEMM when done, the shard
-        cut in many row chunks so the rows of the first wave land first (2xH200, N=K=8192: 1.05-1.14x
-        faster than ``comm_sms=0`` at M=1024-4096)."""
+        its shard cut fine enough that many programs move a piece each), last the same with six pipeline
+        stages (one H100, one rank, M=256: a GEMM core 9% faster than with four); from M=512, where the
+        grid runs more than one wave, first 8-16 dedicated producers that join the GEMM when done, the
+        shard cut in many row chunks so the rows of the first wave land first (2xH200, N=K=8192:
+        1.05-1.14x faster than ``comm_sms=0`` at M=1024-4096)."""
         m, gd = key["M"], key["gather_dim"]
 
         def cfg(bm, bn, bk, warps, stages, comm, rc, kc, pf=0):
@@ -96,6 +100,7 @@ class IrisFusedVariant(Variant):
                 cfg(128, 128, 64, 4, 4, 0, 16, 8),
                 cfg(128, 128, 64, 4, 4, 4, 4, 2),
                 cfg(128, 128, 64, 4, 4, 4, 4, 4),
+                cfg(128, 128, 64, 4, 6, 0, 16, 8),
             ])  # fmt: skip
         if m <= 512:
             return self._many_peers(key, [

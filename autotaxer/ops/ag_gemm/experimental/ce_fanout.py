@@ -4,9 +4,9 @@ and at ``gather_dim=0`` the peers' rows multiplied in one GEMM per contiguous ru
 Parameters: ``streams`` (side streams the peers are dealt to, at most one per peer: 8 with 7 peers
 means 7), ``gemms`` (``range``: one GEMM per run of
 peers, ``gather_dim=0`` only; ``peer``: one per peer and chunk), ``signal`` (``memop`` | ``triton``),
-``chunks`` per peer shard and ``accumulate`` (``gather_dim=1``). Experimental (opt-in with
-``--variants``) until measured on a 4- or 8-GPU machine. NVIDIA only (``cuMemcpyAsync``); see
-``autotaxer.kernels.ag_gemm.experimental.ce_fanout``.
+``chunks`` per peer shard and ``accumulate`` (``gather_dim=1``). Experimental until measured on a 4-
+or 8-GPU machine: tuned by default from 3 ranks on, opt-in with ``--variants`` below. NVIDIA only
+(``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_fanout``.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ peers' GEMMs grouped so that ``B`` is read once per ``group`` peers, at both gat
 
 Parameters: ``streams`` (side streams the peers are dealt to), ``group`` (consecutive peers per GEMM),
 ``signal`` (``memop`` | ``triton``) and ``accumulate`` (``gather_dim=1``: ``out`` | ``fp32``).
-Experimental (opt-in with ``--variants``) until measured on a 4- or 8-GPU machine; it lands beside
-``copy_engine`` and ``ce_fanout``, whose records stay valid, and the 8-GPU run decides which of the three
-stay. NVIDIA only; see ``autotaxer.kernels.ag_gemm.experimental.ce_grouped``.
+Experimental until measured on a 4- or 8-GPU machine: tuned by default from 3 ranks on (where those runs
+measure it), opt-in with ``--variants`` below; it lands beside ``copy_engine`` and ``ce_fanout``, whose
+records stay valid, and the 8-GPU run decides which of the three stay. NVIDIA only; see
+``autotaxer.kernels.ag_gemm.experimental.ce_grouped``.
 
 History: written 2026-11-25 for issue 26 (the copy-engine family for many peers), checked with 3, 4 and 8
 ranks as threads on CPU buffers and with 4 and 8 ranks emulated on one H100; ``bench/cost_model.py``
