@@ -676,14 +676,18 @@ def row_line(row: Mapping[str, Any]) -> str:
         t = best_us(entry)
         if "skipped" in entry:
             continue
-        if t is None and entry.get("valid_configs") == 0:
-            parts.append(f"{name}: n/a")  # no configuration of the variant is valid at this shape
-        elif t is None:
-            parts.append(f"{name}: FAIL")
+        if t is None:
+            parts.append(f"{name}: {untimed_label(entry)}")
         else:
             times = f"{_fmt(entry.get('eager'))}/{_fmt(entry.get('graph'))}"
             parts.append(f"{name}: {times} x{bsp / t:.2f}" if bsp else f"{name}: {times}")
     return " | ".join(parts)
+
+
+def untimed_label(entry: dict[str, Any]) -> str:
+    """What a variant's cell says when it has no time: ``n/a`` where no configuration of it is valid at the
+    shape (a copy-engine variant at one rank, say), ``FAIL`` where every one it tried failed."""
+    return "n/a" if entry.get("valid_configs") == 0 else "FAIL"
 
 
 TABLE_LEGEND = (

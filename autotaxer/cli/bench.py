@@ -150,7 +150,7 @@ def _print_table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries
+    from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries, untimed_label
 
     names: list[str] = []
     for row in report["rows"]:
@@ -172,7 +172,13 @@ def _print_table(report: dict[str, Any]) -> None:
         entries = row_entries(row)
         cells = [_cell(bsp, None), _cell(best_us(comm_entry(row)), None), _cell(best_us(row["gemm"]), None)]
         cells.append(_cell(ceiling_us(row), bsp))
-        cells += ["" if n not in entries else _cell(best_us(entries[n]), bsp) for n in names]
+        for n in names:
+            if n not in entries:
+                cells.append("")
+            elif (t := best_us(entries[n])) is None:
+                cells.append(untimed_label(entries[n]))
+            else:
+                cells.append(_cell(t, bsp))
         table.add_row(*head, *cells)
     console = Console()
     Console(width=max(console.width, 160)).print(table)

@@ -139,6 +139,18 @@ def test_row_line_tells_no_valid_config_from_failure():
     line = row_line(row)
     assert "push_tma: n/a" in line and "pull: FAIL" in line
     assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line
+    return row
+
+
+def test_table_tells_no_valid_config_from_failure(capsys):
+    """The printed table says what the row line says: "n/a" where no configuration is valid (a
+    copy-engine variant at one rank), "fail" only where the tried configurations failed."""
+    from autotaxer.cli.bench import _print_table
+
+    row = test_row_line_tells_no_valid_config_from_failure()
+    _print_table({"device": "cpu", "world_size": 2, "rows": [row]})
+    cells = [c.strip() for line in capsys.readouterr().out.splitlines() for c in line.split("│")]
+    assert "n/a" in cells and "FAIL" in cells and "0.032 x1.25" in cells
 
 
 def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
