@@ -684,7 +684,7 @@ def row_line(row: Mapping[str, Any]) -> str:
     return " | ".join(parts)
 
 
-def untimed_label(entry: dict[str, Any]) -> str:
+def untimed_label(entry: Mapping[str, Any]) -> str:
     """What a variant's cell says when it has no time: ``n/a`` where no configuration of it is valid at the
     shape (a copy-engine variant at one rank, say), ``FAIL`` where every one it tried failed."""
     return "n/a" if entry.get("valid_configs") == 0 else "FAIL"
