@@ -34,6 +34,8 @@ class RunContext:
     group: Any = None  # torch.distributed.ProcessGroup; None = the default group
     heap_size: int = 1 << 30
     _iris: Any = field(default=None, repr=False)
+    #: Set by :func:`autotaxer.measure.warm_up` once this rank's process has been warmed up for timing.
+    warmed_up: bool = field(default=False, repr=False)
 
     def iris(self):
         """The process's Iris context (symmetric heap), created on first use."""
