@@ -2,8 +2,10 @@
 
 Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
 :func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
-tuned configuration (from ``--db``; a capped sweep where it has none), ``dispatch()`` and the peers.
-Writes JSON (every number with device, versions and date) and prints a table.
+tuned configuration (a capped sweep where it has none), ``dispatch()`` and the peers. One database serves
+both the variants' tuned configurations and dispatch's records (above the shipped tables): ``--db``, else
+the default one that ``tune`` writes. Prints its estimate first and each row as it finishes; writes JSON
+(every number with device, versions and date) and prints a table.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def bench_command(
     from .._target import detect_target
     from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
     from ..measure import TimingConfig
-    from ..storage import MissingDatabase, open_database
+    from ..storage import MissingDatabase, default_url, open_database
     from ..testing import RanksFailed
 
     if device not in DEVICES:
@@ -72,6 +74,7 @@ def bench_command(
     if not cases:
         raise ValueError(f"{shapes}: no ag_gemm or gemm_rs shapes to benchmark")
     timing = TimingConfig.for_device(target.device_type)
+    db = db or default_url()  # one source for the tuned configurations and for dispatch's table
     cfg = BenchConfig(
         cases=cases,
         world_size=world_size,
