@@ -54,6 +54,10 @@ def bench_command(
         typer.Option("--dispatch-timing", help="Serve winners tuned with this timing: eager, graph."),
     ] = None,
     fmt: FormatOption = OutputFormat.human,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
+    ] = False,
 ) -> None:
     """Benchmark every shape in SHAPES side by side; write JSON to --out and print a table."""
     from .._target import detect_target
@@ -94,6 +98,7 @@ def bench_command(
     )
     cfg.validate()
     _check_variants(cfg.variants, target, {c.op for c in cases})
+    _announce(cfg, target, yes)
     try:
         with open_database(db, read_only=True) as database:
             tuned = tuned_params(database, cases, target.gpu_model, world_size)
@@ -127,6 +132,26 @@ def _load_rows(path: Path, world_size: int) -> list[Any]:
     return rows
 
 
+def _announce(cfg: Any, target: Any, yes: bool) -> None:
+    """Say how long the run takes before it starts: on CPU an estimate (refused above an hour without
+    ``--yes``), on GPUs the number of rows; each row is printed as it finishes."""
+    from ..benchmark import row_variants
+    from ._estimate import bench_calls, bench_cpu_seconds, verdict
+
+    rows = f"{len(cfg.cases)} row(s)"
+    if target.device_type != "cpu":
+        typer.echo(f"bench: {rows} on {cfg.world_size} GPU(s); each row is printed as it finishes", err=True)
+        return
+    variants = max(len(row_variants(c.op, target, cfg.variants, cfg.world_size)) for c in cfg.cases)
+    calls = bench_calls(variants, cfg.max_configs, cfg.warmup, cfg.iters, cfg.samples)
+    seconds = bench_cpu_seconds(list(cfg.cases), cfg.world_size, calls)
+    found = verdict(seconds, f"these {rows}", yes)
+    if found is not None and found[0] == "refuse":
+        raise ValueError(found[1])
+    typer.echo(found[1] if found else f"bench: {rows} on the CPU pipeline, about {max(1, round(seconds))} s "
+               "of GEMMs; each row is printed as it finishes", err=True)  # fmt: skip
+
+
 def _check_variants(selected: tuple[str, ...] | None, target: Any, ops: set[str]) -> None:
     """Every name of ``--variants`` is a variant of one of the benchmarked ``ops``, available here."""
     from ..ops import get_op
@@ -150,7 +175,24 @@ def _cell(us: float | None, bsp: float | None) -> str:
 
 
 def _print_table(report: dict[str, Any]) -> None:
+    """Every entry side by side where the terminal is wide enough, else the compact table."""
     from rich.console import Console
+
+    console = Console()
+    table = _full_table(report)
+    if console.measure(table, options=console.options.update_width(10_000)).maximum > console.width:
+        table = _compact_table(report)
+    console.print(table)
+
+
+def _head(row: dict[str, Any], dtype: bool) -> str:
+    """A row's problem in one short cell: ``rs 64x256x256 d1 nk`` (and the dtype when ``dtype``)."""
+    op = "" if row.get("op", "ag_gemm") == "ag_gemm" else "rs "
+    text = f"{op}{row['M']}x{row['N']}x{row['K']} d{row['gather_dim']} {row.get('b_layout', 'kn')}"
+    return f"{text} {row['dtype']}" if dtype else text
+
+
+def _full_table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries, untimed_label
@@ -183,8 +225,47 @@ def _print_table(report: dict[str, Any]) -> None:
             else:
                 cells.append(_cell(t, bsp))
         table.add_row(*head, *cells)
-    console = Console()
-    Console(width=max(console.width, 160)).print(table)
+    return table
+
+
+def _compact_table(report: dict[str, Any]) -> Any:
+    """One line per row for narrow terminals: BSP, the fastest variant or peer and its speedup, dispatch's
+    speedup and the ceiling's (every entry: a wider terminal, or the JSON file)."""
+    from rich import box
+    from rich.table import Table
+
+    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry
+
+    dtypes = {row.get("dtype") for row in report["rows"]}
+    title = f"{report['device']} x{report['world_size']}"
+    title += f", {next(iter(dtypes))}" if len(dtypes) == 1 else ""
+    table = Table(
+        title=f"{title}: x = speedup over the fastest BSP form",
+        caption="every entry: a wider terminal, or the JSON file",
+        box=box.SIMPLE,
+    )
+    table.add_column("M x N x K, dim, B", no_wrap=True)
+    table.add_column("BSP ms", justify="right")
+    table.add_column("fastest", no_wrap=True)
+    for col in ("x", "dispatch", "ceiling"):
+        table.add_column(col, justify="right")
+    for row in report["rows"]:
+        head = _head(row, dtype=len(dtypes) > 1)
+        if "error" in row:
+            table.add_row(head, row["error"], "", "", "", "")
+            continue
+        bsp = bsp_us(row)
+        fastest = fastest_entry(row)
+        dispatch, ceiling = best_us(row.get("dispatch")), ceiling_us(row)
+        name, t = fastest if fastest is not None else ("-", None)
+        table.add_row(
+            head, _cell(bsp, None), name, _ratio(bsp, t), _ratio(bsp, dispatch), _ratio(bsp, ceiling)
+        )
+    return table
+
+
+def _ratio(bsp: float | None, us: float | None) -> str:
+    return f"x{bsp / us:.2f}" if bsp and us else "-"
 
 
 def register(app: typer.Typer) -> None:

@@ -68,9 +68,15 @@ def tune_command(
         list[Path] | None,
         typer.Option(
             "--warm-start",
-            help="Table file(s) whose records of the tuned keys run first (e.g. after a kernel change).",
+            metavar="<path>",
+            help="Table file whose records of the tuned keys run first (e.g. after a kernel change); "
+            "repeat for several.",
         ),
     ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
+    ] = False,
 ) -> None:
     """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
     from ..tuner.distributed import launch_env
@@ -88,7 +94,7 @@ def tune_command(
     options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled)
     output = (quiet, jsonl, wide)
     if launch is None:
-        _tune_spawned(keys_rows, world_size, device, db, options, output)
+        _tune_spawned(keys_rows, world_size, device, db, options, output, yes)
     else:
         _tune_launched(keys_rows, launch, device, db, options, output)
 
@@ -238,10 +244,10 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
         _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
 
 
-def _tune_spawned(rows, world_size, device, db_url, options, output) -> None:
+def _tune_spawned(rows, world_size, device, db_url, options, output, yes: bool) -> None:
     from .._target import detect_target, visible_gpus
     from ..tuner import SpawnedGroup
-    from ._estimate import announcement
+    from ._estimate import tune_verdict
 
     if device == "auto" and 0 < (visible := visible_gpus()) < world_size:
         _fail(
@@ -254,15 +260,18 @@ def _tune_spawned(rows, world_size, device, db_url, options, output) -> None:
     except (RuntimeError, ValueError) as e:
         _fail(str(e))
     config = _config(*options, target.device_type)
+    keys = _keys(rows, target, world_size, config)
+    found = tune_verdict(keys, config.trials, world_size, yes) if target.device_type == "cpu" else None
+    if found is not None and found[0] == "refuse":
+        _fail(found[1])
     reporter = _reporter(*output)
     if device == "auto" and target.device_type == "cpu":
         reporter.note(
             "--device auto: no GPU visible, running the CPU pipeline "
             "(records are stored for gpu_model 'cpu' and never served to GPUs)"
         )
-    keys = _keys(rows, target, world_size, config)
-    if target.device_type == "cpu" and (warning := announcement(keys, config.trials, world_size)):
-        reporter.note(warning)
+    if found is not None:
+        reporter.note(found[1])
     database = _open_db(db_url)
     reporter.note(f"database: {database.display_url}")
     group = SpawnedGroup(world_size, target.device_type)

@@ -78,15 +78,40 @@ def test_flags_read_as_flags_in_help() -> None:
 
 
 def test_a_long_cpu_run_is_announced_and_a_short_one_is_not() -> None:
-    from autotaxer.cli._estimate import announcement
+    from autotaxer.cli._estimate import tune_verdict
     from autotaxer.shapes import load_shapes
 
     def keys(name: str) -> list:
         return [row.to_key("cpu", 2) for row in load_shapes(ROOT / "examples" / name)]
 
-    warning = announcement(keys("shapes_llm.csv"), 16, 2)
-    assert warning is not None and "min for these" in warning and "shapes_cpu.csv" in warning
-    assert announcement(keys("shapes_cpu.csv"), 8, 2) is None
+    level, message = tune_verdict(keys("shapes_llm.csv"), 16, 2, yes=True)
+    assert level == "warn" and "for these 18 shape(s) x 16 trials" in message and "shapes_cpu.csv" in message
+    assert tune_verdict(keys("shapes_llm.csv"), 16, 2, yes=False)[0] == "refuse"
+    assert tune_verdict(keys("shapes_cpu.csv"), 8, 2, yes=False) is None
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_a_gpu_sized_run_on_a_cpu_is_refused_unless_yes(tmp_path, command: str) -> None:
+    """The README's GPU lines on a CPU: refused at once with the estimate, the way out and the CPU
+    example, nothing written; ``--yes`` is what the refusal names."""
+    db = tmp_path / "t.sqlite"
+    args = [
+        command,
+        "--world-size",
+        "2",
+        "--shapes",
+        str(ROOT / "examples" / "shapes_llm.csv"),
+        "--device",
+        "cpu",
+    ]
+    args += ["--db", f"sqlite:///{db}"] + (
+        ["--trials", "16"] if command == "tune" else ["--out", str(tmp_path / "b.json")]
+    )
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "the CPU pipeline needs about" in result.output and "not started (pass --yes" in result.output
+    assert "examples/shapes_cpu.csv" in result.output and "Traceback" not in result.output
+    assert not db.exists() and not (tmp_path / "b.json").exists()
 
 
 @pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])

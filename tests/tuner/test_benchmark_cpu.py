@@ -145,14 +145,29 @@ def test_row_line_tells_no_valid_config_from_failure():
     assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line
 
 
-def test_table_tells_no_valid_config_from_failure(capsys):
+def test_table_tells_no_valid_config_from_failure(capsys, monkeypatch):
     """The printed table says what the row line says: "n/a" where no configuration is valid (a
     copy-engine variant at one rank), "fail" only where the tried configurations failed."""
     from autotaxer.cli.bench import _print_table
 
+    monkeypatch.setenv("COLUMNS", "200")
     _print_table({"device": "cpu", "world_size": 2, "rows": [_mixed_row()]})
     cells = [c.strip() for line in capsys.readouterr().out.splitlines() for c in line.split("│")]
     assert "n/a" in cells and "FAIL" in cells and "0.032 x1.25" in cells
+
+
+def test_table_fits_80_columns(capsys, monkeypatch):
+    """At 80 columns a row is one line: BSP, the fastest variant or peer with its speedup, dispatch's
+    speedup and the ceiling's (the full table needs ~120 columns for a CPU run, more on GPUs)."""
+    from autotaxer.cli.bench import _print_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [_mixed_row(), {**_mixed_row(), "M": 16384, "N": 28672, "dispatch": {"eager": 48.0}}]
+    _print_table({"device": "NVIDIA H200", "world_size": 8, "rows": rows})
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in "".join(lines), lines
+    (line,) = [line for line in lines if "16384x28672x8192 d0 kn" in line]
+    assert line.split()[3:] == ["0.040", "push", "x1.25", "x0.83", "x1.33"]
 
 
 def _store_cpu_winner(url: str, case: Case, variant: str, params: dict) -> None:
