@@ -116,12 +116,14 @@ def test_a_gpu_sized_run_on_a_cpu_is_refused_unless_yes(tmp_path, command: str) 
 
 @pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])
 def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: bool) -> None:
+    """A pipe or a log gets a line per trial, each within 80 columns (keys in their short form)."""
     import sys
 
     from autotaxer.cli.tune import _reporter
-    from autotaxer.tuner.progress import PlainReporter, RichReporter, TrialEvent
+    from autotaxer.tuner.progress import PlainReporter, RichReporter, ShapeResult, Summary, TrialEvent
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
     reporter = _reporter(False, False, False)
     reporter.close()
     assert isinstance(reporter, RichReporter if tty else PlainReporter)
@@ -129,9 +131,16 @@ def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: b
     plain = PlainReporter(out, trials=True)
     plain.shape_start(1, 3, "ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0", 8, 2)
     plain.trial(TrialEvent(1, 3, "k", 3, 8, 5, "bsp", {}, "COMPLETE", 12.5, 0.0, None, 12.5, 12.5))
+    key = "ag_gemm|nvidia-h200|8|bf16|M=16384,N=28672,K=8192|gather_dim=1,b_layout=nk"
+    plain.shape_done(3, 3, ShapeResult(key, "copy_engine", {}, 2222.2, 3333.3, 40, 1, 0, 40, 12.0, True))
+    plain.note("--device auto: no GPU visible, running the CPU pipeline (records are stored for gpu_model "
+               "'cpu' and never served to GPUs)")  # fmt: skip
+    plain.finish([], Summary(3, 24, 9.3, 1, 3.4, 103.0, 102.0, 244.0))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[1/3] ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0: 2 of 8 trials done"
+    assert lines[0] == "[1/3] ag_gemm fp32 M=8 N=8 K=8 gd=0: 2 of 8 trials done"
     assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs (1.00× vs bsp)")
+    assert lines[2] == "[3/3] ag_gemm bf16 M=16384 N=28672 K=8192 gd=1 nk: copy_engine 2,222.2 µs"
+    assert max(map(len, lines)) <= 80, lines
 
 
 def test_no_option_help_is_swallowed_as_rich_markup() -> None:
