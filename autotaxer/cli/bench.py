@@ -25,7 +25,9 @@ def bench_command(
     world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) per problem.")],
     shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to benchmark.")],
     out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
-    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    device: Annotated[
+        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+    ] = "auto",
     db: DbOption = None,
     variants: Annotated[
         str | None, typer.Option("--variants", help="Comma-separated variants (default: every available).")
@@ -51,7 +53,9 @@ def bench_command(
     ] = None,
     dispatch_timing: Annotated[
         str | None,
-        typer.Option("--dispatch-timing", help="Serve winners tuned with this timing: eager, graph."),
+        typer.Option(
+            "--dispatch-timing", help="Serve only winners tuned with this timing.", metavar="<eager|graph>"
+        ),
     ] = None,
     fmt: FormatOption = OutputFormat.human,
     yes: Annotated[
@@ -59,7 +63,12 @@ def bench_command(
         typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
     ] = False,
 ) -> None:
-    """Benchmark every shape in SHAPES side by side; write JSON to --out and print a table."""
+    """Benchmark every form of each shape side by side.
+
+    BSP, the communication and the GEMM alone (the ceiling), every variant at its tuned configuration,
+    dispatch and the peers; tuned configurations and dispatch's records come from one database (--db, else
+    the default one). Writes JSON to --out and prints a table.
+    """
     from .._target import detect_target
     from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
     from ..measure import TimingConfig

@@ -32,7 +32,10 @@ def misses_command(
     world_size: WorldSizeFilter = None,
     fmt: FormatOption = OutputFormat.human,
 ) -> None:
-    """List dispatch misses (most called first); --out shapes.csv to tune them next."""
+    """List the shapes dispatch served without a tuned record.
+
+    Most called first; --out writes them as a shapes file to tune next.
+    """
     from ..runtime.misses import default_misses_path, read_misses, write_shapes_csv
 
     path = file if file is not None else default_misses_path()

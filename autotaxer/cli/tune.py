@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .._problem import MAX_WORLD_SIZE
+from ._common import DbOption
 
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -24,19 +25,23 @@ def tune_command(
     op: Annotated[
         str | None, typer.Option("--op", help="Only the rows of this op (default: every row).")
     ] = None,
-    db: Annotated[
-        str | None, typer.Option("--db", help="SQLAlchemy URL (default: $AUTOTAXER_DB or SQLite).")
-    ] = None,
+    db: DbOption = None,
     trials: Annotated[
         int, typer.Option("--trials", help="Launched trials per shape (grid: every point).")
     ] = 32,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds per shape.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds per shape (default: no limit).")
+    ] = None,
     trial_timeout: Annotated[
         float, typer.Option("--trial-timeout", help="Watchdog seconds per trial.")
     ] = 120.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampler and input seed.")] = 0,
-    sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid (exhaustive).")] = "tpe",
-    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    sampler: Annotated[
+        str, typer.Option("--sampler", help="grid: exhaustive.", metavar="<tpe|random|grid>")
+    ] = "tpe",
+    device: Annotated[
+        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+    ] = "auto",
     variants: Annotated[
         str | None,
         typer.Option("--variants", help="Comma-separated variants (the BSP forms are always in)."),
@@ -62,7 +67,10 @@ def tune_command(
         bool, typer.Option("--wide", help="Summary with full keys, BSP times and parameters.", metavar="")
     ] = False,
     timing: Annotated[
-        str, typer.Option("--timing", help="eager (back-to-back calls) or graph (CUDA graph).")
+        str,
+        typer.Option(
+            "--timing", help="Back-to-back calls, or replays of a CUDA graph.", metavar="<eager|graph>"
+        ),
     ] = "eager",
     warm_start: Annotated[
         list[Path] | None,
@@ -78,7 +86,11 @@ def tune_command(
         typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
     ] = False,
 ) -> None:
-    """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
+    """Tune every shape of a shapes file and store the winners.
+
+    Resumable: the same command goes on where a run stopped; --retune starts over. Without GPUs the CPU
+    pipeline runs (records for gpu_model cpu, never served to GPUs).
+    """
     from ..tuner.distributed import launch_env
 
     if device not in DEVICES:

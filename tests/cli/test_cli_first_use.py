@@ -5,6 +5,7 @@ read as flags in ``--help``."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -70,11 +71,45 @@ def test_tune_summary_fits_80_columns() -> None:
     assert '"comm_sms": 16' in wide.getvalue()
 
 
+def _commands() -> list[list[str]]:
+    """Every command path of the CLI: ``[]`` (the root), ``["tune"]``, ``["db", "upgrade"]``, ..."""
+    import typer
+
+    paths, todo = [], [([], typer.main.get_command(app))]
+    while todo:
+        path, command = todo.pop()
+        paths.append(path)
+        todo += [([*path, name], sub) for name, sub in getattr(command, "commands", {}).items()]
+    return sorted(paths)
+
+
+def test_every_help_screen_reads_well_at_80_columns() -> None:
+    """No type placeholder on a flag (``<bool>``), no reST backticks, no Python type names, nothing cut
+    (``…``), every line within 80 columns, and every option named in full."""
+    import typer
+
+    root = typer.main.get_command(app)
+    for path in _commands():
+        result = CliRunner(env={"COLUMNS": "80"}).invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        text = result.output
+        for bad in ("<bool>", "`", "…", "<list[", "Path]"):
+            assert bad not in text, (path, bad, text)
+        assert max(map(len, text.splitlines())) <= 80, (path, text)
+        command = root
+        for name in path:
+            command = command.commands[name]
+        for param in command.params:
+            for opt in (*param.opts, *param.secondary_opts):
+                if opt.startswith("--"):
+                    assert re.search(rf"{re.escape(opt)}\b", text), (path, opt, text)
+
+
 def test_flags_read_as_flags_in_help() -> None:
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["tune", "--help"])
-    for flag in ("--retune", "--quiet", "--jsonl", "--wide"):
-        (line,) = [line for line in result.output.splitlines() if f" {flag} " in line]
-        assert "<bool>" not in line, line
+    for flag in ("--retune", "--quiet", "--jsonl", "--wide", "--yes"):
+        (line,) = [line for line in result.output.splitlines() if line.strip().startswith(f"{flag} ")]
+        assert "<" not in line, line
 
 
 def test_a_long_cpu_run_is_announced_and_a_short_one_is_not() -> None:
