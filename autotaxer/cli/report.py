@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -34,8 +36,11 @@ def report_command(
 
     url = None if no_db else (db or default_url())
     result = write_report(out, results or (), url)
+    width = shutil.get_terminal_size((80, 24)).columns
     for note in result.notes:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(
+            textwrap.fill(f"note: {note}", width, subsequent_indent="  ", break_long_words=False), err=True
+        )
     typer.echo(f"wrote {result.html_path} and {len(result.png_paths)} plot(s)")
 
 
