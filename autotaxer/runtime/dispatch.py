@@ -35,6 +35,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,7 +117,11 @@ class RuntimeConfig:
             )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
-        self.table_sources().validate()
+        sources = self.table_sources()
+        sources.validate()
+        for path in sources.paths:  # refused at init, not at the first call
+            if not Path(path).expanduser().exists():
+                raise ValueError(f"tables: {path}: no such table file or folder")
 
     def table_sources(self) -> TableSources:
         return TableSources(
