@@ -2,17 +2,14 @@
 interpreter (split-KV partials, combine, the fused push/flag/combine protocol on an emulated 2- or
 3-rank heap, and the fused variant's prepare/run on one emulated rank).
 
-The interpreter runs in a subprocess with ``TRITON_INTERPRET=1``. It runs a launch's programs one after
-another, so the fused test launches every rank's producers before the consumers (same kernel, split
-grid); one check runs a consumer in a thread to see that it waits for a missing peer.
+The kernels run in the tests' interpreter process (``TRITON_INTERPRET=1``), which runs a launch's programs
+one after another, so the fused test launches every rank's producers before the consumers (same kernel,
+split grid); one check runs a consumer in a thread to see that it waits for a missing peer.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -456,18 +453,10 @@ def test_bsp_on_gloo_bf16() -> None:
     ],
     ids=["fp32-gqa4-ws2", "fp16-mha-ws3", "fp32-gqa4-ws8"],
 )
-def test_kernels_in_the_interpreter(args: tuple[str, ...]) -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _INTERPRETER_SCRIPT, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+def test_kernels_in_the_interpreter(args: tuple[str, ...], interpreter_worker) -> None:
+    out = interpreter_worker.run(_INTERPRETER_SCRIPT, argv=args, timeout=600)
     for stage in ("partials ok", "combine ok", "bsp composition ok", "fused ok", "fused variant ok"):
-        assert stage in proc.stdout, proc.stdout + proc.stderr
+        assert stage in out, out
 
 
 def _check_dispatch_gloo(ctx, seeds: tuple[int, ...]) -> list[tuple[str, float]]:

@@ -5,55 +5,45 @@ NaN-poisoned outputs, no reset: a wrong parity slot or a stale epoch gives a wro
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import json
 import textwrap
 
 import pytest
 
 _SCRIPT = textwrap.dedent(
     """
+    import json
     import sys
+
     import torch
 
     from autotaxer.kernels.gemm_rs.push import RsConfig
     from autotaxer.tools.emulated_ranks import check_gemm_rs_push
 
-    ws, sd, m, n, k, layout = int(sys.argv[1]), int(sys.argv[2]), *map(int, sys.argv[3:6]), sys.argv[6]
-    dtype = {"fp32": torch.float32, "fp16": torch.float16}[sys.argv[7]]  # (no bf16 dot in the interpreter)
     cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
-    core = sys.argv[8]
-    print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=core == "tma",
-                             pull=core == "pull"))  # fmt: skip
+    for ws, sd, m, n, k, layout, dtype, core in json.loads(sys.argv[1]):
+        dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype]  # (no bf16 dot in the interpreter)
+        print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=core == "tma",
+                                 pull=core == "pull"))  # fmt: skip
     """
 )
-
-
-def _run(*args) -> str:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, *map(str, args)], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.stdout
 
 
 @pytest.mark.emulated
 @pytest.mark.parametrize("world_size", [2, 4, 8], ids=lambda ws: f"gemm_rs-ws{ws}")
 @pytest.mark.parametrize("scatter_dim", [0, 1], ids=lambda sd: f"sd{sd}")
-def test_push_matches_fp32_on_emulated_ranks(world_size: int, scatter_dim: int) -> None:
+def test_push_matches_fp32_on_emulated_ranks(world_size: int, scatter_dim: int, interpreter_worker) -> None:
     # slices that are not a whole number of 16-wide tiles (Mo or No = 24 / 12 / 6 + ...), K not a multiple
     # of BLOCK_K per rank, both weight layouts, fp32 and fp16
     m, n = (24 * world_size, 40) if scatter_dim == 0 else (40, 24 * world_size)
     k = 24 * world_size
-    out = _run(world_size, scatter_dim, m, n, k, "kn", "fp32", "plain")
+    checks = [(world_size, scatter_dim, m, n, k, "kn", "fp32", "plain")]
     # pull: every tile kept where it is made, its flag raised there, loaded and awaited by its owner
-    out += _run(world_size, scatter_dim, m, n, k, "nk" if world_size == 4 else "kn", "fp32", "pull")
-    if world_size > 4:  # 8 ranks: the protocol at scale; the layouts and cores are covered at 2 and 4
-        assert out.count("OK") == 2
-        return
-    out += _run(world_size, scatter_dim, m, n, k + 8 * world_size, "nk", "fp16", "plain")
-    # push_tma's core: TMA loads of A and B (both layouts), edges zero-filled, tiles past a slice unused
-    out += _run(world_size, scatter_dim, m, n, k, "nk" if scatter_dim else "kn", "fp32", "tma")
-    assert out.count("OK") == 4
+    checks.append((world_size, scatter_dim, m, n, k, "nk" if world_size == 4 else "kn", "fp32", "pull"))
+    if world_size <= 4:  # 8 ranks: the protocol at scale; the layouts and cores are covered at 2 and 4
+        checks.append((world_size, scatter_dim, m, n, k + 8 * world_size, "nk", "fp16", "plain"))
+        # push_tma's core: TMA loads of A and B (both layouts), edges zero-filled, tiles past a slice unused
+        checks.append((world_size, scatter_dim, m, n, k, "nk" if scatter_dim else "kn", "fp32", "tma"))
+    # checks: (world_size, scatter_dim, M, N, K, layout, dtype, core), run in the interpreter process
+    out = interpreter_worker.run(_SCRIPT, argv=(json.dumps(checks),), timeout=900)
+    assert out.count("OK") == len(checks), out

@@ -1,19 +1,19 @@
-"""The pull and push kernels (and the persistent GEMM) under Triton's interpreter, on CPU. Each check runs in
-a subprocess with ``TRITON_INTERPRET=1`` set before Triton is imported. Ranks are emulated in one process
-(``autotaxer.tools.emulated_ranks``): one byte buffer per rank is its symmetric heap (``heap_bases`` = their
-addresses), buffers carved at the same offsets on every rank. Programs run one after another, so every rank's
-producers are launched before any rank's consumers. Several calls run on one set of flags with fresh inputs
-and NaN-poisoned outputs and no reset: a consumer that read the wrong parity slot, or a device epoch that did
-not advance, gives a wrong result or fails the arrival check."""
+"""The pull and push kernels (and the persistent GEMM) under Triton's interpreter, on CPU. The checks run in
+one process with ``TRITON_INTERPRET=1`` set before Triton is imported (the ``interpreter_worker`` fixture).
+Ranks are emulated in one process (``autotaxer.tools.emulated_ranks``): one byte buffer per rank is its
+symmetric heap (``heap_bases`` = their addresses), buffers carved at the same offsets on every rank. Programs
+run one after another, so every rank's producers are launched before any rank's consumers. Several calls run
+on one set of flags with fresh inputs and NaN-poisoned outputs and no reset: a consumer that read the wrong
+parity slot, or a device epoch that did not advance, gives a wrong result or fails the arrival check."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+from collections.abc import Callable
 
 import pytest
+
+from autotaxer.testing.interpreter import InterpreterWorker
 
 _PRELUDE = textwrap.dedent(
     """
@@ -34,14 +34,12 @@ _PRELUDE = textwrap.dedent(
 )
 
 
-def _run(body: str, timeout: float = 240.0) -> str:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    script = _PRELUDE + textwrap.dedent(body)
-    proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout
+@pytest.fixture
+def interpret(interpreter_worker: InterpreterWorker) -> Callable[..., str]:
+    """``interpret(body, timeout=...)``: what ``body`` (after the prelude) printed in the interpreter."""
+    return lambda body, timeout=240.0: interpreter_worker.run(
+        _PRELUDE + textwrap.dedent(body), timeout=timeout
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return proc.stdout
 
 
 SMALL = (
@@ -53,11 +51,11 @@ SMALL = (
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pull", "push"])
 @pytest.mark.parametrize("gather_dim", [0, 1])
-def test_two_ranks_several_calls(kind: str, gather_dim: int) -> None:
+def test_two_ranks_several_calls(kind: str, gather_dim: int, interpret: Callable[..., str]) -> None:
     # gather_dim=0: 12-row shards straddle 16-row tiles; K=40 is not a multiple of BLOCK_K.
     # gather_dim=1: Ks=20 is not a multiple of BLOCK_K; N=40 not a multiple of BLOCK_N.
     m, k = (24, 40) if gather_dim == 0 else (20, 40)
-    out = _run(
+    out = interpret(
         f"""
         check({kind!r}, 2, {gather_dim}, {m}, 40, {k}, {SMALL.format(rc=2, kc=2)})
         cfg = {SMALL.format(rc=1, kc=1)}
@@ -68,11 +66,11 @@ def test_two_ranks_several_calls(kind: str, gather_dim: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["pull", "push"])
-def test_counters_past_32_bits(kind: str) -> None:
+def test_counters_past_32_bits(kind: str, interpret: Callable[..., str]) -> None:
     # The sync words only grow. One dedicated producer: 4 tiles + 1 producer = 5 queue draws per call,
     # started one draw short of 2**32, so the low 32 bits wrap in the first call, with 3.4e9 arrivals
     # (past int32). Every program producing: no draws, 2**32 arrivals and more.
-    out = _run(
+    out = interpret(
         f"""
         cfg = FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
                           comm_sms=1, row_chunks=2, k_chunks=2)
@@ -91,8 +89,8 @@ def test_counters_past_32_bits(kind: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pull", "push"])
-def test_three_ranks_both_layouts(kind: str) -> None:
-    out = _run(
+def test_three_ranks_both_layouts(kind: str, interpret: Callable[..., str]) -> None:
+    out = interpret(
         f"""
         check({kind!r}, 3, 0, 36, 40, 48, {SMALL.format(rc=2, kc=2)}, calls=2)
         check({kind!r}, 3, 1, 20, 40, 48, {SMALL.format(rc=1, kc=2)}, calls=2)
@@ -105,12 +103,12 @@ def test_three_ranks_both_layouts(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["pull", "push"])
 @pytest.mark.emulated
 @pytest.mark.parametrize("world_size", [4, 8], ids=lambda ws: f"ws{ws}")
-def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
+def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int, interpret: Callable[..., str]) -> None:
     """The flag layout (one slot per source rank and chunk), the inbox (one slot per rank) and the
     producer loop over peers at the world sizes of issue 6; gather_dim=0 shards of 5 rows straddle the
     16-row tiles, gather_dim=1 K shards of 8 columns are half a K block."""
     ws = world_size
-    out = _run(
+    out = interpret(
         f"""
         check({kind!r}, {ws}, 0, {5 * ws}, 40, 24, {SMALL.format(rc=2, kc=2)}, calls=2)
         check({kind!r}, {ws}, 1, 20, 40, {8 * ws}, {SMALL.format(rc=1, kc=2)}, calls=2)
@@ -124,7 +122,7 @@ def test_four_and_eight_ranks_both_layouts(kind: str, world_size: int) -> None:
 @pytest.mark.emulated
 @pytest.mark.parametrize("world_size", [4, 8], ids=lambda ws: f"ws{ws}")
 @pytest.mark.parametrize("schedule", ["push_order", "release_each", "all"])
-def test_many_peer_schedules(world_size: int, schedule: str) -> None:
+def test_many_peer_schedules(world_size: int, schedule: str, interpret: Callable[..., str]) -> None:
     """push's many-peer schedule (issue 26): peers in the order they read the shard (``push_order``), each
     peer's flag released after its copy (``release_each``), gather_dim=0 tiles grouped over the gathered M
     (``group_across``; 16-row shards, one tile row each, grouped 4 at a time across ranks), dedicated
@@ -135,7 +133,7 @@ def test_many_peer_schedules(world_size: int, schedule: str) -> None:
     )
     cfg = SMALL.format(rc=1, kc=2).replace("group_m=2", "group_m=4").rstrip(")") + f", {extra})"
     across = cfg.rstrip(")") + ", group_across=1)"
-    out = _run(
+    out = interpret(
         f"""
         check("push", {ws}, 0, {16 * ws}, 40, 24, {across}, calls=2)
         check("push", {ws}, 1, 20, 40, {8 * ws}, {cfg}, calls=2)
@@ -148,12 +146,12 @@ def test_many_peer_schedules(world_size: int, schedule: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pull", "push"])
-def test_every_program_produces_its_share(kind: str) -> None:
+def test_every_program_produces_its_share(kind: str, interpret: Callable[..., str]) -> None:
     """comm_sms=0: no dedicated producers; each program of the GEMM's grid (here 4) moves chunks
     ``i % grid`` (6 chunks: some programs move two), then runs its tiles, each waiting for every K
     chunk of the peers' rows before one K loop (K=40 is not a multiple of BLOCK_K)."""
     cfg = SMALL.format(rc=2, kc=3).replace("comm_sms=2", "comm_sms=0")
-    out = _run(
+    out = interpret(
         f"""
         cfg = {cfg}
         check({kind!r}, 2, 0, 24, 40, 40, cfg)
@@ -164,8 +162,8 @@ def test_every_program_produces_its_share(kind: str) -> None:
     assert out.count("OK") == 3
 
 
-def test_persistent_gemm_in_interpreter() -> None:
-    out = _run(
+def test_persistent_gemm_in_interpreter(interpret: Callable[..., str]) -> None:
+    out = interpret(
         """
         from autotaxer.kernels.common.gemm import GemmConfig, gemm
 
@@ -180,8 +178,8 @@ def test_persistent_gemm_in_interpreter() -> None:
     assert "OK" in out
 
 
-def test_pull_refuses_push_only_schedules() -> None:
-    out = _run(
+def test_pull_refuses_push_only_schedules(interpret: Callable[..., str]) -> None:
+    out = interpret(
         """
         cfg = FusedConfig(block_m=16, block_n=32, block_k=16, comm_sms=2, push_order=1)
         try:
@@ -213,13 +211,13 @@ TMA = (
 
 
 @pytest.mark.slow
-def test_push_tma_both_layouts_and_schedules() -> None:
+def test_push_tma_both_layouts_and_schedules(interpret: Callable[..., str]) -> None:
     """``push_tma``'s kernel (TMA loads in the GEMM, descriptors made per tile on the device): gather_dim=0
     shards of 16 rows (tiles never straddle two ranks), K=40 and N=40 ragged (the descriptors zero-fill),
     gather_dim=1 slices of Ks=24 and 20 columns (a ragged slice must not read the next one's B rows);
     dedicated producers and every program producing; 2 and 3 ranks; B row- and column-major. (fp32 and
     fp16: the interpreter of triton 3.9 computes bf16 dots of descriptor loads wrongly.)"""
-    out = _run(
+    out = interpret(
         f"""
         check("push_tma", 2, 0, 32, 40, 40, {TMA.format(c=2, kc=2)})
         check("push_tma", 2, 1, 20, 40, 48, {TMA.format(c=0, kc=2)}, calls=2, dtype=torch.float16)
@@ -231,10 +229,10 @@ def test_push_tma_both_layouts_and_schedules() -> None:
     assert out.count("OK") == 4
 
 
-def test_push_tma_falls_back_to_push_where_tma_cannot_address() -> None:
+def test_push_tma_falls_back_to_push_where_tma_cannot_address(interpret: Callable[..., str]) -> None:
     """Tiles straddling two ranks' rows, or a shard off 16 bytes, run ``push``'s kernel (same buffers
     and protocol), correctly; the reasons name what TMA cannot do."""
-    out = _run(
+    out = interpret(
         f"""
         cfg = {TMA.format(c=2, kc=2)}
         a, b, box = torch.empty(12, 40), torch.empty(40, 40), torch.empty(2, 2, 12, 40)

@@ -8,9 +8,6 @@ must not return (checked with a watchdog thread).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -70,10 +67,6 @@ _SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.slow
-def test_signal_wait_over_epochs_without_reset() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("OK"), proc.stdout
+def test_signal_wait_over_epochs_without_reset(interpreter_worker) -> None:
+    out = interpreter_worker.run(_SCRIPT, timeout=120)
+    assert out.strip().endswith("OK"), out
