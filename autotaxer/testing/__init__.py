@@ -5,7 +5,8 @@ processes (spawn start method), initialises ``torch.distributed`` (gloo on CPU, 
 ``torch.cuda.set_device(rank)``), calls ``fn(ctx, *args)`` with a :class:`~autotaxer.ops.RunContext`
 and returns the per-rank results in rank order. A rank that raises, dies or outlives ``timeout`` fails
 the whole call with :class:`RanksFailed` naming the rank and the reason; no process is left behind.
-``fn`` must be importable (a module-level function) and its result picklable.
+``fn`` must be importable (a module-level function) and its result picklable. ``run_world_sizes`` runs
+``fn`` at several world sizes in one spawned group (subgroups of it).
 """
 
 from __future__ import annotations
@@ -141,3 +142,33 @@ def run_ranks(
                 p.kill()
                 p.join(timeout=10)
     return [results[r] for r in range(world_size)]
+
+
+def run_world_sizes(
+    fn: Callable[..., Any], world_sizes: tuple[int, ...], device: str = "cpu", args: tuple = (),
+    timeout: float = 300.0,
+) -> dict[int, list[Any]]:  # fmt: skip
+    """``fn(ctx, *args)`` at every world size of ``world_sizes`` in one spawned group of the largest:
+    at world size ``ws`` ranks ``0..ws-1`` run it over a subgroup of them (the whole group at the largest),
+    one world size after another. Returns ``{ws: results in rank order}``. Spawning a group costs seconds;
+    this spawns one, and checks as a side effect that ``fn`` keeps to ``ctx.group``."""
+    per_rank = run_ranks(
+        _on_subgroups, max(world_sizes), device, args=(fn, tuple(world_sizes), args), timeout=timeout
+    )
+    return {ws: [per_rank[r][ws] for r in range(ws)] for ws in world_sizes}
+
+
+def _on_subgroups(
+    ctx: Any, fn: Callable[..., Any], world_sizes: tuple[int, ...], args: tuple
+) -> dict[int, Any]:
+    import dataclasses
+
+    import torch.distributed as dist
+
+    out = {}
+    for ws in world_sizes:
+        group = None if ws == ctx.world_size else dist.new_group(list(range(ws)))  # every rank calls it
+        if ctx.rank < ws:
+            out[ws] = fn(dataclasses.replace(ctx, world_size=ws, group=group), *args)
+        dist.barrier()
+    return out

@@ -7,7 +7,7 @@ import pytest
 from autotaxer._problem import ProblemKey
 from autotaxer._target import cpu_target
 from autotaxer.ops import get_op, iter_grid
-from autotaxer.testing import run_ranks
+from autotaxer.testing import run_world_sizes
 
 
 def _errors(ctx, m: int, n: int, k: int, gather_dim: int) -> list[tuple[dict, float]]:
@@ -30,9 +30,16 @@ def _both_layouts(ctx) -> dict[int, list[tuple[dict, float]]]:
     return {gd: _errors(ctx, m, 10, 3 * ctx.world_size, gd) for gd in (0, 1)}
 
 
+@pytest.fixture(scope="module")
+def errors() -> dict[int, list]:
+    """``{world size: per rank {gather_dim: [(params, error)]}}`` at 2, 3 and 4 ranks, one spawned group."""
+    return run_world_sizes(_both_layouts, (2, 3, 4))
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_every_valid_configuration_matches_reference(world_size: int) -> None:
-    per_rank = run_ranks(_both_layouts, world_size, "cpu")
+def test_every_valid_configuration_matches_reference(world_size: int, errors) -> None:
+    per_rank = errors[world_size]
+    assert len(per_rank) == world_size
     for by_layout in per_rank:
         for results in by_layout.values():
             assert len(results) == 8  # chunks 1, 2, 4, 8 (the shard has 8 or 8*ws rows) x 2 orders

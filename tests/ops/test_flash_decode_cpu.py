@@ -21,7 +21,7 @@ from autotaxer.ops import get_op, relative_error
 from autotaxer.ops.flash_decode import global_lengths, shard_lengths
 from autotaxer.ops.flash_decode._op import combine_torch, partials_torch
 from autotaxer.shapes import load_shapes
-from autotaxer.testing import run_ranks
+from autotaxer.testing import run_ranks, run_world_sizes
 
 _INTERPRETER_SCRIPT = r"""
 import sys
@@ -431,16 +431,30 @@ def _check_bsp_gloo(ctx, dtype: str, seeds: tuple[int, ...], splits: int) -> lis
     return errs
 
 
+def _check_bsp_gloo_both(ctx) -> dict[str, list[float]]:
+    """fp32 over three calls; bf16 (at 2 ranks) over one, with 4 splits."""
+    errs = {"fp32": _check_bsp_gloo(ctx, "fp32", (1, 2, 3), 2)}
+    if ctx.world_size == 2:
+        errs["bf16"] = _check_bsp_gloo(ctx, "bf16", (7,), 4)
+    return errs
+
+
+@pytest.fixture(scope="module")
+def bsp_gloo_errors() -> dict[int, list[dict[str, list[float]]]]:
+    """``{world size: per rank {dtype: errors}}`` at 2, 3 and 4 ranks, from one spawned group."""
+    return run_world_sizes(_check_bsp_gloo_both, (2, 3, 4))
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_bsp_on_gloo_matches_reference_on_every_rank(world_size: int) -> None:
-    errs = run_ranks(_check_bsp_gloo, world_size, "cpu", args=("fp32", (1, 2, 3), 2))
-    assert len(errs) == world_size
+def test_bsp_on_gloo_matches_reference_on_every_rank(world_size: int, bsp_gloo_errors) -> None:
+    errs = [e["fp32"] for e in bsp_gloo_errors[world_size]]
+    assert len(errs) == world_size and all(len(rank_errs) == 3 for rank_errs in errs)
     assert all(e < 1e-5 for rank_errs in errs for e in rank_errs), errs
 
 
-def test_bsp_on_gloo_bf16() -> None:
-    errs = run_ranks(_check_bsp_gloo, 2, "cpu", args=("bf16", (7,), 4))
-    assert all(e < 1e-2 for rank_errs in errs for e in rank_errs), errs
+def test_bsp_on_gloo_bf16(bsp_gloo_errors) -> None:
+    errs = [e["bf16"] for e in bsp_gloo_errors[2]]
+    assert len(errs) == 2 and all(e < 1e-2 for rank_errs in errs for e in rank_errs), errs
 
 
 @pytest.mark.slow
