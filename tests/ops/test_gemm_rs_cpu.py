@@ -80,10 +80,32 @@ def _dispatch_and_grads(ctx, compiled: bool = False) -> dict:
     return out
 
 
+def _two_rank_checks(ctx) -> dict:
+    """This module's checks at 2 ranks, one after another in one spawned group (spawning one costs
+    seconds); each sets up its own runtime first."""
+    return {
+        "dispatch": _dispatch_and_grads(ctx),
+        "compiled": _dispatch_and_grads(ctx, True),
+        "symm_mem": _symm_mem_signature(ctx),
+        "mlp": _mlp(ctx),
+    }
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[str, list]:
+    """``{check: results in rank order}`` of :func:`_two_rank_checks`."""
+    per_rank = run_ranks(_two_rank_checks, 2, "cpu", timeout=600)
+    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4], ids=lambda w: f"gemm_rs-ws{w}")
-def test_dispatch_values_and_gradients_match_plain_pytorch(world_size: int) -> None:
-    for per_rank in run_ranks(_dispatch_and_grads, world_size, "cpu", timeout=300):
+def test_dispatch_values_and_gradients_match_plain_pytorch(world_size: int, request) -> None:
+    if world_size == 2:
+        results = request.getfixturevalue("two_ranks")["dispatch"]
+    else:
+        results = run_ranks(_dispatch_and_grads, world_size, "cpu", timeout=300)
+    for per_rank in results:
         for case, got in per_rank.items():
             assert got["values"] < 1e-5 and got["alive"], (case, got)
             for name in ("c", "grad_a", "grad_b"):
@@ -91,9 +113,9 @@ def test_dispatch_values_and_gradients_match_plain_pytorch(world_size: int) -> N
 
 
 @pytest.mark.slow
-def test_gradients_under_torch_compile_match_plain_pytorch() -> None:
+def test_gradients_under_torch_compile_match_plain_pytorch(two_ranks) -> None:
     """The custom op ``autotaxer::gemm_rs`` and its autograd registration (aot_eager traces backward)."""
-    for per_rank in run_ranks(_dispatch_and_grads, 2, "cpu", args=(True,), timeout=300):
+    for per_rank in two_ranks["compiled"]:
         for case, got in per_rank.items():
             for name in ("c", "grad_a", "grad_b"):
                 assert got[name] < 1e-4, (case, name, got)
@@ -128,8 +150,8 @@ def _symm_mem_signature(ctx) -> dict:
 
 
 @pytest.mark.slow
-def test_fused_matmul_reduce_scatter_has_pytorchs_contract() -> None:
-    for per_rank in run_ranks(_symm_mem_signature, 2, "cpu", timeout=240):
+def test_fused_matmul_reduce_scatter_has_pytorchs_contract(two_ranks) -> None:
+    for per_rank in two_ranks["symm_mem"]:
         for case, got in per_rank.items():
             if len(case) == 3:
                 assert got, case
@@ -177,9 +199,8 @@ def _mlp(ctx) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("world_size", [2], ids=lambda w: f"gemm_rs-ws{w}")
-def test_row_parallel_after_column_parallel_matches_the_unsharded_mlp(world_size: int) -> None:
-    results = run_ranks(_mlp, world_size, "cpu", timeout=240)
+def test_row_parallel_after_column_parallel_matches_the_unsharded_mlp(two_ranks) -> None:
+    results = two_ranks["mlp"]
     for per_rank in results:
         for name in ("y", "grad_x", "grad_up", "grad_down"):
             assert per_rank[name] < 1e-4, (name, per_rank)

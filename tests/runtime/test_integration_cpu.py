@@ -67,11 +67,38 @@ def _grads_against_pytorch(ctx, gd: int, layout: str, compiled: bool) -> dict:
     }
 
 
+GRAD_CASES = [(gd, layout) for gd in (0, 1) for layout in ("kn", "nk")]
+
+
+def _two_rank_checks(ctx, table: str) -> dict:
+    """This module's checks at 2 ranks, one after another in one spawned group (spawning one costs
+    seconds); each sets up its own runtime first."""
+    return {
+        "grads": _all_grad_cases(ctx, GRAD_CASES, False),
+        "grads_compiled": _all_grad_cases(ctx, [(0, "nk"), (1, "kn")], True),
+        "fresh": _fresh_outputs(ctx, table),
+        "symm_mem": _symm_mem_signature(ctx),
+        "symm_mem_compiled": _compiled_symm_mem(ctx),
+        "column_parallel": _column_parallel(ctx),
+    }
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> dict[str, list]:
+    """``{check: results in rank order}`` of :func:`_two_rank_checks`."""
+    table = tmp_path_factory.mktemp("tables") / "t.json"
+    _write_fresh_table(table, 2)
+    per_rank = run_ranks(_two_rank_checks, 2, "cpu", args=(str(table),), timeout=600)
+    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4], ids=lambda w: f"ws{w}")
-def test_gradients_match_plain_pytorch(world_size: int) -> None:
-    cases = [(gd, layout) for gd in (0, 1) for layout in ("kn", "nk")]
-    results = run_ranks(_all_grad_cases, world_size, "cpu", args=(cases, False), timeout=300)
+def test_gradients_match_plain_pytorch(world_size: int, request) -> None:
+    if world_size == 2:
+        results = request.getfixturevalue("two_ranks")["grads"]
+    else:
+        results = run_ranks(_all_grad_cases, world_size, "cpu", args=(GRAD_CASES, False), timeout=300)
     for per_rank in results:
         for case, got in per_rank.items():
             assert got["grad_fn"] != "NoneType", case
@@ -84,11 +111,10 @@ def _all_grad_cases(ctx, cases: list, compiled: bool) -> dict:
 
 
 @pytest.mark.slow
-def test_gradients_under_torch_compile_match_plain_pytorch() -> None:
+def test_gradients_under_torch_compile_match_plain_pytorch(two_ranks) -> None:
     """The custom op ``autotaxer::ag_gemm_saving`` and its autograd registration (aot_eager traces the
     backward too)."""
-    results = run_ranks(_all_grad_cases, 2, "cpu", args=([(0, "nk"), (1, "kn")], True), timeout=300)
-    for per_rank in results:
+    for per_rank in two_ranks["grads_compiled"]:
         for case, got in per_rank.items():
             for name in ("c", "grad_a", "grad_b"):
                 assert got[name] < 1e-4, (case, name, got)
@@ -126,13 +152,12 @@ def _fresh_outputs(ctx, table: str) -> dict:
     return {"cases": out, "layouts": layouts, "ok": torch.isfinite(c1).all().item()}
 
 
-@pytest.mark.slow
-def test_two_results_of_one_shape_stay_correct(tmp_path) -> None:
+def _write_fresh_table(path, ws: int) -> None:
+    """cpu_chunked records of the shapes :func:`_fresh_outputs` tunes (M = 8 ws), both layouts."""
     from autotaxer import ProblemKey
     from autotaxer.records import WinnerRecord
     from autotaxer.table_file import write_table
 
-    ws = 2
     records = []
     for gd in (0, 1):
         for layout in ("kn", "nk"):
@@ -145,8 +170,13 @@ def test_two_results_of_one_shape_stay_correct(tmp_path) -> None:
                     key, "cpu_chunked", {"chunks": 2, "order": "rotated"}, 5.0, 9.0, 4, device_type="cpu"
                 )
             )
-    write_table(records, tmp_path / "t.json")
-    for per_rank in run_ranks(_fresh_outputs, ws, "cpu", args=(str(tmp_path / "t.json"),), timeout=240):
+    write_table(records, path)
+
+
+@pytest.mark.slow
+def test_two_results_of_one_shape_stay_correct(two_ranks) -> None:
+    ws = 2
+    for per_rank in two_ranks["fresh"]:
         assert per_rank["layouts"] == ["kn", "nk"]
         for case, (e1, e2, e3, distinct, variants) in per_rank["cases"].items():
             assert max(e1, e2, e3) < 1e-4 and distinct, case
@@ -193,8 +223,8 @@ def _symm_mem_signature(ctx) -> dict:
 
 
 @pytest.mark.slow
-def test_fused_all_gather_matmul_has_pytorchs_contract() -> None:
-    for per_rank in run_ranks(_symm_mem_signature, 2, "cpu", timeout=240):
+def test_fused_all_gather_matmul_has_pytorchs_contract(two_ranks) -> None:
+    for per_rank in two_ranks["symm_mem"]:
         for gd in (0, 1, 2, -1):
             assert per_rank[gd] < 1e-4, (gd, per_rank)
             assert per_rank[f"{gd}-return_A"] is True
@@ -231,8 +261,8 @@ def _compiled_symm_mem(ctx) -> dict:
 
 
 @pytest.mark.slow
-def test_fused_all_gather_matmul_under_torch_compile() -> None:
-    for per_rank in run_ranks(_compiled_symm_mem, 2, "cpu", timeout=300):
+def test_fused_all_gather_matmul_under_torch_compile(two_ranks) -> None:
+    for per_rank in two_ranks["symm_mem_compiled"]:
         assert max(per_rank.values()) < 1e-4, per_rank
 
 
@@ -273,8 +303,8 @@ def _column_parallel(ctx) -> dict:
 
 
 @pytest.mark.slow
-def test_column_parallel_linear_matches_the_unsharded_layer() -> None:
-    for per_rank in run_ranks(_column_parallel, 2, "cpu", timeout=240):
+def test_column_parallel_linear_matches_the_unsharded_layer(two_ranks) -> None:
+    for per_rank in two_ranks["column_parallel"]:
         for name in ("y", "grad_x", "grad_w", "grad_bias"):
             assert per_rank[name] < 1e-4, (name, per_rank)
         assert per_rank["shape"] == (12, 2, 4) and per_rank["shares"]
