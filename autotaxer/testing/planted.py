@@ -3,7 +3,8 @@
 They are registered ONLY when the environment has ``AUTOTAXER_PLANTED_VARIANTS=1``; otherwise
 ``VARIANTS`` is empty and nothing here is ever tuned or served.
 
-- ``planted_hang``: rank 1 sleeps forever inside ``run`` (the others then wait in a collective).
+- ``planted_hang``: rank 1 sleeps forever inside ``run`` (the others then wait in a collective); valid at
+  ``gather_dim=0`` only, so a run over both layouts hangs, and relaunches its group, once.
 - ``planted_crash``: rank 1 kills itself with SIGSEGV inside ``run``.
 - ``planted_wrong``: fast and wrong (writes zeros): it would win every race if validation let it.
 """
@@ -15,6 +16,7 @@ import signal
 import threading
 from typing import Any
 
+from .._problem import ProblemKey, Target
 from ..ops._base import Params, RunContext, Variant, Workspace
 
 ENV_VAR = "AUTOTAXER_PLANTED_VARIANTS"
@@ -42,6 +44,10 @@ class _Planted(Variant):
 
 class PlantedHang(_Planted):
     name = "planted_hang"
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        # one hang per run of both layouts: each relaunches the group, seconds at 8 ranks
+        return None if key.get("gather_dim", 0) == 0 else "gather_dim: planted_hang hangs at 0 only"
 
     def _fault(self) -> None:
         threading.Event().wait()  # forever; only the watchdog ends this
