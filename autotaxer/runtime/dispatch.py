@@ -237,6 +237,7 @@ class Runtime:
         self._hot: dict[tuple, Plan] = {}  # (op, shape, dtype, shape, dtype) -> a plan in _plans
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
+        self._decisions: dict[ProblemKey, Decision] = {}  # agreed by every rank; one per key
         self._misses: dict[ProblemKey, Miss] = {}
         self._warned: set[str] = set()
         self._closed = False
@@ -385,26 +386,8 @@ class Runtime:
                 f"dispatch({op!r}): first call of this shape during CUDA graph capture; call it once "
                 "before capturing (the first call prepares workspaces and agrees with the other ranks)"
             )
-        key, decision, error, exc = None, None, None, None
-        try:
-            opobj = get_op(op)
-            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
-            decision = decide(
-                self.table.records,
-                key,
-                opobj,
-                self.ctx.target,
-                math.log(self.config.max_m_ratio),
-                self.config.min_nearest_speedup,
-            )
-        except (KeyError, ValueError) as e:
-            error, exc = f"{type(e).__name__}: {e}", e
-        if self.ctx.world_size > 1:
-            decision = self._agree(op, key, decision, error, exc)
-        elif exc is not None:
-            raise exc
-        if decision.is_miss:
-            self._note_miss(key, decision)
+        opobj = get_op(op)
+        key, decision = self._decide(opobj, tensors, layout)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
         run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
@@ -413,6 +396,42 @@ class Runtime:
         self._plans[sig] = plan
         self._evict()
         return plan
+
+    def decide_call(self, op: str, tensors: tuple, layout: dict[str, Any], device: Any = None) -> Decision:
+        """The decision a call with tensors of these shapes, strides and dtypes gets (``tensors`` may be on
+        the meta device; ``device`` is where the call runs): the first call of a shape decides the same,
+        but this prepares no workspace. Collective, like the first call of a shape."""
+        from ..ops import get_op
+
+        if self.table is None:
+            self.load(device)
+        return self._decide(get_op(op), tensors, layout)[1]
+
+    def _decide(self, opobj: Any, tensors: tuple, layout: dict[str, Any]) -> tuple[ProblemKey, Decision]:
+        """The key of a call and the decision every rank agreed on (a miss is noted); collective."""
+        key, decision, error, exc = None, None, None, None
+        try:
+            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
+            decision = self._decisions.get(key)
+            if decision is None:
+                decision = decide(
+                    self.table.records,
+                    key,
+                    opobj,
+                    self.ctx.target,
+                    math.log(self.config.max_m_ratio),
+                    self.config.min_nearest_speedup,
+                )
+        except (KeyError, ValueError) as e:
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size > 1:
+            decision = self._agree(opobj.name, key, decision, error, exc)
+        elif exc is not None:
+            raise exc
+        self._decisions[key] = decision
+        if decision.is_miss:
+            self._note_miss(key, decision)
+        return key, decision
 
     def _agree(self, op: str, key, decision, error, exc) -> Decision:
         """All ranks exchange (key, decision); raise on every rank or resolve to one decision."""
@@ -521,6 +540,7 @@ class Runtime:
         self._plans.clear()
         self._hot.clear()
         self._workspaces.clear()
+        self._decisions.clear()
         self._closed = True
         atexit.unregister(self._persist_misses)
 
