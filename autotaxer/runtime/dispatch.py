@@ -89,6 +89,9 @@ class RuntimeConfig:
     ``workspace_cache``: most (shape, variant, params) workspaces kept (least recently used dropped).
     ``misses_path``: where rank 0 appends misses at shutdown (None: ``$AUTOTAXER_MISSES`` or the default
     file); ``persist_misses=False`` keeps them in memory only.
+    ``symm_mem``: the backend torch's symmetric memory runs in this process, one a process: ``"cuda"``
+    (torch's fused ops and PyTorch's async TP; the default) or ``"nccl"`` (NCCL's symmetric BSP forms);
+    None keeps ``$AUTOTAXER_SYMM_MEM``.
     """
 
     heap_size: int = 1 << 30
@@ -103,9 +106,14 @@ class RuntimeConfig:
     workspace_cache: int = 64
     misses_path: str | None = None
     persist_misses: bool = True
+    symm_mem: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
+        from ..ops._symm_backend import CHOICES
+
+        if self.symm_mem is not None and self.symm_mem not in CHOICES:
+            raise ValueError(f"symm_mem: expected one of {', '.join(CHOICES)}, got {self.symm_mem!r}")
         if self.heap_size <= 0:
             raise ValueError(f"heap_size: must be positive, got {self.heap_size}")
         if not (self.max_m_ratio >= 1.0 and math.isfinite(self.max_m_ratio)):
@@ -230,6 +238,10 @@ class Runtime:
     def __init__(self, config: RuntimeConfig | None = None, group: Any = None) -> None:
         self.config = config if config is not None else RuntimeConfig()
         self.config.validate()
+        if self.config.symm_mem is not None:
+            from ..ops._symm_backend import select
+
+            select(self.config.symm_mem)
         self.group = group
         self.ctx: Any = None
         self.table: Table | None = None
