@@ -19,7 +19,7 @@ LAYERS = {
     "runtime": 4,
     "tuner": 5, "functional": 5,
     "nn": 6, "benchmark": 6,
-    "report": 7,
+    "report": 7, "models": 7,
     "cli": 8, "__main__": 8, "tools": 8,
 }  # fmt: skip
 

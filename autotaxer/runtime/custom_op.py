@@ -17,7 +17,6 @@ Process groups cross the op boundary by name: ``""`` is the default group, other
 
     torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, group_name) -> Tensor (M, N)
     torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, group_name) -> (C, gathered A)
-    torch.ops.autotaxer.reduce_scatter_grad(full, gather_dim, group_name) -> Tensor
     torch.ops.autotaxer.gemm_rs(a, b, scatter_dim, group_name) -> Tensor (its slice of sum_r a_r b_r)
 
 ``ag_gemm_saving`` is what a compiled region calls when an input requires grad: it has an autograd
@@ -119,22 +118,6 @@ def _ag_gemm_saving_fake(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int
     return a_shard.new_empty((m, b.shape[1])), a_shard.new_empty((m, k))
 
 
-@torch.library.custom_op("autotaxer::reduce_scatter_grad", mutates_args=())
-def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
-    """This rank's shard of the sum over ranks of ``full`` along ``gather_dim``."""
-    from .autograd import reduce_scatter_grad as _reduce_scatter
-
-    out = _reduce_scatter(full, gather_dim, _resolve(group_name), _world_size(group_name))
-    return out.clone() if out is full else out  # a custom op never returns its input
-
-
-@reduce_scatter_grad.register_fake
-def _reduce_scatter_grad_fake(full: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
-    ws = _world_size(group_name)
-    m, k = full.shape
-    return full.new_empty((m // ws, k) if gather_dim == 0 else (m, k // ws))
-
-
 def _saving_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     a_shard, b, gather_dim, group_name = inputs
     ctx.save_for_backward(output[1], b)
@@ -146,12 +129,11 @@ def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: tor
 
     gathered, b = ctx.saved_tensors
 
-    def reduce_scatter(full: torch.Tensor) -> torch.Tensor:
+    def reduce_scatter(full: torch.Tensor) -> tuple[torch.Tensor, None]:
         if _world_size(ctx.group_name) == 1:
-            return full
-        return _funcol("reduce_scatter")(
-            full.contiguous(), "sum", ctx.gather_dim, _collective_name(ctx.group_name)
-        )
+            return full, None
+        group = _collective_name(ctx.group_name)
+        return _funcol("reduce_scatter")(full.contiguous(), "sum", ctx.gather_dim, group), None
 
     needs = ctx.needs_input_grad[:2]
     return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter), None, None)
