@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["counters", "disable", "enable", "is_enabled", "reset_counters", "unavailable_reason"]
+__all__ = ["counters", "decisions", "disable", "enable", "is_enabled", "reset_counters", "unavailable_reason"]
 
 #: torch's op name -> autotaxer's op that serves it
 OPS = {"fused_all_gather_matmul": "ag_gemm", "fused_matmul_reduce_scatter": "gemm_rs"}
@@ -61,6 +61,7 @@ class _Entry:
     world_size: int
     serve: bool
     layouts: tuple  # (size, stride) of each output as torch's meta function gives it (None: no output)
+    call: dict  # what decisions() reports: the op, its inputs' sizes, strides and dtypes, its other arguments
 
 
 class _State:
@@ -126,6 +127,14 @@ def counters() -> dict[str, dict[str, int]]:
     """Calls since the last reset, per torch op: ``{"fused_all_gather_matmul": {"autotaxer": n, "torch":
     m}, "fused_matmul_reduce_scatter": {...}}`` (served by autotaxer's dispatch, or by torch's kernel)."""
     return {name: dict(c) for name, c in _STATE.counts.items()}
+
+
+def decisions() -> list[dict[str, Any]]:
+    """The call signatures decided so far (oldest first, at most :data:`MAX_SIGNATURES`): ``op`` (torch's
+    op name), ``inputs`` (``(size, stride, dtype)`` of A then each B), ``args`` (the other arguments),
+    ``served`` (by autotaxer, else torch's kernel) and ``key`` (autotaxer's problem key, None when the call
+    was not one autotaxer takes). For benchmarks that replay a compiled model's calls one by one."""
+    return [dict(e.call) for e in _STATE.entries.values()]
 
 
 def reset_counters() -> None:
@@ -212,21 +221,22 @@ def _unsupported_rs(a: torch.Tensor, b: torch.Tensor, reduce_op: str, scatter_di
     return None
 
 
-def _decide(sig: tuple, op: str, group_name: str, unsupported: str | None, plan_inputs: Any, meta: Any):
+def _decide(sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, meta: Any) -> _Entry:
     """Decide once per signature (collectively: every rank decides the same, as dispatch does)."""
     from .functional import _world_size, resolve_group
     from .runtime._runtimes import runtime_for
     from .runtime.dispatch import ConsensusError
     from .runtime.lookup import EXACT, NEAREST
 
-    group = resolve_group(group_name)
+    op = OPS[call["op"]]
+    group = resolve_group(call["args"]["group_name"])
     rt = runtime_for(group)
-    serve, why = False, unsupported
+    serve, why, key = False, unsupported, None
     if unsupported is None:
         try:
             tensors, layout = plan_inputs()
-            decision = rt.plan(op, *tensors, **layout).decision
-            serve = decision.source in (EXACT, NEAREST)
+            plan = rt.plan(op, *tensors, **layout)
+            serve, key = plan.decision.source in (EXACT, NEAREST), plan.key.text
         except (ValueError, KeyError, ConsensusError) as exc:  # raised on every rank alike
             why = f"{type(exc).__name__}: {exc}"
     if why is not None:
@@ -234,7 +244,13 @@ def _decide(sig: tuple, op: str, group_name: str, unsupported: str | None, plan_
             f"autotaxer.async_tp: torch's kernel runs {op} here ({why})", RuntimeWarning, stacklevel=4
         )
     layouts = _layouts(meta()) if serve else ()
-    return _remember(sig, _Entry(rt, group, _world_size(group), serve, layouts))
+    call = {**call, "served": serve, "key": key}
+    return _remember(sig, _Entry(rt, group, _world_size(group), serve, layouts, call))
+
+
+def _call(op: str, tensors: list, **args: Any) -> dict:
+    inputs = [(tuple(t.shape), tuple(t.stride()), str(t.dtype).removeprefix("torch.")) for t in tensors]
+    return {"op": op, "inputs": inputs, "args": args}
 
 
 def _conform(t: torch.Tensor, layout: tuple) -> torch.Tensor:
@@ -271,8 +287,11 @@ def _all_gather_matmul(
             )
             return (a, *outs)
 
-        unsupported = _unsupported_ag(A_shard, Bs, gather_dim)
-        entry = _decide(sig, "ag_gemm", group_name, unsupported, plan_inputs, meta)
+        call = _call(
+            "fused_all_gather_matmul", [A_shard, *Bs], gather_dim=gather_dim, group_name=group_name,
+            return_A=return_A,
+        )  # fmt: skip
+        entry = _decide(sig, call, _unsupported_ag(A_shard, Bs, gather_dim), plan_inputs, meta)
     counts = _STATE.counts["fused_all_gather_matmul"]
     if not entry.serve:
         counts[TORCH] += 1
@@ -295,7 +314,10 @@ def _serve_all_gather_matmul(
             first, gathered = rt.dispatch("ag_gemm", a2d, Bs[0], gather_dim=gd), None
         outs = [first] + [gathered @ b for b in Bs[1:]]
         layouts = entry.layouts
-        outs = [_conform(_from_matrix(o, A_shard, gather_dim, ws), lay) for o, lay in zip(outs, layouts[1:])]
+        outs = [
+            _conform(_from_matrix(o, A_shard, gather_dim, ws), lay)
+            for o, lay in zip(outs, layouts[1:], strict=True)
+        ]
         a = _conform(_from_matrix(gathered, A_shard, gather_dim, ws), layouts[0]) if return_A else None
     return a, outs
 
@@ -328,8 +350,11 @@ def _matmul_reduce_scatter(
             )
             return (out,)
 
-        unsupported = _unsupported_rs(A, B, reduce_op, scatter_dim)
-        entry = _decide(sig, "gemm_rs", group_name, unsupported, plan_inputs, meta)
+        call = _call(
+            "fused_matmul_reduce_scatter", [A, B], reduce_op=reduce_op, scatter_dim=scatter_dim,
+            group_name=group_name,
+        )  # fmt: skip
+        entry = _decide(sig, call, _unsupported_rs(A, B, reduce_op, scatter_dim), plan_inputs, meta)
     counts = _STATE.counts["fused_matmul_reduce_scatter"]
     if not entry.serve:
         counts[TORCH] += 1

@@ -252,6 +252,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
             atp.reset_counters()
             out["tuned"] = _run_cases(ctx, compiled=False)
             out["tuned_counts"] = atp.counters()
+            out["decisions"] = atp.decisions()
             atp.reset_counters()
             out["compiled"] = _run_cases(ctx, compiled=True)
             out["compiled_counts"] = atp.counters()
@@ -289,6 +290,12 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
                 "fused_all_gather_matmul": {"autotaxer": n_ag, "torch": 0},
                 "fused_matmul_reduce_scatter": {"autotaxer": n_rs, "torch": 0},
             }, phase
+        calls = r["decisions"]
+        assert len(calls) == n_ag + n_rs and all(c["served"] for c in calls)
+        ag = calls[0]  # the first case, as decisions() describes it for a replay
+        assert ag["op"] == "fused_all_gather_matmul" and ag["inputs"][0] == ((4, 3, 8), (24, 8, 1), "float32")
+        assert ag["args"] == {"gather_dim": 0, "group_name": "0", "return_A": True}
+        assert ag["key"].startswith(f"ag_gemm|cpu|{world_size}|fp32|M={12 * world_size},N=5,K=8")
         err, counts, warned = r["fp64"]
         assert err < 1e-9 and counts == {"autotaxer": 0, "torch": 1}
         assert warned and "torch's kernel runs ag_gemm" in warned[0] and "dtype" in warned[0]
