@@ -43,6 +43,10 @@ from typing import Any
 
 import torch
 
+from .functional import _from_matrix, _to_matrix
+from .ops import _torch_symm
+from .runtime._runtimes import RUNTIMES
+
 __all__ = ["counters", "decisions", "disable", "enable", "is_enabled", "reset_counters", "unavailable_reason"]
 
 #: torch's op name -> autotaxer's op that serves it
@@ -79,7 +83,7 @@ _STATE = _State()
 # -- public API -------------------------------------------------------------------------------------
 def unavailable_reason() -> str | None:
     """Why :func:`enable` cannot work with this torch (None when it can)."""
-    from .ops._torch_symm import originals_reason
+    originals_reason = _torch_symm.originals_reason
 
     reason = originals_reason()
     if reason is not None:
@@ -100,7 +104,8 @@ def enable() -> None:
 
 
 def disable() -> None:
-    """Give both ops back to torch's kernels; idempotent. Counters are kept (:func:`reset_counters`)."""
+    """Give both ops back to torch's kernels; idempotent. Counters and decisions are kept (a decision is
+    remade only for a new runtime)."""
     lib = _STATE.library
     if lib is None:
         return
@@ -115,7 +120,6 @@ def disable() -> None:
         impls |= _STATE.impls_before
     _STATE.library = None
     _STATE.dispatch_key = ""
-    _STATE.entries.clear()
 
 
 def is_enabled() -> bool:
@@ -164,17 +168,10 @@ def _install(dispatch_key: str) -> None:
     _STATE.impls_before = {k for k in keys if k in impls}
     _STATE.library = lib
     _STATE.dispatch_key = dispatch_key
-    _STATE.entries.clear()
 
 
 # -- decisions --------------------------------------------------------------------------------------
-def _spec(t: torch.Tensor) -> tuple:
-    return (t.shape, t.stride(), t.dtype, t.device)
-
-
 def _lookup(sig: tuple) -> _Entry | None:
-    from .runtime._runtimes import RUNTIMES
-
     entry = _STATE.entries.get(sig)
     if entry is not None and RUNTIMES.get(entry.group) is entry.runtime:
         return entry
@@ -270,12 +267,11 @@ def _all_gather_matmul(
     A_shard: torch.Tensor, Bs: list[torch.Tensor], gather_dim: int, group_name: str, *, return_A: bool = True
 ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
     """``symm_mem::fused_all_gather_matmul`` served by autotaxer's ``ag_gemm`` (torch's without a record)."""
-    from .ops import _torch_symm
-
-    sig = ("ag", _spec(A_shard), tuple(_spec(b) for b in Bs), gather_dim, group_name, return_A)
+    # the tensors' device is not in the key: the dispatch key and the group's runtime fix it
+    sig = (A_shard.shape, A_shard.stride(), A_shard.dtype, gather_dim, group_name, return_A)
+    sig += tuple((b.shape, b.stride(), b.dtype) for b in Bs)
     entry = _lookup(sig)
     if entry is None:
-        from .functional import _to_matrix
 
         def plan_inputs() -> tuple:
             a2d, gd = _to_matrix(A_shard, gather_dim)
@@ -303,8 +299,6 @@ def _all_gather_matmul(
 def _serve_all_gather_matmul(
     entry: _Entry, A_shard: torch.Tensor, Bs: list[torch.Tensor], gather_dim: int, return_A: bool
 ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
-    from .functional import _from_matrix, _to_matrix
-
     rt, ws = entry.runtime, entry.world_size
     with torch.no_grad():  # below autograd: the kernel builds no graph
         a2d, gd = _to_matrix(A_shard, gather_dim)
@@ -334,9 +328,7 @@ def _matmul_reduce_scatter(
 ) -> torch.Tensor:
     """``symm_mem::fused_matmul_reduce_scatter`` served by autotaxer's ``gemm_rs`` (torch's without a
     record)."""
-    from .ops import _torch_symm
-
-    sig = ("rs", _spec(A), _spec(B), reduce_op, scatter_dim, group_name)
+    sig = (A.shape, A.stride(), A.dtype, B.shape, B.stride(), B.dtype, reduce_op, scatter_dim, group_name)
     entry = _lookup(sig)
     if entry is None:
 

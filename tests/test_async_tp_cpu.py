@@ -299,3 +299,45 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
         err, counts, warned = r["fp64"]
         assert err < 1e-9 and counts == {"autotaxer": 0, "torch": 1}
         assert warned and "torch's kernel runs ag_gemm" in warned[0] and "dtype" in warned[0]
+
+
+def _sp_block_errors(ctx) -> dict:
+    """The helper block of the GPU tests on gloo: output and gradients of the sharded block in eager
+    PyTorch against the unsharded block (what the compiled runs are checked against on GPUs)."""
+    import torch
+    import torch.distributed as dist
+
+    from autotaxer.ops import relative_error
+    from autotaxer.testing.sp_block import (
+        NAMES,
+        BlockShape,
+        full_weights,
+        reference_block,
+        shard_weights,
+        sp_block,
+    )
+
+    shape, ws, rank = BlockShape(seq=8, batch=2, hidden=16, ffn=12), ctx.world_size, ctx.rank
+    full = {k: v.double().requires_grad_() for k, v in full_weights(shape, 3, "cpu").items()}
+    g = torch.Generator().manual_seed(4)
+    x_full = torch.randn(shape.seq, shape.batch, shape.hidden, generator=g, dtype=torch.float64)
+    weight = torch.randn(x_full.shape, generator=g, dtype=torch.float64)
+    x_full.requires_grad_()
+    (reference_block(x_full, full) * weight).sum().backward()
+    w = shard_weights({k: v.detach() for k, v in full.items()}, rank, ws, torch.float64)
+    x = x_full.detach().chunk(ws)[rank].clone().requires_grad_()
+    y = sp_block(x, w, dist.group.WORLD)
+    (y * weight.chunk(ws)[rank]).sum().backward()
+    dist.all_reduce(w["norm"].grad)  # the norm weight's gradient is a sum over every rank's rows
+    want = {"norm": full["norm"].grad, "gate": full["gate"].grad.chunk(ws, 0)[rank]}
+    want |= {"up": full["up"].grad.chunk(ws, 0)[rank], "down": full["down"].grad.chunk(ws, 1)[rank]}
+    errs = {k: relative_error(w[k].grad, want[k]) for k in NAMES}
+    errs["x"] = relative_error(x.grad, x_full.grad.chunk(ws)[rank])
+    errs["out"] = relative_error(y, reference_block(x_full, full).chunk(ws)[rank])
+    return errs
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_the_sp_block_helper_equals_the_unsharded_block(world_size: int) -> None:
+    for errs in run_ranks(_sp_block_errors, world_size, "cpu", timeout=300):
+        assert max(errs.values()) < 1e-12, errs
