@@ -94,7 +94,7 @@ def _time(
     return dict(zip(fns, med.tolist(), strict=True))
 
 
-def _block_step(mode: str, shape, rank: int, ws: int, group) -> Callable[[Callable], Callable[[], object]]:
+def _block_step(mode: str, shape, rank: int, ws: int) -> Callable[[Callable], Callable[[], object]]:
     """``make(fn)``: a no-argument call of one forward (``fwd``) or forward + backward (``train``)."""
     import torch
 
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
+    import torch._inductor.config
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
 
@@ -190,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         return sp_block(x, w, group)
 
     for mode in args.modes:
-        make = _block_step(mode, shape, rank, ws, group)
+        make = _block_step(mode, shape, rank, ws)
         torch._dynamo.reset()
         torch._inductor.config._micro_pipeline_tp = False
         plain = _time(

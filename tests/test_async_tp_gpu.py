@@ -55,6 +55,8 @@ def _compiled_block(ctx, table_dir: str) -> dict:
     import warnings
 
     import torch
+    import torch._functorch.config
+    import torch._inductor.config
     import torch.distributed as dist
     import torch.distributed._symmetric_memory as symm_mem
     from torch._inductor.utils import run_and_get_code
