@@ -308,33 +308,19 @@ def _sp_block_errors(ctx) -> dict:
     import torch.distributed as dist
 
     from autotaxer.ops import relative_error
-    from autotaxer.testing.sp_block import (
-        NAMES,
-        BlockShape,
-        full_weights,
-        reference_block,
-        shard_weights,
-        sp_block,
-    )
+    from autotaxer.testing.sp_block import BlockShape, reference_step, shard_weights, sharded_step, sp_block
 
-    shape, ws, rank = BlockShape(seq=8, batch=2, hidden=16, ffn=12), ctx.world_size, ctx.rank
-    full = {k: v.double().requires_grad_() for k, v in full_weights(shape, 3, "cpu").items()}
-    g = torch.Generator().manual_seed(4)
-    x_full = torch.randn(shape.seq, shape.batch, shape.hidden, generator=g, dtype=torch.float64)
-    weight = torch.randn(x_full.shape, generator=g, dtype=torch.float64)
-    x_full.requires_grad_()
-    (reference_block(x_full, full) * weight).sum().backward()
-    w = shard_weights({k: v.detach() for k, v in full.items()}, rank, ws, torch.float64)
-    x = x_full.detach().chunk(ws)[rank].clone().requires_grad_()
-    y = sp_block(x, w, dist.group.WORLD)
-    (y * weight.chunk(ws)[rank]).sum().backward()
-    dist.all_reduce(w["norm"].grad)  # the norm weight's gradient is a sum over every rank's rows
-    want = {"norm": full["norm"].grad, "gate": full["gate"].grad.chunk(ws, 0)[rank]}
-    want |= {"up": full["up"].grad.chunk(ws, 0)[rank], "down": full["down"].grad.chunk(ws, 1)[rank]}
-    errs = {k: relative_error(w[k].grad, want[k]) for k in NAMES}
-    errs["x"] = relative_error(x.grad, x_full.grad.chunk(ws)[rank])
-    errs["out"] = relative_error(y, reference_block(x_full, full).chunk(ws)[rank])
-    return errs
+    shape, ws, rank, group = (
+        BlockShape(seq=8, batch=2, hidden=16, ffn=12),
+        ctx.world_size,
+        ctx.rank,
+        dist.group.WORLD,
+    )
+    full, x_full, loss_weight, want = reference_step(shape, rank, ws, "cpu", torch.float64, seed=3)
+    w = shard_weights(full, rank, ws, torch.float64)
+    x = x_full.chunk(ws)[rank].clone().requires_grad_()
+    got = sharded_step(lambda x, w: sp_block(x, w, group), x, w, loss_weight.chunk(ws)[rank], group)
+    return {k: relative_error(got[k], want[k]) for k in want}
 
 
 @pytest.mark.parametrize("world_size", [1, 2])

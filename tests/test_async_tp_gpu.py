@@ -64,14 +64,7 @@ def _compiled_block(ctx, table_dir: str) -> dict:
     import autotaxer
     import autotaxer.async_tp as atp
     from autotaxer.ops import relative_error
-    from autotaxer.testing.sp_block import (
-        NAMES,
-        BlockShape,
-        full_weights,
-        reference_block,
-        shard_weights,
-        sp_block,
-    )
+    from autotaxer.testing.sp_block import BlockShape, reference_step, shard_weights, sharded_step, sp_block
 
     torch._inductor.config.fx_graph_cache = False  # compile here, so that the code is seen
     if hasattr(torch._functorch.config, "enable_autograd_cache"):
@@ -83,28 +76,12 @@ def _compiled_block(ctx, table_dir: str) -> dict:
         symm_mem.enable_symm_mem_for_group(group.group_name)
 
     shape = BlockShape(seq=256 * ws, batch=2, hidden=512, ffn=1024 * ws)
-    full = {k: v.requires_grad_() for k, v in full_weights(shape, 0, ctx.device).items()}
-    g = torch.Generator(device=ctx.device).manual_seed(1)
-    x_full = torch.randn(shape.seq, shape.batch, shape.hidden, generator=g, device=ctx.device)
-    weight = torch.randn(x_full.shape, generator=g, device=ctx.device)
-    x_full.requires_grad_()
-    ref_out = reference_block(x_full, full)
-    (ref_out * weight).sum().backward()
-    want = {"norm": full["norm"].grad, "gate": full["gate"].grad.chunk(ws, 0)[rank]}
-    want |= {"up": full["up"].grad.chunk(ws, 0)[rank], "down": full["down"].grad.chunk(ws, 1)[rank]}
-    want |= {"x": x_full.grad.chunk(ws)[rank], "out": ref_out.detach().chunk(ws)[rank]}
-
-    w = shard_weights({k: v.detach() for k, v in full.items()}, rank, ws, torch.bfloat16)
-    x = x_full.detach().chunk(ws)[rank].to(torch.bfloat16).contiguous().requires_grad_()
+    full, x_full, loss_weight, want = reference_step(shape, rank, ws, ctx.device)  # fp32, unsharded
+    w = shard_weights(full, rank, ws, torch.bfloat16)
+    x = x_full.chunk(ws)[rank].to(torch.bfloat16).contiguous().requires_grad_()
 
     def step(fn) -> dict:
-        for t in (x, *w.values()):
-            t.grad = None
-        y = fn(x, w)
-        (y.float() * weight.chunk(ws)[rank]).sum().backward()
-        got = {k: w[k].grad.clone() for k in NAMES} | {"x": x.grad.clone(), "out": y.detach().clone()}
-        dist.all_reduce(got["norm"])  # the norm weight's gradient sums every rank's rows
-        return got
+        return sharded_step(fn, x, w, loss_weight.chunk(ws)[rank], group)
 
     def errors(got: dict, against: dict) -> dict:
         return {k: relative_error(got[k].float(), against[k].float()) for k in want}

@@ -92,3 +92,44 @@ def sp_block(x_shard: torch.Tensor, w: dict[str, torch.Tensor], group: Any) -> t
 def reference_block(x: torch.Tensor, full: dict[str, torch.Tensor]) -> torch.Tensor:
     """The unsharded block on all rows (the sum over ranks of every partial product, no communication)."""
     return _mlp(x, full, lambda t: t, lambda t: t)
+
+
+def reference_step(
+    shape: BlockShape,
+    rank: int,
+    world_size: int,
+    device: Any,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """One step of the unsharded block in ``dtype``: ``(full weights, x, loss weight, want)``, the loss
+    ``sum(block(x) * loss weight)``; ``want`` holds this rank's share of the output (``out``) and of the
+    gradients of ``x`` and of each weight in :data:`NAMES` (the norm weight's whole)."""
+    full = {k: v.to(dtype).requires_grad_() for k, v in full_weights(shape, seed, device).items()}
+    g = torch.Generator(device=device).manual_seed(seed + 1)
+    x = torch.randn(shape.seq, shape.batch, shape.hidden, generator=g, device=device).to(dtype)
+    loss_weight = torch.randn(x.shape, generator=g, device=device).to(dtype)
+    x.requires_grad_()
+    out = reference_block(x, full)
+    (out * loss_weight).sum().backward()
+    ws = world_size
+    want = {"norm": full["norm"].grad, "gate": full["gate"].grad.chunk(ws, 0)[rank]}
+    want |= {"up": full["up"].grad.chunk(ws, 0)[rank], "down": full["down"].grad.chunk(ws, 1)[rank]}
+    want |= {"x": x.grad.chunk(ws)[rank], "out": out.detach().chunk(ws)[rank]}
+    return {k: v.detach() for k, v in full.items()}, x.detach(), loss_weight, want
+
+
+def sharded_step(
+    fn: Any, x: torch.Tensor, w: dict[str, torch.Tensor], loss_weight: torch.Tensor, group: Any
+) -> dict[str, torch.Tensor]:
+    """One step of ``fn(x, w)`` on this rank's rows (loss ``sum(out * loss_weight)``, in fp32): the output
+    and the gradients, keyed as :func:`reference_step`'s ``want`` (the norm weight's summed over ranks)."""
+    import torch.distributed as dist
+
+    for t in (x, *w.values()):
+        t.grad = None
+    y = fn(x, w)
+    (y.float() * loss_weight.float()).sum().backward()
+    got = {k: w[k].grad.clone() for k in NAMES} | {"x": x.grad.clone(), "out": y.detach().clone()}
+    dist.all_reduce(got["norm"], group=group)  # every rank's rows add to the norm weight's gradient
+    return got
