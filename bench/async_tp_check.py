@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 
@@ -57,7 +57,7 @@ def _time(
     iters: int,
     samples: int,
     warmup: int,
-    with_autotaxer: set[str] = frozenset(),
+    with_autotaxer: Collection[str] = (),
 ) -> dict[str, float]:
     """Median ms per call of each function (interleaved samples), max over ranks; the functions named in
     ``with_autotaxer`` run with ``autotaxer.async_tp`` enabled, the others without (switched untimed)."""
