@@ -21,17 +21,19 @@ too, and enable/disable act on already compiled code at its next call. An induct
 (``post_grad_custom_post_pass``) would have taken the one slot users have for their own pass, split the
 cache by its uuid, served compiled code only, and decided at compile time, before the table is known.
 
-**Torch versions.** The ops and their Python kernels exist from 2.5 on (``return_A`` from 2.6; a schema
-without it never passes it). torch ≤ 2.7 refuses to override a kernel registered from Python
-(``Library.impl`` has no ``allow_override``): :func:`enable` raises, naming the version. 2.8–2.12 need
-``allow_override=True`` (their default is False), 2.13 has it by default; both work (checked: 2.13 on CPU,
-2.11 on the lent GPUs). A torch whose kernels of these ops are no longer Python functions, or an inductor
-that lowers the ops itself (compiled code would then skip the dispatcher), breaks the override: the first
-raises in :func:`enable`, the second shows as zero counts in :func:`counters`.
+**Torch versions.** ``Library.impl`` has ``allow_override`` from 2.8 on (default False up to 2.12, True
+in 2.13): torch <= 2.7 refuses to override a kernel registered from Python, and :func:`enable` raises
+naming the version; from 2.8 on :func:`enable` passes ``allow_override=True``. A schema without
+``return_A`` (older torch) never passes it. Checked on 2.13 (CPU: registration, fallback, meta layouts,
+compiled calls); the GPU tests run on the lent machines' 2.11. A torch whose kernels of these ops are no
+longer Python functions makes :func:`enable` raise (the fallback would call the override); an inductor
+that lowers the ops itself (compiled code would skip the dispatcher) shows as zero :func:`counters`.
 
 **Warm-up.** The first call of a shape decides (collectively, as dispatch does) and records an untuned key
 as a dispatch miss, so a compiled model's keys are listed by ``autotaxer misses`` after one step and are
-served once tuned (``autotaxer.init`` with the new table: decisions are remade for a new runtime).
+served once tuned (``autotaxer.init`` with the new table: decisions are remade for a new runtime). The
+decision is ``Runtime.plan``'s, which also prepares the baseline's workspace of an untuned key (a gathered-A
+buffer, within ``RuntimeConfig.workspace_cache``) although torch's kernel runs that key.
 """
 
 from __future__ import annotations
