@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 from ._problem import DTYPES, ProblemKey, Target
 
 __all__ = [
-    "DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "dispatch",
+    "DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "async_tp", "dispatch",
     "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
 ]  # fmt: skip
 
@@ -29,8 +29,8 @@ _LAZY = {
 def __getattr__(name: str):
     import importlib
 
-    if name == "nn":
-        value = importlib.import_module(".nn", __name__)
+    if name in ("nn", "async_tp"):
+        value = importlib.import_module(f".{name}", __name__)
     elif name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     else:

@@ -30,6 +30,25 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def originals_reason() -> str | None:
+    """Why torch's fused ops cannot be reached as Python functions here (None when both can), i.e. why a
+    kernel override of the ops could not fall back to them without calling itself."""
+    import torch
+
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+    except ImportError:
+        return f"torch {torch.__version__} has no torch.distributed._symmetric_memory"
+    for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+        if not hasattr(torch.ops.symm_mem, name):
+            return f"torch {torch.__version__} has no torch.ops.symm_mem.{name}"
+        if not callable(getattr(symm_mem, f"_{name}", None)):
+            return (
+                f"torch {torch.__version__} has no Python kernel torch.distributed._symmetric_memory._{name}"
+            )
+    return None
+
+
 def _original(name: str) -> Any:
     import torch
     import torch.distributed._symmetric_memory as symm_mem
