@@ -158,6 +158,16 @@ def forward_error(geometry: tuple[int, int, int, int], config: WsConfig, gather_
     return None
 
 
+def consumer_group_m(config: WsConfig, gather_dim: int, ms: int, tiles: int, grid: int, forward: bool) -> int:
+    """The kernel's ``group_m``: at gather_dim=0 tile groups never straddle two ranks' rows, so local tiles
+    come first. Forwarding in one wave keeps ``config.group_m``'s order (every tile is resident, so no
+    order can hold up a forwarding tile; groups pair the local and the peer's tiles that read the same
+    columns of B)."""
+    if gather_dim == 0 and not (forward and tiles <= grid):
+        return max(1, min(config.group_m, ms // config.block_m))
+    return config.group_m
+
+
 def launch_args(
     *,
     a_shard: Any,
@@ -209,12 +219,7 @@ def launch_args(
     a_desc, inbox_desc, b_desc, row_major = descriptors(a_shard, b, inbox, config)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     grid = min(grid, tiles)
-    group_m = config.group_m
-    # gather_dim=0: tile groups never straddle two ranks' rows: local tiles first. Forwarding in one wave
-    # keeps group_m's order (every tile is resident, so no order can hold up a forwarding tile; groups
-    # pair the local and the peer's tiles that read the same columns of B)
-    if gather_dim == 0 and not (forward and tiles <= grid):
-        group_m = max(1, min(group_m, ms // config.block_m))
+    group_m = consumer_group_m(config, gather_dim, ms, tiles, grid, forward)
     rcw, n_rc, kcw, n_kc = geometry
     produce = heap_bases is not None
     bases = heap_bases if produce else sync  # unread without producing

@@ -216,8 +216,21 @@ def _release_written(flag, epoch):
 
 
 #: Ring steps a forwarded box's flag waits before its release (its store is then long written), unless
-#: the next forwarded box comes first.
+#: the next forwarded box or a step reading a peer's data comes first.
 RELEASE_AFTER = gl.constexpr(4)
+
+
+@gluon.jit
+def _release_due(pending, pending_it, it, mine, peer_step, release_after):
+    """Whether the forward warp releases its pending box's flag (``pending >= 0``, stored at ring step
+    ``pending_it``) before it waits for step ``it``'s slot: before its next store (``mine``), once
+    ``release_after`` steps have passed, and always before a step that reads a peer's data
+    (``peer_step``). That slot is filled only once the peer's flags are up, and the peer's forward warp
+    may itself hold the flag this rank waits for until it gets past the same kind of step: holding a
+    release across such a wait closes a cycle (two ranks, gather_dim=1, a K slice of at most
+    ``release_after`` steps: every tile's last box was released only from a peer step, so both ranks
+    waited for each other for ever). Plain arithmetic, so :mod:`autotaxer.tools.ws_model` runs it too."""
+    return (pending >= 0) & (mine | peer_step | (it - pending_it >= release_after))
 
 
 @gluon.jit
@@ -228,7 +241,8 @@ def _forward_partition(peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, fla
     tile's step ``ks`` with ``ks % num_pid_n == pid_n``: each box once), TMA-store the slot into this
     rank's slot of the peer's inbox (``peer{parity}_desc``), wait until the store has read it, then hand
     the slot back (every slot gets this warp's arrival). A box's flag ``[rank, row // BLOCK_M, ks]`` in the
-    peer is released once its store has been written, a few steps later or before the next store."""
+    peer is released once its store has been written: a few steps later, before the next store, or before
+    the first step that reads a peer's data, whichever comes first (:func:`_release_due`)."""
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     BLOCK_N: gl.constexpr = b_bufs.shape[2] if B_ROW_MAJOR else b_bufs.shape[1]
@@ -255,12 +269,12 @@ def _forward_partition(peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, fla
                 row = off_m
             for ks in range(0, k_steps):
                 s = it % STAGES
-                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                 mine = (src == rank) & (ks % num_pid_n == pid_n)
-                if pending >= 0:
-                    if mine | (it - pending_it >= RELEASE_AFTER):
-                        _release_written(flags + pending, epoch)
-                        pending = -1
+                # decided before the wait below: a peer step's slot may wait for the peer
+                if _release_due(pending, pending_it, it, mine, src != rank, RELEASE_AFTER):
+                    _release_written(flags + pending, epoch)
+                    pending = -1
+                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                 if mine:
                     if parity == 0:
                         _tma_store(peer0_desc, [row, ks * BLOCK_K], a_bufs.index(s))
