@@ -1,5 +1,5 @@
-"""``push_ws_fwd``'s waits on two ranks modelled on CPU (:mod:`autotaxer.tools.ws_model`): the hang of issue 35
-(M=256, N=640, K=512, gather_dim=1, the variant's first seed) reproduced with the forward warp's release
+"""``push_ws_fwd``'s waits on two ranks modelled on CPU (:mod:`autotaxer.tools.ws_model`): the hang of issue
+35 (M=256, N=640, K=512, gather_dim=1, the variant's first seed) reproduced with the forward warp's release
 rule as it was, and gone with the kernel's rule; no configuration the launcher serves deadlocks."""
 
 from __future__ import annotations
