@@ -38,6 +38,18 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from ...common.watch import (
+    _ALARM,
+    _BOUND,
+    _EXPECTED,
+    _GAVE_UP,
+    _INDEX,
+    _PEER,
+    _SEEN,
+    _WRITTEN,
+    CHECK_AFTER_NS,
+)
+
 # names that moved between triton 3.6 and 3.9: the partition's barrier and the TMA load
 _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -112,8 +124,52 @@ def _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc):
 
 
 @gluon.jit
+def _now_ns(dep):
+    """``%globaltimer`` (ns); ``dep`` only orders the read after the value it depends on."""
+    asm: gl.constexpr = "mov.u64 $0, %globaltimer;"
+    return gl.inline_asm_elementwise(asm, "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _give_up(watch_ptr, peer, index, expected, seen):
+    """``kernels/common/watch.py``'s record of a wait that gave up, for Gluon: the first of the slot writes
+    peer, flag, epoch and last read; every one raises the process's alarm (system scope)."""
+    n = gl.atomic_add(watch_ptr + _GAVE_UP, 1, sem="relaxed", scope="sys")
+    if n == 0:
+        gl.store(watch_ptr + _PEER, peer.to(gl.int64))
+        gl.store(watch_ptr + _INDEX, index.to(gl.int64))
+        gl.store(watch_ptr + _EXPECTED, expected.to(gl.int64))
+        gl.store(watch_ptr + _SEEN, seen.to(gl.int64))
+        gl.atomic_xchg(watch_ptr + _WRITTEN, 1, sem="release", scope="sys")
+    alarm = gl.load(watch_ptr + _ALARM).to(gl.pointer_type(gl.int64))
+    gl.atomic_add(alarm, 1, sem="release", scope="sys")
+
+
+@gluon.jit
+def _await_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc, need, watch_ptr, ok):
+    """``(landed, ok)``: poll until ``need`` leading K chunks of ``src``'s rows have landed, at most the
+    watch slot's bound (``kernels/common/watch.py``). Once a wait gave up (``ok`` 0) the loader polls once
+    and goes on as if the chunks had landed, so the kernel ends (its result is wrong; the host raises)."""
+    landed = _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc)
+    if (landed < need) & (ok != 0):
+        t0 = _now_ns(landed)
+        while (landed < need) & (ok != 0):
+            landed = _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc)
+            if landed < need:
+                waited = _now_ns(landed) - t0
+                if waited > CHECK_AFTER_NS:
+                    if waited > gl.load(watch_ptr + _BOUND, volatile=True):
+                        first = (src * n_rc + row_lo // rcw) * n_kc + landed
+                        _give_up(watch_ptr, src, first, epoch, landed)
+                        ok = 0
+    if ok == 0:
+        landed = n_kc
+    return landed, ok
+
+
+@gluon.jit
 def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM: gl.constexpr,
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM: gl.constexpr,
                     WORLD_SIZE: gl.constexpr, WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -127,6 +183,7 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
                                                        GATHER_DIM)  # fmt: skip
     slices = 1 if GATHER_DIM == 0 else WORLD_SIZE
     it = 0
+    ok = 1  # 0 once a wait on a peer gave up
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, group_m, first_m)
         off_m = pid_m * BLOCK_M
@@ -151,8 +208,9 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
                 if WAIT:
                     if not local:
                         need = (gl.minimum(k + BLOCK_K, k_len) - 1) // kcw + 1
-                        while landed < need:
-                            landed = _landed_chunks(flags_ptr, epoch, src, row, row_hi, rcw, n_rc, n_kc)
+                        if landed < need:
+                            landed, ok = _await_chunks(flags_ptr, epoch, src, row, row_hi, rcw, n_rc, n_kc,
+                                                       need, watch_ptr, ok)  # fmt: skip
                 s = it % STAGES
                 mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                 bar = ready.index(s)
@@ -344,12 +402,13 @@ def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sy
 
 @gluon.jit
 def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr, a_ptr, inbox_ptr, heap_bases,
-                      flags_ptr, sync_ptr, arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m,
-                      stride_am, stride_cm, stride_cn, GATHER_DIM: gl.constexpr, WORLD_SIZE: gl.constexpr,
-                      WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr, STAGES: gl.constexpr,
-                      MMA_WGS: gl.constexpr, LOAD_REGS: gl.constexpr, PRODUCE: gl.constexpr,
-                      FORWARD: gl.constexpr):  # fmt: skip
+                      flags_ptr, sync_ptr, watch_ptr, arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc,
+                      group_m, stride_am, stride_cm, stride_cn, GATHER_DIM: gl.constexpr,
+                      WORLD_SIZE: gl.constexpr, WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr,
+                      STAGES: gl.constexpr, MMA_WGS: gl.constexpr, LOAD_REGS: gl.constexpr,
+                      PRODUCE: gl.constexpr, FORWARD: gl.constexpr):  # fmt: skip
     """The persistent warp-specialised GEMM; launch with ``num_warps = 4 * MMA_WGS`` (the MMA partition).
+    The load warp's waits on peers give up after the bound of the watch slot ``watch_ptr``.
     ``FORWARD``: with the forward warp (:func:`_forward_partition`; ``peer{0,1}_desc`` are this rank's
     slot of the peer's inbox at each parity, unread otherwise)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
@@ -369,8 +428,8 @@ def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr,
                     group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
                 (_load_partition, (
                     a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
-                    B_ROW_MAJOR)),
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
+                    WAIT, B_ROW_MAJOR)),
                 (_forward_partition, (
                     peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, flags_ptr, heap_bases, sync_ptr,
                     arrivals, rank, M, N, K, Ms, Ks, n_rc, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
@@ -388,8 +447,8 @@ def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr,
                     group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
                 (_load_partition, (
                     a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
-                    B_ROW_MAJOR)),
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
+                    WAIT, B_ROW_MAJOR)),
             ],
             [1],
             [LOAD_REGS],
