@@ -105,6 +105,8 @@ def trial_seed(base: int | None, number: int) -> int:
 def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float, float]:
     """(failure, median_us, rel_err, timing_s) over all ranks."""
     errors = [r.error for r in replies if r.error]
+    # a rank whose wait on a peer gave up names the silent peer; its peers only see the agreed failure
+    errors.sort(key=lambda e: "PeerTimeoutError" not in e)
     rel = max((r.rel_err for r in replies if not math.isnan(r.rel_err)), default=math.nan)
     timing = max(r.timing_s for r in replies)
     if errors:
