@@ -61,6 +61,10 @@ class Executor(Protocol):
     ) -> list[RankReply]: ...
 
 
+#: The largest ``--seed``: the samplers seed NumPy's generator, which takes 32-bit seeds.
+MAX_SEED = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """What ``autotaxer tune`` was asked to do (everything but the shapes, the database and the ranks)."""
@@ -85,10 +89,16 @@ class TuneConfig:
             raise ValueError(f"--trials: must be >= 1, got {self.trials}")
         if self.sampled < 0:
             raise ValueError(f"--sampled: must be >= 0, got {self.sampled}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ValueError(f"--timeout: must be > 0 seconds, got {self.timeout_s}")
-        if self.trial_timeout_s <= 0:
-            raise ValueError(f"--trial-timeout: must be > 0 seconds, got {self.trial_timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"--timeout: must be a finite number of seconds > 0, got {self.timeout_s}")
+        if not 0 < self.trial_timeout_s < math.inf:  # NaN or inf would turn the watchdog off
+            raise ValueError(
+                f"--trial-timeout: must be a finite number of seconds > 0, got {self.trial_timeout_s}"
+            )
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(
+                f"--seed: must be an integer from 0 to {MAX_SEED} (the samplers' range), got {self.seed}"
+            )
         if self.sampler not in SAMPLERS:
             raise ValueError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         try:
