@@ -221,16 +221,8 @@ def _inbox_view(plan: Plan, inbox: Any, p: int) -> Any:
     return inbox[p * n : (p + 1) * n].view(plan.rows, plan.k_shard)
 
 
-def ag_gemm_ce(
-    channel: Channel,
-    plan: Plan,
-    inbox: Any,
-    a_shard: Any,
-    b: Any,
-    out: Any,
-    acc: Any = None,
-    watch: Any = None,
-) -> Any:
+def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None,
+               watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the copy-engine schedule; collective.
 
     ``inbox`` is the arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped workspace when

@@ -132,16 +132,8 @@ class CopyEngineVariant(Variant):
         elif not out.is_contiguous():
             raise ValueError("copy_engine: out must be contiguous")
         buf = ws.buffers
-        return ag_gemm_ce(
-            buf["channel"],
-            buf["plan"],
-            buf["inbox"],
-            a_shard,
-            b,
-            out,
-            buf.get("acc"),
-            watch=buf["watch"].tensor,
-        )
+        args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        return ag_gemm_ce(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CopyEngineVariant()]

@@ -94,16 +94,8 @@ def _send_lane(ch: ce.Channel, plan: FanoutPlan, a_shard: Any, peers: tuple[int,
             ce._raise(ch, data_of[p] + 4 * c, stream)
 
 
-def ag_gemm_ce_fanout(
-    channel: ce.Channel,
-    plan: FanoutPlan,
-    inbox: Any,
-    a_shard: Any,
-    b: Any,
-    out: Any,
-    acc: Any = None,
-    watch: Any = None,
-) -> Any:
+def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
+                      acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the fanned-out schedule; collective.
 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped

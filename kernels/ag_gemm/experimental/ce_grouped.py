@@ -91,16 +91,8 @@ def _send_lane(ch: ce.Channel, plan: GroupedPlan, a_shard: Any, peers: tuple[int
         ce._raise(ch, data_of[p], stream)
 
 
-def ag_gemm_ce_grouped(
-    channel: ce.Channel,
-    plan: GroupedPlan,
-    inbox: Any,
-    a_shard: Any,
-    b: Any,
-    out: Any,
-    acc: Any = None,
-    watch: Any = None,
-) -> Any:
+def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
+                       acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the grouped schedule; collective.
 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped

@@ -105,16 +105,8 @@ class CeFanoutVariant(Variant):
         elif not out.is_contiguous():
             raise ValueError("ce_fanout: out must be contiguous")
         buf = ws.buffers
-        return ag_gemm_ce_fanout(
-            buf["channel"],
-            buf["plan"],
-            buf["inbox"],
-            a_shard,
-            b,
-            out,
-            buf.get("acc"),
-            watch=buf["watch"].tensor,
-        )
+        args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        return ag_gemm_ce_fanout(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CeFanoutVariant()]

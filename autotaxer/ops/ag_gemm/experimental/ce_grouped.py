@@ -121,16 +121,8 @@ class CeGroupedVariant(Variant):
         elif not out.is_contiguous():
             raise ValueError("ce_grouped: out must be contiguous")
         buf = ws.buffers
-        return ag_gemm_ce_grouped(
-            buf["channel"],
-            buf["plan"],
-            buf["inbox"],
-            a_shard,
-            b,
-            out,
-            buf.get("acc"),
-            watch=buf["watch"].tensor,
-        )
+        args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        return ag_gemm_ce_grouped(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CeGroupedVariant()]
