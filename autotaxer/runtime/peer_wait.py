@@ -141,16 +141,16 @@ class PeerWatch:
         import torch
 
         cuda = self.board.device.type == "cuda"
-        capturing = cuda and torch.cuda.is_current_stream_capturing()
+        if cuda and torch.cuda.is_current_stream_capturing():
+            return  # no event may be recorded or queried under capture: after it
         still = []
         for entry in self._settling:
             index, bound_ns, event = entry
             if not cuda:
                 self.board.set_bound(index, bound_ns)
-            elif event is None:
-                if not capturing:  # after the first call, in stream order
-                    entry[2] = torch.cuda.Event()
-                    entry[2].record()
+            elif event is None:  # recorded after the first call, in stream order
+                entry[2] = torch.cuda.Event()
+                entry[2].record(torch.cuda.current_stream(self.board.device))
                 still.append(entry)
             elif event.query():
                 self.board.set_bound(index, bound_ns)
