@@ -21,8 +21,8 @@ _LAZY = {
     "init": ".runtime.dispatch",
     "Runtime": ".runtime.dispatch",
     "RuntimeConfig": ".runtime.dispatch",
-    "check": ".runtime.peer_wait",
-    "PeerTimeoutError": ".runtime.peer_wait",
+    "check": ".ops._peer_wait",
+    "PeerTimeoutError": ".ops._peer_wait",
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
 }

@@ -51,7 +51,7 @@ class RunContext:
         """A watch slot for ``variant`` at ``key`` (``kernels/common/watch.py``): the kernels' waits on peers
         give up after ``peer_timeout_s`` and the host names this site. Keep the returned object alive as
         long as the kernels use its ``tensor``."""
-        from ..runtime.peer_wait import Site, peer_watch
+        from ._peer_wait import Site, peer_watch
 
         site = Site(key.op, variant, key.text, self.rank, self.world_size)
         return peer_watch(self.device).open(site, self.peer_timeout_s, self.first_call_timeout_s)

@@ -32,8 +32,8 @@ raises on every rank). Later calls of a cached signature are checked by nobody: 
 another shape, or with ``requires_grad`` where its peers do not, is not seen, and a collective may then
 pair with the wrong one. ``RuntimeConfig(check_calls=True)`` exchanges every call's signature first (a
 collective per call: for debugging). Kernels' waits on peers are bounded (``peer_timeout_s``): a wait
-that gave up raises :class:`~.peer_wait.PeerTimeoutError` at the next dispatch or
-:func:`~.peer_wait.check`, and this process stops serving that variant for that key.
+that gave up raises :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` at the next dispatch or
+:func:`autotaxer.check`, and this process stops serving that variant for that key.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 from .._problem import ProblemKey, Target
+from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import get_runtime, init, install, runtime_for, shutdown
 from .autograd import FUNCTIONS as AUTOGRAD
@@ -56,7 +57,6 @@ from .autograd import SAVING
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide
 from .misses import Miss, append_misses, default_misses_path
-from .peer_wait import IDLE, PeerTimeoutError, peer_watch
 from .table import Table, TableSources, load_table, merge
 
 _log = logging.getLogger("autotaxer.dispatch")

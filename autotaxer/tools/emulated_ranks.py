@@ -368,7 +368,7 @@ def never_signal(kind: str, *, device: Any = "cpu", timeout_s: float = 0.3, worl
     """One call of ``kind`` (:data:`NEVER_SIGNAL_KINDS`) by rank 0 of ``world_size`` emulated ranks whose
     peers never run, so no flag of theirs is ever raised: rank 0's waits must give up after ``timeout_s``
     and :func:`autotaxer.check` must name the op, variant, key and a silent peer. Returns the
-    :class:`~autotaxer.runtime.peer_wait.PeerTimeoutError` (``AssertionError`` when none is raised).
+    :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` (``AssertionError`` when none is raised).
 
     On CPU run it under Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported)."""
     import torch
@@ -376,7 +376,7 @@ def never_signal(kind: str, *, device: Any = "cpu", timeout_s: float = 0.3, worl
     from autotaxer import ProblemKey
     from autotaxer._target import cpu_target, cuda_target
     from autotaxer.ops import RunContext
-    from autotaxer.runtime.peer_wait import PeerTimeoutError, check
+    from autotaxer.ops._peer_wait import PeerTimeoutError, check
 
     if kind not in NEVER_SIGNAL_KINDS:
         raise ValueError(f"kind: expected one of {', '.join(NEVER_SIGNAL_KINDS)}, got {kind!r}")

@@ -132,7 +132,7 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
 def peer_timeout(ctx: Any) -> str | None:
     """``PeerTimeoutError: ...`` when a kernel's wait on a peer gave up since the last look (after a
     synchronisation), else None: the trial fails with the op, variant, key and silent peer named."""
-    from ..runtime.peer_wait import PeerTimeoutError, peer_watch
+    from ..ops._peer_wait import PeerTimeoutError, peer_watch
 
     try:
         peer_watch(ctx.device).poll()

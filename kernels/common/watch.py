@@ -18,7 +18,7 @@ under the interpreter, so the bound does not depend on clock speed. A program th
 within about one bound. The result of such a call is wrong; the host raises before it is used further.
 
 :class:`WatchBoard` is the host side of the buffer (slots, alarm, records); naming what a slot serves and
-raising the error is ``autotaxer.runtime.peer_wait``'s job.
+raising the error is ``autotaxer.ops._peer_wait``'s job.
 """
 
 from __future__ import annotations

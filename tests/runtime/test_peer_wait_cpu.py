@@ -52,14 +52,14 @@ def test_never_signal_emulated_ranks_end_with_the_named_error() -> None:
 def _board():
     from autotaxer.kernels.common.watch import WatchBoard
 
-    from autotaxer.runtime.peer_wait import PeerWatch
+    from autotaxer.ops._peer_wait import PeerWatch
 
     board = WatchBoard("cpu", slots=4)
     return board, PeerWatch(board)
 
 
 def _site(variant: str = "push"):
-    from autotaxer.runtime.peer_wait import Site
+    from autotaxer.ops._peer_wait import Site
 
     return Site("ag_gemm", variant, "ag_gemm|cpu|ws2|fp32|M=24,N=40,K=40|gather_dim=0", 0, 2)
 
@@ -76,7 +76,7 @@ def _give_up(board, index: int, peer: int, flag: int) -> None:
 
 
 def test_watch_names_the_site_and_peer_once_and_marks_it_failed() -> None:
-    from autotaxer.runtime.peer_wait import PeerTimeoutError
+    from autotaxer.ops._peer_wait import PeerTimeoutError
 
     board, watch = _board()
     slot = watch.open(_site(), 2.0, first_call_s=2.0)
