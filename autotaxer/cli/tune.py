@@ -71,12 +71,25 @@ def tune_command(
             help="Table file(s) whose records of the tuned keys run first (e.g. after a kernel change).",
         ),
     ] = None,
+    symm_mem: Annotated[
+        str | None,
+        typer.Option(
+            "--symm-mem",
+            help="Symmetric-memory backend: cuda (torch's fused ops; default) or nccl (NCCL's windows).",
+        ),
+    ] = None,
 ) -> None:
     """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
     from ..tuner.distributed import launch_env
 
     if device not in DEVICES:
         _fail(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
+    if symm_mem is not None:
+        from ..ops._symm_backend import CHOICES, select
+
+        if symm_mem not in CHOICES:
+            _fail(f"--symm-mem: expected one of {', '.join(CHOICES)}, got {symm_mem!r}")
+        select(symm_mem)  # before any worker starts: they inherit it
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         _fail(f"--world-size: must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     launch = launch_env()

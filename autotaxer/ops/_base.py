@@ -90,6 +90,9 @@ class Variant(ABC):
     #: True for every bulk-synchronous form (the baseline and its stronger alternatives users can have,
     #: e.g. NCCL's symmetric-memory collectives): a speedup is against the fastest of them.
     bsp_form: ClassVar[bool] = False
+    #: A form users have without autotaxer (every BSP form; torch's own fused ops): dispatch may serve an
+    #: untuned key the fastest of them measured at its nearest tuned key (``fastest_form`` of a record).
+    fallback_form: ClassVar[bool] = False
     #: Opt-in (not measured on, or not a winner on, the hardware it targets): tuned and benchmarked only
     #: when named explicitly (``--variants``); dispatch still runs it where a table record names it.
     experimental: ClassVar[bool] = False
@@ -188,6 +191,16 @@ class Op(ABC):
         if target is not None:
             forms = [n for n in forms if self._variants[n].unavailable_reason(target) is None]
         return forms
+
+    def fallback_forms(self, target: Target | None = None) -> list[str]:
+        """Names of the forms an untuned key may be served (the BSP forms, then the other forms users
+        have without autotaxer), those available on ``target`` when given."""
+        names = self.bsp_forms() + [
+            n for n, v in self._variants.items() if v.fallback_form and not (v.is_baseline or v.bsp_form)
+        ]
+        if target is not None:
+            names = [n for n in names if self._variants[n].unavailable_reason(target) is None]
+        return names
 
     def baseline(self) -> Variant:
         for v in self._variants.values():

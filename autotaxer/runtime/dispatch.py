@@ -105,6 +105,9 @@ class RuntimeConfig:
     ``check_calls``: before every call, exchange its signature (op, shapes, strides, dtypes, layout,
     ``requires_grad``) with every rank and raise on all of them when they differ: a collective per call,
     for debugging (without it only a signature's first call is compared).
+    ``symm_mem``: the backend torch's symmetric memory runs in this process, one a process: ``"cuda"``
+    (torch's fused ops and PyTorch's async TP; the default) or ``"nccl"`` (NCCL's symmetric BSP forms);
+    None keeps ``$AUTOTAXER_SYMM_MEM``.
     """
 
     heap_size: int = 1 << 30
@@ -122,9 +125,14 @@ class RuntimeConfig:
     peer_timeout_s: float | None = None
     first_call_timeout_s: float = 30.0
     check_calls: bool = False
+    symm_mem: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
+        from ..ops._symm_backend import CHOICES
+
+        if self.symm_mem is not None and self.symm_mem not in CHOICES:
+            raise ValueError(f"symm_mem: expected one of {', '.join(CHOICES)}, got {self.symm_mem!r}")
         if self.heap_size <= 0:
             raise ValueError(f"heap_size: must be positive, got {self.heap_size}")
         if not (self.max_m_ratio >= 1.0 and math.isfinite(self.max_m_ratio)):
@@ -260,6 +268,10 @@ class Runtime:
     def __init__(self, config: RuntimeConfig | None = None, group: Any = None) -> None:
         self.config = config if config is not None else RuntimeConfig()
         self.config.validate()
+        if self.config.symm_mem is not None:
+            from ..ops._symm_backend import select
+
+            select(self.config.symm_mem)
         self.group = group
         self.ctx: Any = None
         self.table: Table | None = None
@@ -267,6 +279,7 @@ class Runtime:
         self._hot: dict[tuple, Plan] = {}  # (op, shape, dtype, shape, dtype) -> a plan in _plans
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
+        self._decisions: dict[ProblemKey, Decision] = {}  # agreed by every rank; one per key
         self._misses: dict[ProblemKey, Miss] = {}
         self._warned: set[str] = set()
         self._closed = False
@@ -430,30 +443,8 @@ class Runtime:
                 f"dispatch({op!r}): first call of this shape during CUDA graph capture; call it once "
                 "before capturing (the first call prepares workspaces and agrees with the other ranks)"
             )
-        key, decision, error, exc = None, None, None, None
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        try:
-            opobj = get_op(op)
-            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
-            decision = decide(
-                self.table.records,
-                key,
-                opobj,
-                self.ctx.target,
-                math.log(self.config.max_m_ratio),
-                self.config.min_nearest_speedup,
-            )
-            if self._watch.is_failed(op, decision.variant, key.text):  # a wait of it gave up here before
-                base = opobj.baseline()
-                decision = Decision(base.name, base.default_params(key, self.ctx.target), FALLBACK, math.inf)
-        except (KeyError, ValueError) as e:
-            error, exc = f"{type(e).__name__}: {e}", e
-        if self.ctx.world_size > 1:
-            decision = self._agree(op, key, decision, error, exc, grad)
-        elif exc is not None:
-            raise exc
-        if decision.is_miss:
-            self._note_miss(key, decision)
+        opobj = get_op(op)
+        key, decision = self._decide(opobj, tensors, layout)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
         run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
@@ -462,6 +453,46 @@ class Runtime:
         self._plans[sig] = plan
         self._evict()
         return plan
+
+    def decide_call(self, op: str, tensors: tuple, layout: dict[str, Any], device: Any = None) -> Decision:
+        """The decision a call with tensors of these shapes, strides and dtypes gets (``tensors`` may be on
+        the meta device; ``device`` is where the call runs): the first call of a shape decides the same,
+        but this prepares no workspace. Collective, like the first call of a shape."""
+        from ..ops import get_op
+
+        if self.table is None:
+            self.load(device)
+        return self._decide(get_op(op), tensors, layout)[1]
+
+    def _decide(self, opobj: Any, tensors: tuple, layout: dict[str, Any]) -> tuple[ProblemKey, Decision]:
+        """The key of a call and the decision every rank agreed on (a miss is noted); collective."""
+        key, decision, error, exc = None, None, None, None
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        try:
+            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
+            decision = self._decisions.get(key)
+            if decision is None:
+                decision = decide(
+                    self.table.records,
+                    key,
+                    opobj,
+                    self.ctx.target,
+                    math.log(self.config.max_m_ratio),
+                    self.config.min_nearest_speedup,
+                )
+            if self._watch.is_failed(opobj.name, decision.variant, key.text):  # a wait of it gave up here
+                base = opobj.baseline()
+                decision = Decision(base.name, base.default_params(key, self.ctx.target), FALLBACK, math.inf)
+        except (KeyError, ValueError) as e:
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size > 1:
+            decision = self._agree(opobj.name, key, decision, error, exc, grad)
+        elif exc is not None:
+            raise exc
+        self._decisions[key] = decision
+        if decision.is_miss:
+            self._note_miss(key, decision)
+        return key, decision
 
     def _agree(self, op: str, key, decision, error, exc, grad: bool = False) -> Decision:
         """All ranks exchange (key, decision, whether the call is differentiable); raise on every rank or
@@ -626,6 +657,7 @@ class Runtime:
         self._plans.clear()
         self._hot.clear()
         self._workspaces.clear()
+        self._decisions.clear()
         self._closed = True
         atexit.unregister(self._persist_misses)
 

@@ -35,6 +35,7 @@ from .study import (
     enqueue_grid,
     enqueue_seeds,
     fail_stale_trials,
+    fastest_form,
     finished,
     make_sampler,
     mark_interrupted,
@@ -392,6 +393,10 @@ class _ShapeTuner:
         if best is None or bsp is None:
             return
         variant, params = split_params(best.params)
+        env = {**software_versions(), "timing": self.config.timing.mode}  # how median_us was measured
+        form = fastest_form(study, self.op.fallback_forms(self.target))
+        if form is not None:  # what dispatch serves untuned keys near this one
+            env["fastest_form"] = form
         record = WinnerRecord(
             key=self.key,
             variant=variant,
@@ -401,7 +406,7 @@ class _ShapeTuner:
             trials=finished(counts(study)),
             arch=self.target.arch,
             num_sms=self.target.num_sms,
-            env={**software_versions(), "timing": self.config.timing.mode},  # how median_us was measured
+            env=env,
             kernel_hash=kernel_source_hash(self.key.op, variant),
             device_type=self.target.device_type,
         )

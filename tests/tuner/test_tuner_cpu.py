@@ -134,6 +134,7 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
         assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured
+        assert winners[key].env["fastest_form"] == "bsp"  # the only form on CPU: what untuned keys get
 
 
 def test_warm_start_table_records_run_right_after_the_baseline(tmp_path: Path) -> None:
