@@ -23,9 +23,19 @@ from .._problem import ProblemKey, Target
 Params = Mapping[str, Any]
 
 
+def _timeout_from_env() -> float:
+    from autotaxer.kernels.common.watch import timeout_from_env
+
+    return timeout_from_env()
+
+
 @dataclass
 class RunContext:
-    """Where a variant runs: this rank, its group and device, and the lazily created Iris heap."""
+    """Where a variant runs: this rank, its group and device, and the lazily created Iris heap.
+
+    ``peer_timeout_s``: how long a kernel's wait on a peer's flag may spin before it gives up and the host
+    raises ``PeerTimeoutError`` (default ``$AUTOTAXER_PEER_TIMEOUT``, else 5 s); ``first_call_timeout_s``
+    the longer bound of a workspace's first call (ranks may still be compiling)."""
 
     rank: int
     world_size: int
@@ -34,6 +44,17 @@ class RunContext:
     group: Any = None  # torch.distributed.ProcessGroup; None = the default group
     heap_size: int = 1 << 30
     _iris: Any = field(default=None, repr=False)
+    peer_timeout_s: float = field(default_factory=_timeout_from_env)
+    first_call_timeout_s: float = 30.0
+
+    def watch_slot(self, key: ProblemKey, variant: str) -> Any:
+        """A watch slot for ``variant`` at ``key`` (``kernels/common/watch.py``): the kernels' waits on peers
+        give up after ``peer_timeout_s`` and the host names this site. Keep the returned object alive as
+        long as the kernels use its ``tensor``."""
+        from ._peer_wait import Site, peer_watch
+
+        site = Site(key.op, variant, key.text, self.rank, self.world_size)
+        return peer_watch(self.device).open(site, self.peer_timeout_s, self.first_call_timeout_s)
 
     def iris(self):
         """The process's Iris context (symmetric heap), created on first use."""
