@@ -207,12 +207,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default="")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument(
+        "--write-shapes",
+        metavar="PATH",
+        help="write the shapes file of every problem the cases dispatch (for autotaxer tune) and exit; "
+        "needs --world-size",
+    )
+    ap.add_argument("--world-size", type=int, default=0, help="with --write-shapes: the ranks to shard over")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",")]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise SystemExit(f"error: --modes: unknown {unknown} (known: {', '.join(MODES)})")
     cases = _parse_cases(args.cases)
+    cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.head_dim, args.ffn)
+    if args.write_shapes:
+        return _write_shapes(args.write_shapes, cfg, args.world_size, cases, args.batch)
 
     for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
         os.environ.setdefault(k, v)
@@ -233,7 +243,6 @@ def main(argv: list[str] | None = None) -> int:
 
     tables = tuple(t for t in args.tables.split(",") if t)
     autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False))
-    cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.head_dim, args.ffn)
     torch.manual_seed(1234 + rank)
     base = TPLlamaLayer(cfg, "plain", device=device, dtype=dtype)
     with torch.no_grad():
@@ -265,6 +274,25 @@ def main(argv: list[str] | None = None) -> int:
         print(_table(results, modes))
     dist.barrier()
     dist.destroy_process_group()
+    return 0
+
+
+def _write_shapes(path: str, cfg: Any, world_size: int, cases: list[tuple[str, int]], batch: int) -> int:
+    from autotaxer.models import layer_problems
+
+    if world_size < 1:
+        raise SystemExit("error: --write-shapes needs --world-size")
+    cfg.validate(world_size)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for kind, s in cases:
+        for row in layer_problems(cfg, world_size, s * batch, train=kind == "train"):
+            rows.setdefault(tuple(sorted(row.items())), row)
+    fields = ["op", "M", "N", "K", "dtype", "gather_dim", "scatter_dim", "b_layout"]
+    with open(path, "w") as f:
+        f.write(",".join(fields) + "\n")
+        for row in rows.values():
+            f.write(",".join(str({**row, "dtype": "bf16"}.get(name, "")) for name in fields) + "\n")
+    print(f"{len(rows)} problems written to {path}")
     return 0
 
 

@@ -95,6 +95,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, theta: float) -
     return out.permute(2, 0, 1, 3).flatten(2)
 
 
+def layer_problems(cfg: LlamaConfig, world_size: int, seq: int, train: bool) -> list[dict[str, Any]]:
+    """The problems a :class:`TPLlamaLayer` step at global sequence length ``seq`` (times the batch)
+    dispatches, as shapes-file rows: the forward's two ``ag_gemm`` (q/k/v, gate/up; ``nk``) and two
+    ``gemm_rs`` (attention output, down; ``nk``), and with ``train`` their backward's (an ``ag_gemm`` of
+    each row-parallel output's gradient, a ``gemm_rs`` of each column-parallel one's; ``kn``)."""
+    ws = world_size
+    q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+    column = [(q + 2 * kv) // ws, 2 * cfg.ffn // ws]  # N of each column-parallel projection on a rank
+    row = [q, cfg.ffn]  # K (contracted, before sharding) of each row-parallel projection
+    rows = [dict(op="ag_gemm", M=seq, N=n, K=cfg.hidden, gather_dim=0, b_layout="nk") for n in column]
+    rows += [dict(op="gemm_rs", M=seq, N=cfg.hidden, K=k, scatter_dim=0, b_layout="nk") for k in row]
+    if train:
+        rows += [dict(op="ag_gemm", M=seq, N=k // ws, K=cfg.hidden, gather_dim=0, b_layout="kn") for k in row]
+        rows += [
+            dict(op="gemm_rs", M=seq, N=cfg.hidden, K=n * ws, scatter_dim=0, b_layout="kn") for n in column
+        ]
+    return rows
+
+
 class LlamaLayer(nn.Module):
     """The unsharded layer in plain PyTorch: ``(s, batch, hidden)`` in and out."""
 

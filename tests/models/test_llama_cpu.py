@@ -66,7 +66,18 @@ def _layer_against_reference(ctx, comm: str, compiled: bool) -> dict:
         name: ((got[name] - w).norm() / w.norm()).item() if got[name] is not None else float("inf")
         for name, w in want.items()
     }
-    return {"errors": errors, "breaks": breaks}
+    from autotaxer import ProblemKey
+    from autotaxer.models import layer_problems
+    from autotaxer.runtime.dispatch import get_runtime
+
+    called = sorted(k.text for k in get_runtime().decisions())
+    listed = sorted(
+        ProblemKey.make(
+            p["op"], "cpu", ws, "fp32", {f: p[f] for f in "MNK"}, {f: p[f] for f in p if f not in "opMNK"}
+        ).text
+        for p in layer_problems(layer.cfg, ws, x.shape[0] * x.shape[1], train=True)
+    )
+    return {"errors": errors, "breaks": breaks, "problems": (called, listed)}
 
 
 @pytest.mark.slow
@@ -76,6 +87,9 @@ def test_sharded_layer_matches_the_unsharded_layer(comm: str, compiled: bool) ->
     for per_rank in run_ranks(_layer_against_reference, 2, "cpu", args=(comm, compiled), timeout=600):
         assert max(per_rank["errors"].values()) < 1e-5, per_rank["errors"]
         assert per_rank["breaks"] == 0
+        if comm == "autotaxer" and not compiled:  # every problem the step dispatched, and only those
+            called, listed = per_rank["problems"]
+            assert called == listed
 
 
 def test_config_names_the_field_that_cannot_be_sharded() -> None:
