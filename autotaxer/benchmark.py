@@ -24,6 +24,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -383,6 +384,14 @@ def _entries(op: Any, available: Mapping[str, Any], selected: tuple[str, ...] | 
     return [n for n in names if op.in_default_space(n, ws)]
 
 
+def row_variants(op_name: str, target: Any, selected: tuple[str, ...] | None, world_size: int) -> list[str]:
+    """The variants a row of ``op_name`` times on ``target`` besides ``bsp`` (see :func:`_entries`)."""
+    from .ops import get_op
+
+    op = get_op(op_name)
+    return _entries(op, op.available_variants(target), selected, world_size)
+
+
 def _parts(key: ProblemKey, ctx: Any, inputs: tuple, ws: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """``(communication alone, GEMM alone)`` of ``key`` with BSP's buffers ``ws``: ``ag_gemm``: the
     all-gather, and the full ``A @ B``; ``gemm_rs``: the reduce-scatter of the partial product, and the
@@ -416,6 +425,9 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
     rt, rt_error = _runtime(cfg, ctx) if cfg.dispatch else (None, None)
     rows = []
     for i, case in enumerate(cfg.cases):
+        row_start = time.monotonic()
+        if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
+            print(f"[{i + 1}/{len(cfg.cases)}] {case_text(case)} ...", file=sys.stderr, flush=True)
         op = get_op(case.op)
         available = op.available_variants(ctx.target)
         names = _entries(op, available, cfg.variants, ctx.world_size)
@@ -453,14 +465,21 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         if cfg.peers and _iris_case(case) and ctx.target.device_type != "cuda":
             row["iris_stock"] = {"skipped": "needs CUDA"}
         rows.append(row)
-        if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
-            print(row_line(row), file=sys.stderr, flush=True)
+        if ctx.rank == 0:
+            took = f"({time.monotonic() - row_start:.1f} s)"
+            print(f"      {progress_line(row)} {took}", file=sys.stderr, flush=True)
             if cfg.progress_path is not None:
                 with open(cfg.progress_path, "a") as f:
                     f.write(json.dumps(row, default=str) + "\n")
     if rt is not None:
         rt.close()
     return rows
+
+
+def case_text(case: Case) -> str:
+    """``ag_gemm M=64 N=256 K=256 gather_dim=0 kn fp32``: a case in one short line."""
+    dim = DIM_FIELD[case.op]
+    return f"{case.op} M={case.M} N={case.N} K={case.K} {dim}={case.gather_dim} {case.b_layout} {case.dtype}"
 
 
 def _iris_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
@@ -681,6 +700,32 @@ def row_line(row: Mapping[str, Any]) -> str:
         else:
             times = f"{_fmt(entry.get('eager'))}/{_fmt(entry.get('graph'))}"
             parts.append(f"{name}: {times} x{bsp / t:.2f}" if bsp else f"{name}: {times}")
+    return " | ".join(parts)
+
+
+def fastest_entry(row: Mapping[str, Any]) -> tuple[str, float] | None:
+    """``(name, µs)`` of the row's fastest timed variant or peer (dispatch aside), or None."""
+    entries = row_entries(row).items()
+    timed = [(t, n) for n, e in entries if n != "dispatch" and (t := best_us(e)) is not None]
+    return (min(timed)[1], min(timed)[0]) if timed else None
+
+
+def progress_line(row: Mapping[str, Any]) -> str:
+    """A finished row in a short line: ``BSP 0.472 ms | fastest push x1.20 | dispatch x1.18 | ceiling
+    x1.35`` (the row's error instead, when it has one)."""
+    if "error" in row:
+        return f"error: {row['error']}"
+    bsp = bsp_us(row)
+    parts = [f"BSP {_fmt(bsp)} ms"]
+    fastest = fastest_entry(row)
+    if fastest is not None and bsp:
+        parts.append(f"fastest {fastest[0]} x{bsp / fastest[1]:.2f}")
+    dispatch = best_us(row.get("dispatch"))
+    if dispatch is not None and bsp:
+        parts.append(f"dispatch x{bsp / dispatch:.2f}")
+    ceiling = ceiling_us(row)
+    if ceiling is not None and bsp:
+        parts.append(f"ceiling x{bsp / ceiling:.2f}")
     return " | ".join(parts)
 
 

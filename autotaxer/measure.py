@@ -8,6 +8,11 @@ between barriers on CPU; ``time_interleaved`` times several callables the same w
 turn, for side-by-side comparisons. The median over samples is reduced with MAX across ranks, so every
 rank returns the same number: the time of the slowest rank.
 
+Before its first timed measurement a process is warmed up once (:func:`warm_up`: the first collective,
+the first vendor GEMM, on CUDA the first graph capture, for at least :data:`PROCESS_WARMUP_S`), so the
+first shape of a run is timed in the same state as the last: without it the first BSP time of a CPU run
+read 5-30x its later value, and stored speedups that did not exist.
+
 Every function here is collective: all ranks of ``ctx.group`` call it with the same arguments.
 """
 
@@ -30,6 +35,10 @@ _ORDER_SEED = 20261122
 
 #: Offset between the two validation seeds (any value that keeps them distinct works).
 _SECOND_SEED_OFFSET = 7919
+
+#: Seconds the once-per-process warm-up runs at least, per device type: long enough for lazy thread
+#: pools, allocator pools, communicator buffers and clocks to settle, short beside a group's launch.
+PROCESS_WARMUP_S = {"cpu": 0.2, "cuda": 1.0}
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ def time_variant(
     ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused).
     """
     TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
+    warm_up(ctx)
     sampler = _prepare(fn, ctx, mode, warmup, iters)
     per_call = [_sample_us(sampler, ctx) for _ in range(samples)]
     del sampler  # a captured graph goes before the next one is made
@@ -129,6 +139,7 @@ def time_interleaved(
     """
     for mode in modes:
         TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
+    warm_up(ctx)
     results: list[dict[str, Any]] = [{} for _ in fns]
     live: list[tuple[int, str, _Sampler]] = []
     for i, fn in enumerate(fns):
@@ -152,6 +163,39 @@ def time_interleaved(
     for (i, mode), times in per_call.items():
         results[i][mode] = _max_over_ranks(statistics.median(times), ctx)
     return results
+
+
+def warm_up(ctx: RunContext, seconds: float | None = None) -> None:
+    """Warm this rank's process up for timing, once per ``ctx`` (collective; later calls return at once).
+
+    Rounds of what every measured variant is made of (an all-gather, a vendor GEMM, a barrier; on CUDA
+    also one CUDA-graph capture and replay of a GEMM) until every rank has spent ``seconds`` (default
+    :data:`PROCESS_WARMUP_S` of the device type); the ranks agree on when to stop by an all-reduce per
+    round, so none is left waiting in a collective. :func:`time_variant` and :func:`time_interleaved`
+    call it first, so every timed measurement of a process follows the same warm-up.
+    """
+    if ctx.warmed_up:
+        return
+    import torch
+
+    on_cuda = ctx.target.device_type == "cuda"
+    budget = PROCESS_WARMUP_S["cuda" if on_cuda else "cpu"] if seconds is None else seconds
+    dtype = torch.bfloat16 if on_cuda else torch.float32
+    size = 1024 if on_cuda else 256
+    a = torch.randn((size, size), device=ctx.device).to(dtype)
+    shard = a[: max(1, size // ctx.world_size)].contiguous()
+    gathered = torch.empty((ctx.world_size, *shard.shape), dtype=dtype, device=ctx.device)
+    if on_cuda:
+        _warm_graph(lambda: torch.matmul(a, a), ctx)
+    t0 = time.perf_counter()
+    while True:
+        _all_gather(shard, gathered, ctx)
+        torch.matmul(a, a)
+        _synchronize(ctx)
+        if _max_over_ranks(time.perf_counter() - t0, ctx) >= budget:
+            break
+    _barrier(ctx)
+    ctx.warmed_up = True
 
 
 def error_text(exc: BaseException) -> str:
@@ -183,6 +227,30 @@ def _barrier(ctx: RunContext) -> None:
         import torch.distributed as dist
 
         dist.barrier(group=ctx.group)
+
+
+def _all_gather(shard: Any, gathered: Any, ctx: RunContext) -> None:
+    """All-gather ``shard`` into ``gathered`` (``(world_size, *shard.shape)``), as BSP does."""
+    from .ops.ag_gemm.bsp import all_gather_shards
+
+    all_gather_shards(shard, gathered, ctx)
+
+
+def _warm_graph(fn: Callable[[], Any], ctx: RunContext) -> None:
+    """Capture ``fn`` (local work only: no collective) in a CUDA graph and replay it once: the first
+    capture of a process sets up graph memory pools and library state that later captures reuse."""
+    import torch
+
+    side = torch.cuda.Stream(device=ctx.device)
+    side.wait_stream(torch.cuda.current_stream(ctx.device))
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream(ctx.device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    torch.cuda.synchronize(ctx.device)
 
 
 def _synchronize(ctx: RunContext) -> None:

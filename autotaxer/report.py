@@ -411,20 +411,27 @@ def _studies_section(storage: Any, page: _Page) -> None:
 
 
 def _importances(study: Any, done: list[Any], name: str, base: str, page: _Page) -> str | None:
-    """Add an importance plot; or say why there is none."""
+    """Add an importance plot; or say why there is none. Optuna's warnings about the estimate (too few
+    trials per parameter value) become one note of the report instead of lines on the terminal."""
+    import warnings
+
     import optuna
 
     if len(done) < MIN_TRIALS_FOR_IMPORTANCE:
         return f"skipped: {len(done)} COMPLETE trial(s), at least {MIN_TRIALS_FOR_IMPORTANCE} needed"
-    try:
-        importances = optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError) as e:
-        return f"skipped: {e}"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            importances = optuna.importance.get_param_importances(study)
+        except (RuntimeError, ValueError) as e:
+            return f"skipped: {e}"
     importances = {k: v for k, v in importances.items() if math.isfinite(v)}
     if not importances:
         return "skipped: no parameter varies across the COMPLETE trials"
     title = f"parameter importances: {name}"
     page.add_figure(f"{base}_importance.png", title, _importance_figure(title, importances))
+    if caught:
+        page.notes.append(f"{name}: importances from few trials per parameter value, may be inaccurate")
     return None
 
 

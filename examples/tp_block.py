@@ -183,7 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     ffn = args.ffn or 4 * args.hidden
 
     if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if local_rank >= visible:
+            hint = "without GPUs, leave --device out: the block runs on CPU/gloo"
+            need = f"rank {local_rank} needs GPU {local_rank}, {visible} visible"
+            print(f"error: --device cuda: {need} ({hint})", file=sys.stderr)
+            return 2
+        torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
         device = torch.device("cuda", torch.cuda.current_device())
     else:

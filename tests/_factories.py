@@ -62,7 +62,9 @@ class InlineExecutor:
         from autotaxer.ops import RunContext
         from autotaxer.tuner.worker import WorkerState
 
-        ctx = RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target())
+        # warmed_up: these tests check the tuner's bookkeeping, not times (the process warm-up costs 0.2 s)
+        cpu = torch.device("cpu")
+        ctx = RunContext(rank=0, world_size=1, device=cpu, target=cpu_target(), warmed_up=True)
         self.state = WorkerState(ctx)
         self.requests: list = []
 

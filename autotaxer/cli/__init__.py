@@ -44,6 +44,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # plain help: paragraphs reflowed to the terminal, no truncated option names
 )
 
 db.register(app)

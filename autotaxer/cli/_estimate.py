@@ -1,4 +1,5 @@
-"""How long a CPU tuning run will take, roughly: said before a run that would take minutes."""
+"""How long a CPU run of ``tune`` or ``bench`` will take, roughly: said before a run that would take
+minutes, and a run that would take hours is refused unless ``--yes`` (its shapes are sized for GPUs)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 CALLS_PER_TRIAL = 14
 #: Estimates above this many seconds are announced.
 ANNOUNCE_S = 120.0
+#: CPU runs estimated above this many seconds are refused unless ``--yes``.
+REFUSE_S = 3600.0
 
 
 def _flops_per_second(dtype: Any) -> float:
@@ -24,30 +27,62 @@ def _flops_per_second(dtype: Any) -> float:
     return 2 * 256**3 / max(time.perf_counter() - start, 1e-6)
 
 
-def cpu_seconds(keys: list[Any], trials: int, world_size: int) -> float:
-    """Seconds the CPU pipeline needs for ``trials`` trials of every ``ag_gemm`` key (others: ignored);
-    ranks share this machine's cores."""
+def _gemm_seconds(problems: list[tuple[int, int, int, str]], world_size: int) -> float:
+    """Seconds of one GEMM of each ``(M, N, K, dtype)`` in ``problems``, summed; ranks share the cores."""
     from .._problem import torch_dtype
 
     rates: dict[str, float] = {}
     total = 0.0
-    for key in keys:
-        if key.op != "ag_gemm":
-            continue
-        if key.dtype not in rates:
-            rates[key.dtype] = _flops_per_second(torch_dtype(key.dtype))
-        total += 2.0 * key["M"] * key["N"] * key["K"] / rates[key.dtype]
-    share = max(1.0, world_size / (os.cpu_count() or 1))
-    return total * trials * CALLS_PER_TRIAL * share
+    for m, n, k, dtype in problems:
+        if dtype not in rates:
+            rates[dtype] = _flops_per_second(torch_dtype(dtype))
+        total += 2.0 * m * n * k / rates[dtype]
+    return total * max(1.0, world_size / (os.cpu_count() or 1))
 
 
-def announcement(keys: list[Any], trials: int, world_size: int) -> str | None:
-    """A warning line when the run would take longer than :data:`ANNOUNCE_S`, else None."""
-    seconds = cpu_seconds(keys, trials, world_size)
+def cpu_seconds(keys: list[Any], trials: int, world_size: int) -> float:
+    """Seconds the CPU pipeline needs for ``trials`` trials of every ``ag_gemm`` key (others: ignored)."""
+    problems = [(k["M"], k["N"], k["K"], k.dtype) for k in keys if k.op == "ag_gemm"]
+    return _gemm_seconds(problems, world_size) * trials * CALLS_PER_TRIAL
+
+
+def bench_calls(variants: int, max_configs: int, warmup: int, iters: int, samples: int) -> int:
+    """GEMM-sized calls ``bench`` makes per row at most: each variant's sweep (validation with its
+    references, then timing), then every entry of the row side by side (BSP, communication alone, GEMM
+    alone, the variants and dispatch), each sample led in by one untimed call."""
+    sweep = variants * max_configs * (4 + warmup + samples * iters)
+    side_by_side = (4 + variants) * (warmup + samples * (iters + 1))
+    return sweep + side_by_side
+
+
+def bench_cpu_seconds(cases: list[Any], world_size: int, calls_per_row: int) -> float:
+    """Seconds ``bench`` needs on the CPU pipeline for ``cases`` (:class:`autotaxer.benchmark.Case`)."""
+    problems = [(c.M, c.N, c.K, c.dtype) for c in cases]
+    return _gemm_seconds(problems, world_size) * calls_per_row
+
+
+def verdict(seconds: float, what: str, yes: bool) -> tuple[str, str] | None:
+    """``("refuse", message)`` above :data:`REFUSE_S` without ``yes``, ``("warn", message)`` above
+    :data:`ANNOUNCE_S`, else None. ``what``: the run, e.g. ``"these 12 shape(s) x 16 trials"``."""
     if seconds <= ANNOUNCE_S:
         return None
-    return (
-        f"warning: the CPU pipeline needs about {seconds / 60:.0f} min for these {len(keys)} shape(s) x "
-        f"{trials} trials (GEMMs of this size take seconds on a CPU); examples/shapes_cpu.csv is sized "
-        "for CPUs, GPUs run the real variants"
-    )
+    about = f"the CPU pipeline needs about {_duration(seconds)} for {what}"
+    sized = "examples/shapes_cpu.csv is sized for CPUs; the other example shapes are for GPUs"
+    if seconds > REFUSE_S and not yes:
+        return "refuse", f"{about}: not started (pass --yes to run it anyway); {sized}"
+    return "warn", f"warning: {about} (GEMMs of this size take seconds on a CPU); {sized}"
+
+
+def tune_verdict(keys: list[Any], trials: int, world_size: int, yes: bool) -> tuple[str, str] | None:
+    """:func:`verdict` on a CPU ``tune`` of ``keys`` with ``trials`` trials each."""
+    seconds = cpu_seconds(keys, trials, world_size)
+    return verdict(seconds, f"these {len(keys)} shape(s) x {trials} trials", yes)
+
+
+def _duration(seconds: float) -> str:
+    """``"25 min"``, ``"3.5 h"`` or ``"65 days"``."""
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} days"

@@ -2,8 +2,10 @@
 
 Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
 :func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
-tuned configuration (from ``--db``; a capped sweep where it has none), ``dispatch()`` and the peers.
-Writes JSON (every number with device, versions and date) and prints a table.
+tuned configuration (a capped sweep where it has none), ``dispatch()`` and the peers. One database serves
+both the variants' tuned configurations and dispatch's records (above the shipped tables): ``--db``, else
+the default one that ``tune`` writes. Prints its estimate first and each row as it finishes; writes JSON
+(every number with device, versions and date) and prints a table.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ def bench_command(
     world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) per problem.")],
     shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to benchmark.")],
     out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
-    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    device: Annotated[
+        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+    ] = "auto",
     db: DbOption = None,
     variants: Annotated[
         str | None, typer.Option("--variants", help="Comma-separated variants (default: every available).")
@@ -49,15 +53,26 @@ def bench_command(
     ] = None,
     dispatch_timing: Annotated[
         str | None,
-        typer.Option("--dispatch-timing", help="Serve winners tuned with this timing: eager, graph."),
+        typer.Option(
+            "--dispatch-timing", help="Serve only winners tuned with this timing.", metavar="<eager|graph>"
+        ),
     ] = None,
     fmt: FormatOption = OutputFormat.human,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
+    ] = False,
 ) -> None:
-    """Benchmark every shape in SHAPES side by side; write JSON to --out and print a table."""
+    """Benchmark every form of each shape side by side.
+
+    BSP, the communication and the GEMM alone (the ceiling), every variant at its tuned configuration,
+    dispatch and the peers; tuned configurations and dispatch's records come from one database (--db, else
+    the default one). Writes JSON to --out and prints a table.
+    """
     from .._target import detect_target
     from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
     from ..measure import TimingConfig
-    from ..storage import MissingDatabase, open_database
+    from ..storage import MissingDatabase, default_url, open_database
     from ..testing import RanksFailed
 
     if device not in DEVICES:
@@ -72,6 +87,7 @@ def bench_command(
     if not cases:
         raise ValueError(f"{shapes}: no ag_gemm or gemm_rs shapes to benchmark")
     timing = TimingConfig.for_device(target.device_type)
+    db = db or default_url()  # one source for the tuned configurations and for dispatch's table
     cfg = BenchConfig(
         cases=cases,
         world_size=world_size,
@@ -91,6 +107,7 @@ def bench_command(
     )
     cfg.validate()
     _check_variants(cfg.variants, target, {c.op for c in cases})
+    _announce(cfg, target, yes)
     try:
         with open_database(db, read_only=True) as database:
             tuned = tuned_params(database, cases, target.gpu_model, world_size)
@@ -124,6 +141,26 @@ def _load_rows(path: Path, world_size: int) -> list[Any]:
     return rows
 
 
+def _announce(cfg: Any, target: Any, yes: bool) -> None:
+    """Say how long the run takes before it starts: on CPU an estimate (refused above an hour without
+    ``--yes``), on GPUs the number of rows; each row is printed as it finishes."""
+    from ..benchmark import row_variants
+    from ._estimate import bench_calls, bench_cpu_seconds, verdict
+
+    rows = f"{len(cfg.cases)} row(s)"
+    if target.device_type != "cpu":
+        typer.echo(f"bench: {rows} on {cfg.world_size} GPU(s); each row is printed as it finishes", err=True)
+        return
+    variants = max(len(row_variants(c.op, target, cfg.variants, cfg.world_size)) for c in cfg.cases)
+    calls = bench_calls(variants, cfg.max_configs, cfg.warmup, cfg.iters, cfg.samples)
+    seconds = bench_cpu_seconds(list(cfg.cases), cfg.world_size, calls)
+    found = verdict(seconds, f"these {rows}", yes)
+    if found is not None and found[0] == "refuse":
+        raise ValueError(found[1])
+    typer.echo(found[1] if found else f"bench: {rows} on the CPU pipeline, about {max(1, round(seconds))} s "
+               "of GEMMs; each row is printed as it finishes", err=True)  # fmt: skip
+
+
 def _check_variants(selected: tuple[str, ...] | None, target: Any, ops: set[str]) -> None:
     """Every name of ``--variants`` is a variant of one of the benchmarked ``ops``, available here."""
     from ..ops import get_op
@@ -147,7 +184,24 @@ def _cell(us: float | None, bsp: float | None) -> str:
 
 
 def _print_table(report: dict[str, Any]) -> None:
+    """Every entry side by side where the terminal is wide enough, else the compact table."""
     from rich.console import Console
+
+    console = Console()
+    table = _full_table(report)
+    if console.measure(table, options=console.options.update_width(10_000)).maximum > console.width:
+        table = _compact_table(report)
+    console.print(table)
+
+
+def _head(row: dict[str, Any], dtype: bool) -> str:
+    """A row's problem in one short cell: ``rs 64x256x256 d1 nk`` (and the dtype when ``dtype``)."""
+    op = "" if row.get("op", "ag_gemm") == "ag_gemm" else "rs "
+    text = f"{op}{row['M']}x{row['N']}x{row['K']} d{row['gather_dim']} {row.get('b_layout', 'kn')}"
+    return f"{text} {row['dtype']}" if dtype else text
+
+
+def _full_table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries, untimed_label
@@ -180,8 +234,47 @@ def _print_table(report: dict[str, Any]) -> None:
             else:
                 cells.append(_cell(t, bsp))
         table.add_row(*head, *cells)
-    console = Console()
-    Console(width=max(console.width, 160)).print(table)
+    return table
+
+
+def _compact_table(report: dict[str, Any]) -> Any:
+    """One line per row for narrow terminals: BSP, the fastest variant or peer and its speedup, dispatch's
+    speedup and the ceiling's (every entry: a wider terminal, or the JSON file)."""
+    from rich import box
+    from rich.table import Table
+
+    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry
+
+    dtypes = {row.get("dtype") for row in report["rows"]}
+    title = f"{report['device']} x{report['world_size']}"
+    title += f", {next(iter(dtypes))}" if len(dtypes) == 1 else ""
+    table = Table(
+        title=f"{title}: x = speedup over the fastest BSP form",
+        caption="every entry: a wider terminal, or the JSON file",
+        box=box.SIMPLE,
+    )
+    table.add_column("M x N x K, dim, B", no_wrap=True)
+    table.add_column("BSP ms", justify="right")
+    table.add_column("fastest", no_wrap=True)
+    for col in ("x", "dispatch", "ceiling"):
+        table.add_column(col, justify="right")
+    for row in report["rows"]:
+        head = _head(row, dtype=len(dtypes) > 1)
+        if "error" in row:
+            table.add_row(head, row["error"], "", "", "", "")
+            continue
+        bsp = bsp_us(row)
+        fastest = fastest_entry(row)
+        dispatch, ceiling = best_us(row.get("dispatch")), ceiling_us(row)
+        name, t = fastest if fastest is not None else ("-", None)
+        table.add_row(
+            head, _cell(bsp, None), name, _ratio(bsp, t), _ratio(bsp, dispatch), _ratio(bsp, ceiling)
+        )
+    return table
+
+
+def _ratio(bsp: float | None, us: float | None) -> str:
+    return f"x{bsp / us:.2f}" if bsp and us else "-"
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ import typer
 
 from ._common import DbOption, FormatOption, OutputFormat, QuietOption, open_db, print_json
 
-db_app = typer.Typer(help="Manage the tuning database schema.", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the tuning database schema.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _report(database, fmt: OutputFormat) -> None:
@@ -24,8 +24,11 @@ def _report(database, fmt: OutputFormat) -> None:
 
 @db_app.command("upgrade")
 def upgrade(db: DbOption = None, fmt: FormatOption = OutputFormat.human, quiet: QuietOption = False) -> None:
-    """Create the database or migrate it to the newest schema (also done whenever it is opened), with
-    Optuna's tables: any number of tuners can then start on it at once."""
+    """Create the database or migrate it to the newest schema.
+
+    With Optuna's tables, so any number of tuners can then start on it at once (opening a database for
+    writing migrates it too).
+    """
     from autotaxer.storage import DatabaseError
 
     with open_db(db, upgrade=True) as database:

@@ -88,7 +88,7 @@ def database_report(url: str | None) -> dict[str, Any]:
 
 
 def doctor(db: DbOption = None, fmt: FormatOption = OutputFormat.human) -> None:
-    """Report GPUs, peer access, Iris, software versions and the tuning database."""
+    """Report GPUs, peer access, Iris, versions and the database."""
     from autotaxer._target import software_versions
 
     report = {

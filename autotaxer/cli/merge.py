@@ -50,8 +50,10 @@ def pick(shipped: list, new: list, margin: float | None) -> tuple[list, list[str
 
 
 def merge(
-    shipped: Annotated[Path, typer.Argument(help="The table to update (.json or .csv).")],
-    new: Annotated[Path, typer.Argument(help="Freshly tuned records (`autotaxer export` of the re-tune).")],
+    shipped: Annotated[Path, typer.Argument(help="The table to update (.json or .csv).", metavar="SHIPPED")],
+    new: Annotated[
+        Path, typer.Argument(help="Freshly tuned records (autotaxer export of the re-tune).", metavar="NEW")
+    ],
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", help="Where to write (default: SHIPPED, replaced atomically)."),
@@ -65,8 +67,11 @@ def merge(
     ] = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Merge re-tuned records into a table file: new keys and stale shipped records are taken, current ones
-    only when beaten by more than --margin (--all: every new record); other records stay as they are."""
+    """Merge re-tuned records into a table file.
+
+    New keys and stale shipped records are taken, current ones only when beaten by more than --margin
+    (--all: every new record); other records stay as they are.
+    """
     from autotaxer.records import timing_of
     from autotaxer.table_file import read_table, write_table
 

@@ -13,56 +13,79 @@ from typing import Annotated
 
 import typer
 
+from ._common import FormatOption, GpuFilter, OutputFormat, WorldSizeFilter
+
 
 def misses_command(
     file: Annotated[
-        Path | None, typer.Option("--file", help="Misses file (default: $AUTOTAXER_MISSES).")
+        Path | None,
+        typer.Option(
+            "--file",
+            help="Misses file (default: $AUTOTAXER_MISSES, else misses.jsonl in ~/.local/share/autotaxer).",
+        ),
     ] = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the missed shapes as a shapes.csv.")
     ] = None,
     op: Annotated[str, typer.Option("--op", help="Op whose shapes go to --out.")] = "ag_gemm",
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU model.")] = None,
-    world_size: Annotated[int | None, typer.Option("--world-size", help="Only this world size.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="human or json.")] = "human",
+    gpu: GpuFilter = None,
+    world_size: WorldSizeFilter = None,
+    fmt: FormatOption = OutputFormat.human,
 ) -> None:
-    """List dispatch misses (most called first); ``--out shapes.csv`` to tune them next."""
+    """List the shapes dispatch served without a tuned record.
+
+    Most called first; --out writes them as a shapes file to tune next.
+    """
     from ..runtime.misses import default_misses_path, read_misses, write_shapes_csv
 
-    if fmt not in ("human", "json"):
-        raise typer.BadParameter(f"expected human or json, got {fmt!r}", param_hint="--format")
     path = file if file is not None else default_misses_path()
     misses = [
         m
         for m in read_misses(path)
         if (gpu is None or m.key.gpu_model == gpu) and (world_size is None or m.key.world_size == world_size)
     ]
-    if fmt == "json":
+    if fmt == OutputFormat.json:
         typer.echo(json.dumps([m.to_dict() for m in misses], indent=2))
     else:
-        _print_table(misses, path)
+        _print_tables(misses, path)
     if out is not None:
         if not any(m.key.op == op for m in misses):
             typer.echo(f"no misses of {op}; {out} not written", err=True)
             return
         n = write_shapes_csv(misses, out, op=op)
-        typer.echo(f"wrote {n} shape(s) to {out}", err=fmt == "json")
+        typer.echo(f"wrote {n} shape(s) to {out}", err=fmt == OutputFormat.json)
 
 
-def _print_table(misses: list, path: Path) -> None:
+def _print_tables(misses: list, path: Path) -> None:
+    """One table per (op, GPU model, world size), which its title names, so that every row shows its
+    whole shape and layout: rows that differ only in a truncated key would read identical."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
+
+    from .._problem import ProblemKey
 
     if not misses:
         typer.echo(f"no misses recorded in {path}")
         return
-    table = Table(title=f"dispatch misses ({path})")
-    for col in ("key", "calls", "served by", "source"):
-        table.add_column(col)
+    typer.echo(f"dispatch misses recorded in {path}")
+    groups: dict[tuple[str, str, int], list] = {}
     for m in misses:
-        served = m.variant if m.tuned_key is None else f"{m.variant} (from {m.tuned_key})"
-        table.add_row(m.key.text, str(m.calls), served, m.source)
-    Console().print(table)
+        groups.setdefault((m.key.op, m.key.gpu_model, m.key.world_size), []).append(m)
+    console = Console()
+    for (op, gpu, ws), group in groups.items():
+        table = Table(title=f"{op} on {gpu}, world size {ws}", box=box.SIMPLE_HEAD)
+        table.add_column("problem", no_wrap=True)
+        table.add_column("calls", justify="right", no_wrap=True)
+        table.add_column("served by", overflow="fold")
+        for m in group:
+            served = f"{m.variant}, {m.source}"
+            if m.tuned_key is not None:  # the tuned record's fields that differ: "nearest M=8192"
+                tuned = ProblemKey.from_text(m.tuned_key)
+                differ = [f"{k}={v}" for k, v in tuned.shape + tuned.layout if m.key.get(k) != v]
+                served += f" {' '.join(differ)}"
+            table.add_row(m.key.short_text, str(m.calls), served)
+        console.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
 
 from ._common import DbOption
 
@@ -13,7 +16,10 @@ from ._common import DbOption
 def report_command(
     results: Annotated[
         list[Path] | None,
-        typer.Argument(help="Bench results JSON files or folders (folders: every bench *.json in them)."),
+        typer.Argument(
+            help="Bench results JSON files or folders (folders: every bench *.json in them).",
+            metavar="RESULTS",
+        ),
     ] = None,
     out: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")] = Path("report"),
     db: DbOption = None,
@@ -21,17 +27,34 @@ def report_command(
         bool, typer.Option("--no-db", help="Bench results only; do not read a database.", metavar="")
     ] = False,
 ) -> None:
-    """Write OUT/index.html (PNGs embedded) and OUT/*.png from RESULTS and the tuning database."""
+    """Write an HTML report of bench results and the tuning database.
+
+    OUT/index.html embeds the plots, also written as OUT/*.png (needs the report extra: matplotlib).
+    """
     from ..report import write_report
     from ..storage import default_url
 
     url = None if no_db else (db or default_url())
     result = write_report(out, results or (), url)
+    width = shutil.get_terminal_size((80, 24)).columns
     for note in result.notes:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(
+            textwrap.fill(f"note: {note}", width, subsequent_indent="  ", break_long_words=False), err=True
+        )
     typer.echo(f"wrote {result.html_path} and {len(result.png_paths)} plot(s)")
+
+
+class _ReportCommand(TyperCommand):
+    """``report`` with its RESULTS argument shown as ``<path>...`` in the help (typer: ``<list[Path]>``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params = super().get_params(ctx)
+        for param in params:
+            if param.name == "results":
+                param.display_type_rich = lambda ctx: "<path>..."
+        return params
 
 
 def register(app: typer.Typer) -> None:
     """Add the ``report`` command to the root app."""
-    app.command("report")(report_command)
+    app.command("report", cls=_ReportCommand)(report_command)

@@ -40,7 +40,10 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Print the winner of every tuned problem (``--wide``: every field; ``--format json``: for programs)."""
+    """Print the winner of every tuned problem.
+
+    --wide shows every field, --format json is for programs.
+    """
     from autotaxer.storage import MissingDatabase
 
     try:

@@ -29,7 +29,10 @@ def export(
     ] = None,
     quiet: QuietOption = False,
 ) -> None:
-    """Write the stored winners (filtered) to a table file that dispatch and `import` read."""
+    """Write the stored winners to a table file.
+
+    Dispatch reads the file (RuntimeConfig(tables=...) or $AUTOTAXER_TABLE) and so does autotaxer import.
+    """
     from autotaxer.table_file import table_format, write_table
 
     fmt = table_format(out, file_format.value if file_format else None)  # bad suffix: fail before opening
@@ -42,7 +45,9 @@ def export(
 
 
 def import_table(
-    file: Annotated[Path, typer.Argument(help="A table written by `autotaxer export` (.json or .csv).")],
+    file: Annotated[
+        Path, typer.Argument(help="A table written by autotaxer export (.json or .csv).", metavar="FILE")
+    ],
     db: DbOption = None,
     replace: Annotated[
         bool,
@@ -50,7 +55,10 @@ def import_table(
     ] = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Merge a table file into the database in one transaction (keeps the faster record per key)."""
+    """Merge a table file into the database.
+
+    One transaction; of two records of a key the faster one is kept unless --replace.
+    """
     from autotaxer.table_file import read_table
 
     recs = read_table(file)  # a bad file fails here, before the database is opened

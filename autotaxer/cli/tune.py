@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from .._problem import MAX_WORLD_SIZE
+from ._common import DbOption
 
 DEVICES = ("auto", "cuda", "cpu")
 
@@ -24,19 +25,23 @@ def tune_command(
     op: Annotated[
         str | None, typer.Option("--op", help="Only the rows of this op (default: every row).")
     ] = None,
-    db: Annotated[
-        str | None, typer.Option("--db", help="SQLAlchemy URL (default: $AUTOTAXER_DB or SQLite).")
-    ] = None,
+    db: DbOption = None,
     trials: Annotated[
         int, typer.Option("--trials", help="Launched trials per shape (grid: every point).")
     ] = 32,
-    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds per shape.")] = None,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds per shape (default: no limit).")
+    ] = None,
     trial_timeout: Annotated[
         float, typer.Option("--trial-timeout", help="Watchdog seconds per trial.")
     ] = 120.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampler and input seed.")] = 0,
-    sampler: Annotated[str, typer.Option("--sampler", help="tpe, random or grid (exhaustive).")] = "tpe",
-    device: Annotated[str, typer.Option("--device", help="auto, cuda or cpu.")] = "auto",
+    sampler: Annotated[
+        str, typer.Option("--sampler", help="grid: exhaustive.", metavar="<tpe|random|grid>")
+    ] = "tpe",
+    device: Annotated[
+        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+    ] = "auto",
     variants: Annotated[
         str | None,
         typer.Option("--variants", help="Comma-separated variants (the BSP forms are always in)."),
@@ -62,13 +67,18 @@ def tune_command(
         bool, typer.Option("--wide", help="Summary with full keys, BSP times and parameters.", metavar="")
     ] = False,
     timing: Annotated[
-        str, typer.Option("--timing", help="eager (back-to-back calls) or graph (CUDA graph).")
+        str,
+        typer.Option(
+            "--timing", help="Back-to-back calls, or replays of a CUDA graph.", metavar="<eager|graph>"
+        ),
     ] = "eager",
     warm_start: Annotated[
         list[Path] | None,
         typer.Option(
             "--warm-start",
-            help="Table file(s) whose records of the tuned keys run first (e.g. after a kernel change).",
+            metavar="<path>",
+            help="Table file whose records of the tuned keys run first (e.g. after a kernel change); "
+            "repeat for several.",
         ),
     ] = None,
     symm_mem: Annotated[
@@ -78,8 +88,16 @@ def tune_command(
             help="Symmetric-memory backend: cuda (torch's fused ops; default) or nccl (NCCL's windows).",
         ),
     ] = None,
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
+    ] = False,
 ) -> None:
-    """Tune every shape in SHAPES; resumable (same command), ``--retune`` starts over."""
+    """Tune every shape of a shapes file and store the winners.
+
+    Resumable: the same command goes on where a run stopped; --retune starts over. Without GPUs the CPU
+    pipeline runs (records for gpu_model cpu, never served to GPUs).
+    """
     from ..tuner.distributed import launch_env
 
     if device not in DEVICES:
@@ -101,7 +119,7 @@ def tune_command(
     options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled)
     output = (quiet, jsonl, wide)
     if launch is None:
-        _tune_spawned(keys_rows, world_size, device, db, options, output)
+        _tune_spawned(keys_rows, world_size, device, db, options, output, yes)
     else:
         _tune_launched(keys_rows, launch, device, db, options, output)
 
@@ -251,10 +269,10 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
         _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
 
 
-def _tune_spawned(rows, world_size, device, db_url, options, output) -> None:
+def _tune_spawned(rows, world_size, device, db_url, options, output, yes: bool) -> None:
     from .._target import detect_target, visible_gpus
     from ..tuner import SpawnedGroup
-    from ._estimate import announcement
+    from ._estimate import tune_verdict
 
     if device == "auto" and 0 < (visible := visible_gpus()) < world_size:
         _fail(
@@ -267,15 +285,18 @@ def _tune_spawned(rows, world_size, device, db_url, options, output) -> None:
     except (RuntimeError, ValueError) as e:
         _fail(str(e))
     config = _config(*options, target.device_type)
+    keys = _keys(rows, target, world_size, config)
+    found = tune_verdict(keys, config.trials, world_size, yes) if target.device_type == "cpu" else None
+    if found is not None and found[0] == "refuse":
+        _fail(found[1])
     reporter = _reporter(*output)
     if device == "auto" and target.device_type == "cpu":
         reporter.note(
             "--device auto: no GPU visible, running the CPU pipeline "
             "(records are stored for gpu_model 'cpu' and never served to GPUs)"
         )
-    keys = _keys(rows, target, world_size, config)
-    if target.device_type == "cpu" and (warning := announcement(keys, config.trials, world_size)):
-        reporter.note(warning)
+    if found is not None:
+        reporter.note(found[1])
     database = _open_db(db_url)
     reporter.note(f"database: {database.display_url}")
     group = SpawnedGroup(world_size, target.device_type)

@@ -56,6 +56,9 @@ class RunContext:
         site = Site(key.op, variant, key.text, self.rank, self.world_size)
         return peer_watch(self.device).open(site, self.peer_timeout_s, self.first_call_timeout_s)
 
+    #: Set by :func:`autotaxer.measure.warm_up` once this rank's process has been warmed up for timing.
+    warmed_up: bool = field(default=False, repr=False)
+
     def iris(self):
         """The process's Iris context (symmetric heap), created on first use."""
         if self._iris is None:

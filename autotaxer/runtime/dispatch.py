@@ -44,6 +44,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -148,7 +149,11 @@ class RuntimeConfig:
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
         self.peer_timeout()  # $AUTOTAXER_PEER_TIMEOUT, when it decides
-        self.table_sources().validate()
+        sources = self.table_sources()
+        sources.validate()
+        for path in sources.paths:  # refused at init, not at the first call
+            if not Path(path).expanduser().exists():
+                raise ValueError(f"tables: {path}: no such table file or folder")
 
     def peer_timeout(self) -> float:
         """The bound of kernels' waits on peers, in seconds (``peer_timeout_s``, else the environment's)."""

@@ -35,8 +35,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def share_cpu_cores(ranks_on_host: int) -> int:
+    """Size this process's intra-op thread pool to its share of the host's cores and return it.
+
+    Ranks on one CPU host each default to a pool as large as the machine: two ranks on two cores then
+    run four spinning threads, and a collective waits for a preempted peer (calls of 0.5 ms took 7.7 ms).
+    ``$OMP_NUM_THREADS``, when set, is left in charge.
+    """
+    import torch
+
+    if os.environ.get("OMP_NUM_THREADS"):
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, cores // max(1, ranks_on_host))
+    torch.set_num_threads(threads)
+    return threads
+
+
 def init_rank(rank: int, world_size: int, port: int, device: str):
-    """Initialise the default process group for ``rank`` and return its RunContext."""
+    """Initialise the default process group for ``rank`` and return its RunContext (on CPU, with its
+    share of the cores: :func:`share_cpu_cores`)."""
     for k, v in NO_MULTICAST_ENV.items():
         os.environ.setdefault(k, v)
     import torch
@@ -54,6 +72,7 @@ def init_rank(rank: int, world_size: int, port: int, device: str):
         dev = torch.device("cpu")
         target = cpu_target()
         backend = "gloo"
+        share_cpu_cores(world_size)
     kwargs = {"device_id": dev} if device == "cuda" else {}
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, **kwargs

@@ -48,7 +48,7 @@ def launch_env(environ: dict[str, str] | None = None) -> LaunchEnv | None:
 
 def init_launched(launch: LaunchEnv, device: str) -> Any:
     """Join the launch's default process group; this rank's RunContext."""
-    from ..testing import NO_MULTICAST_ENV
+    from ..testing import NO_MULTICAST_ENV, share_cpu_cores
 
     for k, v in NO_MULTICAST_ENV.items():
         os.environ.setdefault(k, v)
@@ -68,6 +68,7 @@ def init_launched(launch: LaunchEnv, device: str) -> Any:
         dev, target, backend = torch.device("cuda", launch.local_rank), cuda_target(launch.local_rank), "nccl"
     else:
         dev, target, backend = torch.device("cpu"), cpu_target(), "gloo"
+        share_cpu_cores(int(os.environ.get("LOCAL_WORLD_SIZE", launch.world_size)))
     os.environ.setdefault("RANK", str(launch.rank))
     os.environ.setdefault("WORLD_SIZE", str(launch.world_size))
     if not dist.is_initialized():

@@ -168,45 +168,68 @@ class JsonlReporter(Reporter):
 
 class PlainReporter(Reporter):
     """One line per shape and the summary, for logs (``--quiet``); with ``trials`` also a line as each
-    shape starts and one per trial (progress where no live display can be drawn: a log, a pipe)."""
+    shape starts and one per trial (progress where no live display can be drawn: a log, a pipe). Lines
+    fit ``$COLUMNS`` (80 when unset): keys in their short form, long notes wrapped."""
 
     def __init__(self, stream: TextIO | None = None, trials: bool = False) -> None:
+        import shutil
+
         self.stream = stream or sys.stderr
         self.trials = trials
+        self.width = shutil.get_terminal_size((80, 24)).columns
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream, flush=True)
 
     def note(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        self._print(_wrap(text, self.width))
 
     def shape_start(self, index: int, n_shapes: int, key: str, trials: int, done: int) -> None:
         if self.trials:
-            print(f"[{index}/{n_shapes}] {key}: {done} of {trials} trials done", file=self.stream, flush=True)
+            self._print(f"[{index}/{n_shapes}] {_short(key)}: {done} of {trials} trials done")
 
     def trial(self, ev: TrialEvent) -> None:
         if self.trials and ev.state == "COMPLETE":  # pruned ones never launched: no line
-            print(
+            self._print(
                 f"  trial {ev.trial}/{ev.trials} {ev.variant} {_us(ev.median_us)}; best {_us(ev.best_us)} "
-                f"({_x(ev.speedup)} vs bsp)",
-                file=self.stream,
-                flush=True,
+                f"({_x(ev.speedup)} vs bsp)"
             )
         if ev.state == "FAIL":
-            print(
-                f"  {ev.key} trial {ev.number} {ev.variant} failed: {ev.failure}",
-                file=self.stream,
-                flush=True,
-            )
+            text = f"  trial {ev.number} of {_short(ev.key)}, {ev.variant}, failed: {ev.failure}"
+            self._print(_wrap(text, self.width))
 
     def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
-        print(
-            f"[{index}/{n_shapes}] {result.key}: {result.variant or 'no winner'} {_us(result.median_us)} "
-            f"(bsp {_us(result.bsp_us)}, {_x(result.speedup)}) trials={result.trials} failed={result.failed}"
-            + (f" {result.note}" if result.note else ""),
-            file=self.stream,
-            flush=True,
+        winner = f"{result.variant or 'no winner'} {_us(result.median_us)}"
+        self._print(f"[{index}/{n_shapes}] {_short(result.key)}: {winner}")
+        self._print(
+            f"  bsp {_us(result.bsp_us)}, {_x(result.speedup)}; trials={result.trials} failed={result.failed}"
+            + (f" {result.note}" if result.note else "")
         )
 
     def finish(self, results: list[ShapeResult], summary: Summary) -> None:
-        print(_summary_line(summary), file=self.stream, flush=True)
+        self._print(_summary_line(summary))
+
+
+def _short(key: str) -> str:
+    """``ag_gemm bf16 M=8 N=8192 K=8192 gd=0``: a key text without GPU and world size (said once, in the
+    run's notes) in the short form of :attr:`ProblemKey.short_text`."""
+    from .._problem import ProblemKey
+
+    try:
+        parsed = ProblemKey.from_text(key)
+    except ValueError:
+        return key
+    return f"{parsed.op} {parsed.short_text}"
+
+
+def _wrap(text: str, width: int) -> str:
+    """``text`` wrapped at ``width`` with an indented continuation; a label and one long word (a URL,
+    a path) stay on one line, so they can be copied."""
+    import textwrap
+
+    if len(text) <= width or len(text.split()) <= 2:
+        return text
+    return textwrap.fill(text, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
 
 
 def _summary_line(s: Summary) -> str:
@@ -219,8 +242,9 @@ def _summary_line(s: Summary) -> str:
     )
     rate = "-" if s.trials_per_min is None else f"{s.trials_per_min:.0f}"
     return (
-        f"{s.shapes} shape(s), {s.trials_run} trial(s) in {s.wall_s:.1f} s; overhead per trial beyond timed "
-        f"runs: {over}; {rate} trials/min; group launched {s.group_launches}× ({s.launch_s:.1f} s)"
+        f"{s.shapes} shape(s), {s.trials_run} trial(s) in {s.wall_s:.1f} s, {rate} trials/min; "
+        f"group launched {s.group_launches}× ({s.launch_s:.1f} s)\n"
+        f"overhead per trial beyond the timed runs: {over}"
     )
 
 

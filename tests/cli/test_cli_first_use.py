@@ -5,6 +5,7 @@ read as flags in ``--help``."""
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -70,33 +71,94 @@ def test_tune_summary_fits_80_columns() -> None:
     assert '"comm_sms": 16' in wide.getvalue()
 
 
+def _commands() -> list[list[str]]:
+    """Every command path of the CLI: ``[]`` (the root), ``["tune"]``, ``["db", "upgrade"]``, ..."""
+    import typer
+
+    paths, todo = [], [([], typer.main.get_command(app))]
+    while todo:
+        path, command = todo.pop()
+        paths.append(path)
+        todo += [([*path, name], sub) for name, sub in getattr(command, "commands", {}).items()]
+    return sorted(paths)
+
+
+def test_every_help_screen_reads_well_at_80_columns() -> None:
+    """No type placeholder on a flag (``<bool>``), no reST backticks, no Python type names, nothing cut
+    (``…``), every line within 80 columns, and every option named in full."""
+    import typer
+
+    root = typer.main.get_command(app)
+    for path in _commands():
+        result = CliRunner(env={"COLUMNS": "80"}).invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        text = result.output
+        for bad in ("<bool>", "`", "…", "<list[", "Path]"):
+            assert bad not in text, (path, bad, text)
+        assert max(map(len, text.splitlines())) <= 80, (path, text)
+        command = root
+        for name in path:
+            command = command.commands[name]
+        for param in command.params:
+            for opt in (*param.opts, *param.secondary_opts):
+                if opt.startswith("--"):
+                    assert re.search(rf"{re.escape(opt)}\b", text), (path, opt, text)
+
+
 def test_flags_read_as_flags_in_help() -> None:
     result = CliRunner(env={"COLUMNS": "200"}).invoke(app, ["tune", "--help"])
-    for flag in ("--retune", "--quiet", "--jsonl", "--wide"):
-        (line,) = [line for line in result.output.splitlines() if f" {flag} " in line]
-        assert "<bool>" not in line, line
+    for flag in ("--retune", "--quiet", "--jsonl", "--wide", "--yes"):
+        (line,) = [line for line in result.output.splitlines() if line.strip().startswith(f"{flag} ")]
+        assert "<" not in line, line
 
 
 def test_a_long_cpu_run_is_announced_and_a_short_one_is_not() -> None:
-    from autotaxer.cli._estimate import announcement
+    from autotaxer.cli._estimate import tune_verdict
     from autotaxer.shapes import load_shapes
 
     def keys(name: str) -> list:
         return [row.to_key("cpu", 2) for row in load_shapes(ROOT / "examples" / name)]
 
-    warning = announcement(keys("shapes_llm.csv"), 16, 2)
-    assert warning is not None and "min for these" in warning and "shapes_cpu.csv" in warning
-    assert announcement(keys("shapes_cpu.csv"), 8, 2) is None
+    level, message = tune_verdict(keys("shapes_llm.csv"), 16, 2, yes=True)
+    assert level == "warn" and "for these 18 shape(s) x 16 trials" in message and "shapes_cpu.csv" in message
+    assert tune_verdict(keys("shapes_llm.csv"), 16, 2, yes=False)[0] == "refuse"
+    assert tune_verdict(keys("shapes_cpu.csv"), 8, 2, yes=False) is None
+
+
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_a_gpu_sized_run_on_a_cpu_is_refused_unless_yes(tmp_path, command: str) -> None:
+    """The README's GPU lines on a CPU: refused at once with the estimate, the way out and the CPU
+    example, nothing written; ``--yes`` is what the refusal names."""
+    db = tmp_path / "t.sqlite"
+    args = [
+        command,
+        "--world-size",
+        "2",
+        "--shapes",
+        str(ROOT / "examples" / "shapes_llm.csv"),
+        "--device",
+        "cpu",
+    ]
+    args += ["--db", f"sqlite:///{db}"] + (
+        ["--trials", "16"] if command == "tune" else ["--out", str(tmp_path / "b.json")]
+    )
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "the CPU pipeline needs about" in result.output and "not started (pass --yes" in result.output
+    assert "examples/shapes_cpu.csv" in result.output and "Traceback" not in result.output
+    assert not db.exists() and not (tmp_path / "b.json").exists()
 
 
 @pytest.mark.parametrize("tty", [True, False], ids=["terminal", "pipe"])
 def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: bool) -> None:
+    """A pipe or a log gets a line per trial, each within 80 columns (keys in their short form)."""
     import sys
 
     from autotaxer.cli.tune import _reporter
-    from autotaxer.tuner.progress import PlainReporter, RichReporter, TrialEvent
+    from autotaxer.tuner.progress import PlainReporter, RichReporter, ShapeResult, Summary, TrialEvent
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
+    monkeypatch.setenv("COLUMNS", "80")
     reporter = _reporter(False, False, False)
     reporter.close()
     assert isinstance(reporter, RichReporter if tty else PlainReporter)
@@ -104,9 +166,16 @@ def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: b
     plain = PlainReporter(out, trials=True)
     plain.shape_start(1, 3, "ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0", 8, 2)
     plain.trial(TrialEvent(1, 3, "k", 3, 8, 5, "bsp", {}, "COMPLETE", 12.5, 0.0, None, 12.5, 12.5))
+    key = "ag_gemm|nvidia-h200|8|bf16|M=16384,N=28672,K=8192|gather_dim=1,b_layout=nk"
+    plain.shape_done(3, 3, ShapeResult(key, "copy_engine", {}, 2222.2, 3333.3, 40, 1, 0, 40, 12.0, True))
+    plain.note("--device auto: no GPU visible, running the CPU pipeline (records are stored for gpu_model "
+               "'cpu' and never served to GPUs)")  # fmt: skip
+    plain.finish([], Summary(3, 24, 9.3, 1, 3.4, 103.0, 102.0, 244.0))
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[1/3] ag_gemm|cpu|2|fp32|M=8,N=8,K=8|gather_dim=0: 2 of 8 trials done"
+    assert lines[0] == "[1/3] ag_gemm fp32 M=8 N=8 K=8 gd=0: 2 of 8 trials done"
     assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs (1.00× vs bsp)")
+    assert lines[2] == "[3/3] ag_gemm bf16 M=16384 N=28672 K=8192 gd=1 nk: copy_engine 2,222.2 µs"
+    assert max(map(len, lines)) <= 80, lines
 
 
 def test_no_option_help_is_swallowed_as_rich_markup() -> None:

@@ -88,6 +88,34 @@ def test_report_from_stored_results_and_database(tmp_path, db_url):
     assert not list(out.glob("*.tmp"))
 
 
+def test_report_cli_says_what_it_skipped_in_notes_not_library_warnings(tmp_path, db_url):
+    """Optuna warns that an importance estimate rests on few trials per parameter value: the report
+    says so in one wrapped note, not as a warning with a site-packages path."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    variant = CategoricalDistribution(["bsp", "cpu_chunked"])
+    chunks = CategoricalDistribution([1, 2, 4, 8, 16, 32])
+    with open_database(db_url) as db:  # every chunk count tried once: Optuna warns
+        study = optuna.create_study(study_name=make_key(4096).text, storage=db.optuna_storage())
+        bsp = optuna.trial.create_trial(
+            params={"variant": "bsp"}, distributions={"variant": variant}, value=20.0
+        )
+        study.add_trial(bsp)
+        for i, c in enumerate(chunks.choices):
+            params = {"variant": "cpu_chunked", "cpu_chunked.chunks": c}
+            dists = {"variant": variant, "cpu_chunked.chunks": chunks}
+            study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=10.0 + i))
+    result = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "80"}).invoke(
+        app, ["report", "--db", db_url, "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Warning" not in result.output and "site-packages" not in result.output, result.output
+    assert "may be inaccurate" in result.output
+    notes = [line for line in result.output.splitlines() if not line.startswith("wrote ")]
+    assert notes and all(len(line) <= 80 for line in notes), notes
+
+
 def test_report_cli_folder_skips_other_formats(tmp_path):
     out = tmp_path / "r"
     res = runner.invoke(app, ["report", str(RESULTS), "--no-db", "--out", str(out)])

@@ -192,6 +192,30 @@ def test_misses_cli_lists_and_writes_shapes(tmp_path) -> None:
     assert [r.shape["M"] for r in load_shapes(out)] == [24]
 
 
+def test_misses_table_shows_whole_keys_at_80_columns(tmp_path) -> None:
+    """Two misses that differ only at the end of their keys (the layout) read differently at 80 columns,
+    and a nearest record is named by what differs from the call (its M)."""
+    from typer.testing import CliRunner
+
+    from autotaxer.cli import app
+
+    def text(m: int, gd: int) -> str:
+        return f"ag_gemm|nvidia-h200|8|bf16|M={m},N=28672,K=8192|gather_dim={gd},b_layout=nk"
+
+    path = tmp_path / "m.jsonl"
+    nearest = {"key": text(16384, 1), "source": "nearest", "variant": "copy_engine", "calls": 12000}
+    lines = [{**nearest, "tuned_key": text(8192, 1)}, {"key": text(16384, 0), "source": "fallback",
+                                                       "variant": "bsp", "calls": 3}]  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["misses", "--file", str(path)])
+    assert res.exit_code == 0, res.output
+    out = res.output.splitlines()
+    assert "…" not in res.output and max(map(len, out[1:])) <= 80, res.output  # [0]: the file's path
+    assert "ag_gemm on nvidia-h200, world size 8" in res.output
+    assert any("M=16384 N=28672 K=8192 gd=1 nk" in x and "copy_engine, nearest M=8192" in x for x in out)
+    assert any("M=16384 N=28672 K=8192 gd=0 nk" in x and "bsp, fallback" in x for x in out)
+
+
 def test_bad_misses_file_names_file_line_and_field(tmp_path) -> None:
     from typer.testing import CliRunner
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import pytest
@@ -167,6 +168,19 @@ def test_bad_sources_raise_clear_errors(tmp_path, shipped) -> None:
         load_table(TableSources(paths=(str(bad),)), TARGET, env=ENV, environ={})
     with pytest.raises(FileNotFoundError, match="missing.json"):
         load_table(TableSources(paths=(str(tmp_path / "missing.json"),)), TARGET, env=ENV, environ={})
+
+
+def test_init_refuses_a_missing_table_file_by_name(tmp_path) -> None:
+    """``autotaxer.init`` with a table path that does not exist fails at once, naming the path (not at
+    the first dispatch, inside a collective)."""
+    import autotaxer
+
+    missing = tmp_path / "my-gpus.json"
+    with pytest.raises(
+        ValueError, match=rf"^tables: {re.escape(str(missing))}: no such table file or folder"
+    ):
+        autotaxer.init(autotaxer.RuntimeConfig(tables=(str(missing),), persist_misses=False))
+    assert autotaxer.RuntimeConfig(tables=(str(tmp_path),)).validate() is None  # a folder is a source
 
 
 def test_digest_depends_on_decisions_only() -> None:

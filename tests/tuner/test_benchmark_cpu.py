@@ -124,10 +124,9 @@ def test_bench_cli_bad_input_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_row_line_tells_no_valid_config_from_failure():
-    """A variant with no valid configuration at the shape reads "n/a"; one whose configurations all
-    failed reads "FAIL"; a timed one its speedup over the faster BSP."""
-    row = {
+def _mixed_row() -> dict:
+    """A row with an untimed variant (no valid configuration), a failed one and a timed one."""
+    return {
         "N": 8192, "K": 8192, "gather_dim": 0, "M": 8,
         "bsp": {"eager": 60.0, "graph": 40.0}, "allgather": {"eager": 12.0}, "gemm": {"graph": 30.0},
         "variants": {
@@ -136,26 +135,59 @@ def test_row_line_tells_no_valid_config_from_failure():
             "push": {"valid_configs": 3, "eager": 50.0, "graph": 32.0},
         },
     }  # fmt: skip
-    line = row_line(row)
+
+
+def test_row_line_tells_no_valid_config_from_failure():
+    """A variant with no valid configuration at the shape reads "n/a"; one whose configurations all
+    failed reads "FAIL"; a timed one its speedup over the faster BSP."""
+    line = row_line(_mixed_row())
     assert "push_tma: n/a" in line and "pull: FAIL" in line
     assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line
-    return row
 
 
-def test_table_tells_no_valid_config_from_failure(capsys):
+def test_table_tells_no_valid_config_from_failure(capsys, monkeypatch):
     """The printed table says what the row line says: "n/a" where no configuration is valid (a
     copy-engine variant at one rank), "fail" only where the tried configurations failed."""
     from autotaxer.cli.bench import _print_table
 
-    row = test_row_line_tells_no_valid_config_from_failure()
-    _print_table({"device": "cpu", "world_size": 2, "rows": [row]})
+    monkeypatch.setenv("COLUMNS", "200")
+    _print_table({"device": "cpu", "world_size": 2, "rows": [_mixed_row()]})
     cells = [c.strip() for line in capsys.readouterr().out.splitlines() for c in line.split("│")]
     assert "n/a" in cells and "FAIL" in cells and "0.032 x1.25" in cells
 
 
+def test_table_fits_80_columns(capsys, monkeypatch):
+    """At 80 columns a row is one line: BSP, the fastest variant or peer with its speedup, dispatch's
+    speedup and the ceiling's (the full table needs ~120 columns for a CPU run, more on GPUs)."""
+    from autotaxer.cli.bench import _print_table
+
+    monkeypatch.setenv("COLUMNS", "80")
+    rows = [_mixed_row(), {**_mixed_row(), "M": 16384, "N": 28672, "dispatch": {"eager": 48.0}}]
+    _print_table({"device": "NVIDIA H200", "world_size": 8, "rows": rows})
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in "".join(lines), lines
+    (line,) = [line for line in lines if "16384x28672x8192 d0 kn" in line]
+    assert line.split()[3:] == ["0.040", "push", "x1.25", "x0.83", "x1.33"]
+
+
+def _store_cpu_winner(url: str, case: Case, variant: str, params: dict) -> None:
+    """A winner for ``case`` at 2 CPU ranks in the database at ``url``, as ``tune`` stores one."""
+    from autotaxer.records import WinnerRecord
+    from autotaxer.runtime.kernel_hash import kernel_source_hash
+
+    record = WinnerRecord(
+        key=case.key("cpu", 2), variant=variant, params=params, median_us=10.0, bsp_us=20.0, trials=8,
+        kernel_hash=kernel_source_hash(case.op, variant), device_type="cpu",
+    )  # fmt: skip
+    with open_database(url) as db:
+        db.upsert_winners([record])
+
+
 def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
     """A shapes file with both ops: the gemm_rs rows time BSP, the reduce-scatter alone and the local
-    GEMM alone (the ceiling), dispatch, and report the speedups against the fastest BSP form."""
+    GEMM alone (the ceiling), dispatch, and report the speedups against the fastest BSP form. Without
+    ``--db`` both the variants' configurations and dispatch come from the default database (the one
+    ``tune`` wrote): a winner stored there is dispatch's choice, not a fallback to BSP."""
     from autotaxer.benchmark import bsp_us, comm_entry
 
     shapes = tmp_path / "shapes.csv"
@@ -163,13 +195,23 @@ def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
         "op,M,N,K,dtype,gather_dim,scatter_dim\n"
         "ag_gemm,32,64,64,fp32,0,\ngemm_rs,32,64,64,fp32,,0\ngemm_rs,32,64,64,fp32,,1\n"
     )
+    data = tmp_path / "data"  # the default database: $XDG_DATA_HOME/autotaxer/tuning.sqlite
+    (data / "autotaxer").mkdir(parents=True)
+    _store_cpu_winner(
+        f"sqlite:///{data}/autotaxer/tuning.sqlite", Case(32, 64, 64, 0, "fp32"), "cpu_chunked", TUNED
+    )
     out = tmp_path / "bench.json"
     args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--out", str(out)]
-    res = runner.invoke(app, [*args, "--iters", "2", "--samples", "3", "--db", f"sqlite:///{tmp_path}/d.db"])
+    env = {"AUTOTAXER_DB": None, "XDG_DATA_HOME": str(data), "COLUMNS": "80", "AUTOTAXER_TABLE": None}
+    default_db = CliRunner(env=env)
+    res = default_db.invoke(app, [*args, "--iters", "2", "--samples", "3"])
     assert res.exit_code == 0, res.output
     assert "gemm_rs" in res.output
     rows = json.loads(out.read_text())["rows"]
     assert [(r["op"], r["gather_dim"]) for r in rows] == [("ag_gemm", 0), ("gemm_rs", 0), ("gemm_rs", 1)]
+    tuned = rows[0]["variants"]["cpu_chunked"]
+    assert (tuned["source"], tuned["best_params"]) == ("tuned", TUNED)
+    assert (rows[0]["dispatch"]["variant"], rows[0]["dispatch"]["source"]) == ("cpu_chunked", "exact")
     for row in rows[1:]:
         assert "error" not in row, row
         assert "allgather" not in row and row["reduce_scatter"]["eager"] > 0

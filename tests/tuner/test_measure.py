@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
@@ -83,9 +84,27 @@ def _interleaved(ctx) -> dict:
     return {"times": times, "log": "".join(log)}
 
 
+def _warm_twice(ctx) -> dict:
+    """The process warm-up on a fresh context, then again with a budget it must not spend."""
+    import torch
+
+    from autotaxer.measure import warm_up
+
+    fresh = ctx.warmed_up
+    t0 = time.perf_counter()
+    warm_up(ctx, seconds=0.05)
+    first_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    warm_up(ctx, seconds=60.0)
+    again_s = time.perf_counter() - t0
+    return {"fresh": fresh, "after": ctx.warmed_up, "first_s": first_s, "again_s": again_s,
+            "threads": torch.get_num_threads()}  # fmt: skip
+
+
 def _everything(ctx) -> dict:
     """All the collective checks in one process group (spawning ranks costs seconds)."""
     return {
+        "warm": _warm_twice(ctx),  # first: on a context that has timed nothing yet
         "bsp": [_check(ctx, "bsp", {}, gd) for gd in (0, 1)],
         "wrong": _check_wrong(ctx),
         "sleepy": _time_sleepy(ctx),
@@ -97,6 +116,20 @@ def _everything(ctx) -> dict:
 @pytest.fixture(scope="module")
 def on_two_ranks() -> list[dict]:
     return run_ranks(_everything, 2, "cpu")
+
+
+def test_the_process_warm_up_runs_once_per_context(on_two_ranks: list[dict]) -> None:
+    for r in on_two_ranks:
+        warm = r["warm"]
+        assert warm["fresh"] is False and warm["after"] is True
+        assert warm["first_s"] >= 0.05 and warm["again_s"] < 60.0  # the second call returned at once
+
+
+def test_ranks_share_the_cores(on_two_ranks: list[dict]) -> None:
+    if os.environ.get("OMP_NUM_THREADS"):
+        pytest.skip("OMP_NUM_THREADS sets the pool size")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert [r["warm"]["threads"] for r in on_two_ranks] == [max(1, cores // 2)] * 2
 
 
 def test_check_variant_accepts_bsp(on_two_ranks: list[dict]) -> None:
