@@ -64,7 +64,7 @@ def _build(mode: str, base: Any, group_name: str) -> Any:
         if hasattr(symm_mem, "enable_symm_mem_for_group"):
             symm_mem.enable_symm_mem_for_group(group_name)
         options = {"_micro_pipeline_tp": True}
-    return torch.compile(layer, fullgraph=True, options=options)
+    return torch.compile(layer, fullgraph=True, dynamic=False, options=options)
 
 
 class _Step:
@@ -249,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         for p in base.parameters():
             p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
     params = list(base.parameters())
+    # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
+    # user with fixed sizes gets (automatic dynamic shapes would trace later cases symbolically), and room
+    # for all of them in dynamo's cache (past its limit a frame runs eager).
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
     fns = {m: _build(m, base, group_name) for m in modes}
 
     results: dict[str, dict[str, Any]] = {}
