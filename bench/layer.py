@@ -16,9 +16,11 @@ Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
 Cases (columns): ``train:S`` (forward + backward of the layer input and every weight), ``fwd:S``
 (forward under ``torch.no_grad``), ``graph:S`` (forward captured in one CUDA graph and replayed), at a
 global sequence length ``S`` (``--batch`` sequences). Steps are interleaved over the modes (every
-repetition runs each mode once after a barrier), each timed with CUDA events; a mode's time is the median
-over repetitions of the slowest rank. The table prints ms and ratios to ``plain_eager`` and to
-``plain_compile``; ``--out`` writes every sample, the device, the versions and what dispatch served.
+repetition runs each mode once after a barrier, starting one mode later than the repetition before, so
+no mode always follows the same one), each timed with CUDA events; a mode's time is the median over
+repetitions of the slowest rank. Compiled modes use static shapes per case. The table prints ms and
+ratios to ``plain_eager`` and to ``plain_compile``; ``--out`` writes every sample, the device, the
+versions and what dispatch served.
 """
 
 from __future__ import annotations
@@ -132,8 +134,10 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
     samples = torch.zeros(len(live), reps, device="cuda" if cuda else "cpu")
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    steps = list(live.values())
     for rep in range(reps):
-        for i, step in enumerate(live.values()):
+        for i in (*range(rep % len(steps), len(steps)), *range(rep % len(steps))):  # a rotating order
+            step = steps[i]
             dist.barrier()
             _sync()
             if cuda:
