@@ -11,8 +11,8 @@ __version__ = "0.1.0"
 from ._problem import DTYPES, ProblemKey, Target
 
 __all__ = [
-    "DTYPES", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__", "dispatch",
-    "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
+    "DTYPES", "PeerTimeoutError", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__",
+    "async_tp", "check", "dispatch", "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
 ]  # fmt: skip
 
 # name -> module it comes from; imported on first use (they import torch)
@@ -21,6 +21,8 @@ _LAZY = {
     "init": ".runtime.dispatch",
     "Runtime": ".runtime.dispatch",
     "RuntimeConfig": ".runtime.dispatch",
+    "check": ".ops._peer_wait",
+    "PeerTimeoutError": ".ops._peer_wait",
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
 }
@@ -29,8 +31,8 @@ _LAZY = {
 def __getattr__(name: str):
     import importlib
 
-    if name == "nn":
-        value = importlib.import_module(".nn", __name__)
+    if name in ("nn", "async_tp"):
+        value = importlib.import_module(f".{name}", __name__)
     elif name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name], __name__), name)
     else:

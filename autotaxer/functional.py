@@ -38,6 +38,14 @@ def _world_size(group: Any) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
+def _group_arg(group_name: Any) -> Any:
+    """What dispatch takes for ``group_name``: while ``torch.compile`` traces, a name is passed on as it
+    is (resolved by the custom op at run time: resolving it here would break the graph)."""
+    if isinstance(group_name, str) and torch.compiler.is_compiling():
+        return group_name
+    return resolve_group(group_name)
+
+
 def _to_matrix(a_shard: torch.Tensor, gather_dim: int) -> tuple[torch.Tensor, int]:
     """``a_shard`` as the 2-D shard of an ``ag_gemm`` and that op's gather_dim (0: rows, 1: K)."""
     if gather_dim == a_shard.dim() - 1:
@@ -74,17 +82,17 @@ def fused_all_gather_matmul(
     if not -A_shard.dim() <= gather_dim < A_shard.dim():
         raise ValueError(f"gather_dim: {gather_dim} is not a dimension of a {A_shard.dim()}-D A_shard")
     gather_dim %= A_shard.dim()
-    group = resolve_group(group_name)
+    group = _group_arg(group_name)
     a2d, gd = _to_matrix(A_shard, gather_dim)
-    if torch.compiler.is_compiling():  # the custom op with its autograd registration
-        from .runtime.custom_op import group_name as name_of
+    if torch.compiler.is_compiling():  # traced BSP, or the custom op with its autograd registration
+        from .runtime.custom_op import compiled_saving
 
-        first, gathered = torch.ops.autotaxer.ag_gemm_saving(a2d, Bs[0], gd, name_of(group))
+        first, gathered = compiled_saving(a2d, Bs[0], gd, group)
     else:
         rt = runtime_for(group)
         first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
     outs = [first] + [gathered @ b for b in Bs[1:]]
-    ws = _world_size(group)
+    ws = gathered.shape[gd] // a2d.shape[gd]
     outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
     return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
 
@@ -95,7 +103,7 @@ def fused_matmul_reduce_scatter(
     """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
     or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
     """
-    from .runtime.dispatch import runtime_for
+    from .runtime.dispatch import dispatch
 
     if reduce_op not in ("sum", "avg"):
         raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
@@ -103,14 +111,13 @@ def fused_matmul_reduce_scatter(
     if not -out_dims <= scatter_dim < out_dims:
         raise ValueError(f"scatter_dim: {scatter_dim} is not a dimension of the {out_dims}-D product")
     scatter_dim %= out_dims
-    group = resolve_group(group_name)
-    ws = _world_size(group)
+    group = _group_arg(group_name)
     if scatter_dim == out_dims - 1:
         a2d, sd = A.reshape(-1, A.shape[-1]), 1
     else:
         a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
-    rt = runtime_for(group)
-    out = rt.dispatch("gemm_rs", a2d, B, scatter_dim=sd)
+    out = dispatch("gemm_rs", a2d, B, scatter_dim=sd, group=group)
+    ws = a2d.shape[0] // out.shape[0] if sd == 0 else B.shape[1] // out.shape[1]
     if reduce_op == "avg":
         out = out / ws
     if sd == 1:

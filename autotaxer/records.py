@@ -292,6 +292,12 @@ def _parse_pairs_text(text: str, fail, names: bool = False) -> dict[str, Any]:
     return out
 
 
+#: The times a record may hold, in microseconds: no call (a kernel launch at least) is faster than 0.1 us,
+#: and none that a tuner measured took an hour. Within them every speedup is a finite number.
+MIN_CALL_US = 0.1
+MAX_CALL_US = 3.6e9
+
+
 def _is_json_scalar(value: Any) -> bool:
     if value is None or isinstance(value, (str, bool, int)):
         return True
@@ -322,6 +328,9 @@ def _check_record(r: WinnerRecord, where: str) -> None:
             raise fail(name, f"not a number: {value!r}")
         if not math.isfinite(value) or value <= 0:
             raise fail(name, f"must be a positive finite number, got {value!r}")
+        if not MIN_CALL_US <= value <= MAX_CALL_US:
+            expected = f"expected {MIN_CALL_US} to {MAX_CALL_US:g} us"
+            raise fail(name, f"{value!r} us is not a time one call can take ({expected})")
     for name, maximum in (("trials", MAX_DIM), ("num_sms", MAX_SMS)):
         value = getattr(r, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -18,8 +18,8 @@ LAYERS = {
     "shapes": 3, "measure": 3, "testing": 3,
     "runtime": 4,
     "tuner": 5, "functional": 5,
-    "nn": 6, "benchmark": 6,
-    "report": 7,
+    "nn": 6, "benchmark": 6, "async_tp": 6,
+    "report": 7, "models": 7,
     "cli": 8, "__main__": 8, "tools": 8,
 }  # fmt: skip
 

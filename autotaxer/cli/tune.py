@@ -81,6 +81,13 @@ def tune_command(
             "repeat for several.",
         ),
     ] = None,
+    symm_mem: Annotated[
+        str | None,
+        typer.Option(
+            "--symm-mem",
+            help="Symmetric-memory backend: cuda (torch's fused ops; default) or nccl (NCCL's windows).",
+        ),
+    ] = None,
     yes: Annotated[
         bool,
         typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
@@ -95,6 +102,12 @@ def tune_command(
 
     if device not in DEVICES:
         _fail(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
+    if symm_mem is not None:
+        from ..ops._symm_backend import CHOICES, select
+
+        if symm_mem not in CHOICES:
+            _fail(f"--symm-mem: expected one of {', '.join(CHOICES)}, got {symm_mem!r}")
+        select(symm_mem)  # before any worker starts: they inherit it
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         _fail(f"--world-size: must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     launch = launch_env()

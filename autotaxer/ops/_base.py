@@ -23,9 +23,19 @@ from .._problem import ProblemKey, Target
 Params = Mapping[str, Any]
 
 
+def _timeout_from_env() -> float:
+    from autotaxer.kernels.common.watch import timeout_from_env
+
+    return timeout_from_env()
+
+
 @dataclass
 class RunContext:
-    """Where a variant runs: this rank, its group and device, and the lazily created Iris heap."""
+    """Where a variant runs: this rank, its group and device, and the lazily created Iris heap.
+
+    ``peer_timeout_s``: how long a kernel's wait on a peer's flag may spin before it gives up and the host
+    raises ``PeerTimeoutError`` (default ``$AUTOTAXER_PEER_TIMEOUT``, else 5 s); ``first_call_timeout_s``
+    the longer bound of a workspace's first call (ranks may still be compiling)."""
 
     rank: int
     world_size: int
@@ -34,6 +44,18 @@ class RunContext:
     group: Any = None  # torch.distributed.ProcessGroup; None = the default group
     heap_size: int = 1 << 30
     _iris: Any = field(default=None, repr=False)
+    peer_timeout_s: float = field(default_factory=_timeout_from_env)
+    first_call_timeout_s: float = 30.0
+
+    def watch_slot(self, key: ProblemKey, variant: str) -> Any:
+        """A watch slot for ``variant`` at ``key`` (``kernels/common/watch.py``): the kernels' waits on peers
+        give up after ``peer_timeout_s`` and the host names this site. Keep the returned object alive as
+        long as the kernels use its ``tensor``."""
+        from ._peer_wait import Site, peer_watch
+
+        site = Site(key.op, variant, key.text, self.rank, self.world_size)
+        return peer_watch(self.device).open(site, self.peer_timeout_s, self.first_call_timeout_s)
+
     #: Set by :func:`autotaxer.measure.warm_up` once this rank's process has been warmed up for timing.
     warmed_up: bool = field(default=False, repr=False)
 
@@ -71,6 +93,9 @@ class Variant(ABC):
     #: True for every bulk-synchronous form (the baseline and its stronger alternatives users can have,
     #: e.g. NCCL's symmetric-memory collectives): a speedup is against the fastest of them.
     bsp_form: ClassVar[bool] = False
+    #: A form users have without autotaxer (every BSP form; torch's own fused ops): dispatch may serve an
+    #: untuned key the fastest of them measured at its nearest tuned key (``fastest_form`` of a record).
+    fallback_form: ClassVar[bool] = False
     #: Opt-in (not measured on, or not a winner on, the hardware it targets): tuned and benchmarked only
     #: when named explicitly (``--variants``); dispatch still runs it where a table record names it.
     experimental: ClassVar[bool] = False
@@ -169,6 +194,16 @@ class Op(ABC):
         if target is not None:
             forms = [n for n in forms if self._variants[n].unavailable_reason(target) is None]
         return forms
+
+    def fallback_forms(self, target: Target | None = None) -> list[str]:
+        """Names of the forms an untuned key may be served (the BSP forms, then the other forms users
+        have without autotaxer), those available on ``target`` when given."""
+        names = self.bsp_forms() + [
+            n for n, v in self._variants.items() if v.fallback_form and not (v.is_baseline or v.bsp_form)
+        ]
+        if target is not None:
+            names = [n for n in names if self._variants[n].unavailable_reason(target) is None]
+        return names
 
     def baseline(self) -> Variant:
         for v in self._variants.values():

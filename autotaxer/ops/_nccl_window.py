@@ -82,4 +82,7 @@ class SymmetricBspForm:
     bsp_form = True
 
     def unavailable_reason(self, target: Any) -> str | None:
-        return super().unavailable_reason(target) or unavailable_reason()  # type: ignore[misc]
+        from ._symm_backend import conflict
+
+        reason = super().unavailable_reason(target)  # type: ignore[misc]
+        return reason or unavailable_reason() or conflict("nccl")

@@ -9,7 +9,10 @@ back into itself; on a torch without them it calls the ops.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
+
+from .._problem import ProblemKey, Target
+from ._base import Params, RunContext, Workspace
 
 
 def unavailable_reason() -> str | None:
@@ -24,6 +27,25 @@ def unavailable_reason() -> str | None:
         return f"torch {torch.__version__} has no symmetric memory"
     if not hasattr(torch.ops.symm_mem, "fused_all_gather_matmul"):
         return f"torch {torch.__version__} has no symm_mem.fused_all_gather_matmul"
+    return None
+
+
+def originals_reason() -> str | None:
+    """Why torch's fused ops cannot be reached as Python functions here (None when both can), i.e. why a
+    kernel override of the ops could not fall back to them without calling itself."""
+    import torch
+
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+    except ImportError:
+        return f"torch {torch.__version__} has no torch.distributed._symmetric_memory"
+    for name in ("fused_all_gather_matmul", "fused_matmul_reduce_scatter"):
+        if not hasattr(torch.ops.symm_mem, name):
+            return f"torch {torch.__version__} has no torch.ops.symm_mem.{name}"
+        if not callable(getattr(symm_mem, f"_{name}", None)):
+            return (
+                f"torch {torch.__version__} has no Python kernel torch.distributed._symmetric_memory._{name}"
+            )
     return None
 
 
@@ -45,3 +67,41 @@ def all_gather_matmul(
 def matmul_reduce_scatter(a: Any, b: Any, reduce_op: str, scatter_dim: int, group_name: str) -> Any:
     """torch's ``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)``."""
     return _original("fused_matmul_reduce_scatter")(a, b, reduce_op, scatter_dim, group_name)
+
+
+def group_name_of(ctx: RunContext) -> str:
+    """The name torch's ops take for the run context's group."""
+    import torch.distributed as dist
+
+    return (ctx.group or dist.group.WORLD).group_name
+
+
+class TorchFusedForm:
+    """Mixin of the ``torch_fused`` variant of each op: torch's own fused op, one fixed algorithm (its
+    micro-pipelined all-gather or reduce-scatter over symmetric memory, one chunk a peer), timed, stored
+    and served like every variant. It has no parameters: per call torch lets a caller choose only what
+    the problem key already fixes (``gather_dim``/``scatter_dim``, ``reduce_op``) and ``return_A``,
+    which :meth:`run` turns off and ``run_for_backward`` on. A form users have without autotaxer, so an
+    untuned key may be served it (``fallback_form``). Needs torch's CUDA symmetric-memory backend
+    (:mod:`._symm_backend`)."""
+
+    name: ClassVar[str] = "torch_fused"
+    device_types: ClassVar[frozenset[str]] = frozenset({"cuda"})
+    fallback_form: ClassVar[bool] = True
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        from ._symm_backend import conflict
+
+        reason = super().unavailable_reason(target)  # type: ignore[misc]
+        if reason is None and not target.is_nvidia:
+            reason = f"torch's fused symmetric-memory ops run on NVIDIA GPUs, not {target.gpu_model}"
+        return reason or unavailable_reason() or conflict("cuda")
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        name = group_name_of(ctx)
+        if torch.__version__ < "2.10" and hasattr(symm_mem, "enable_symm_mem_for_group"):  # later: implied
+            symm_mem.enable_symm_mem_for_group(name)
+        return Workspace(key, dict(params), {"group_name": name})

@@ -26,13 +26,24 @@ from ._runtimes import runtime_for
 
 def reduce_scatter_grad(full: torch.Tensor, gather_dim: int, group: Any, world_size: int) -> torch.Tensor:
     """This rank's shard of ``sum over ranks of full`` along ``gather_dim`` (``full`` is ``(M, K)``)."""
-    from ..ops.gemm_rs.bsp import reduce_scatter
+    out, work = reduce_scatter_grad_async(full, gather_dim, group, world_size)
+    if work is not None:
+        work.wait()
+    return out
+
+
+def reduce_scatter_grad_async(
+    full: torch.Tensor, gather_dim: int, group: Any, world_size: int
+) -> tuple[torch.Tensor, Any]:
+    """:func:`reduce_scatter_grad` issued without waiting: ``(shard, work)``; ``work.wait()`` (when not
+    None) before the shard is used, so what is queued in between overlaps the collective."""
+    from ..ops.gemm_rs.bsp import reduce_scatter_async
 
     if world_size == 1:
-        return full
+        return full, None
     m, k = full.shape
     shape = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
-    return reduce_scatter(full, full.new_empty(shape), gather_dim, group)
+    return reduce_scatter_async(full, full.new_empty(shape), gather_dim, group)
 
 
 def weight_grad(gathered: torch.Tensor, grad_out: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -49,23 +60,27 @@ def ag_gemm_grads(
     grad_gathered: torch.Tensor | None,
     gathered: torch.Tensor,
     b: torch.Tensor,
-    reduce_scatter: Callable[[torch.Tensor], torch.Tensor],
+    reduce_scatter: Callable[[torch.Tensor], tuple[torch.Tensor, Any]],
     gemm_rs: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(grad_a_shard, grad_b)`` for the inputs in ``needs``: ``reduce_scatter(grad_C · Bᵀ +
-    grad_gathered)`` (``gemm_rs(grad_C, Bᵀ)``, the tuned op, where there is no ``grad_gathered``) and
-    ``gathered_Aᵀ · grad_C``."""
-    grad_a = grad_b = None
+    grad_gathered)`` and ``gathered_Aᵀ · grad_C``. ``gemm_rs(grad_C, Bᵀ)`` (a tuned op that computes and
+    scatters in one) returns the first, or None where plain BSP serves it; then the product is computed
+    here and ``reduce_scatter`` (returning ``(shard, work or None)``) scatters it while ``grad_b`` is
+    computed, as PyTorch's functional collectives let autograd do for plain layers."""
+    grad_a = grad_b = work = None
     if needs[0] and gemm_rs is not None and grad_gathered is None and grad_out is not None:
         grad_a = gemm_rs(grad_out, b.t())
-    elif needs[0]:
+    if needs[0] and grad_a is None:
         full = grad_out @ b.t() if grad_out is not None else None
         if grad_gathered is not None:
             full = grad_gathered if full is None else full + grad_gathered
         if full is not None:
-            grad_a = reduce_scatter(full)
+            grad_a, work = reduce_scatter(full)
     if needs[1] and grad_out is not None:
         grad_b = weight_grad(gathered, grad_out, b)
+    if work is not None:
+        work.wait()
     return grad_a, grad_b
 
 
@@ -76,6 +91,7 @@ class AgGemmFunction(torch.autograd.Function):
     def forward(ctx: Any, a_shard: torch.Tensor, b: torch.Tensor, plan: Any) -> tuple[torch.Tensor, Any]:
         out, gathered = plan.run_saving((a_shard, b))
         ctx.save_for_backward(gathered, b)
+        ctx.set_materialize_grads(False)  # an unused gathered A has no gradient: no zeros to add
         ctx.gather_dim = plan.key["gather_dim"]
         ctx.group = plan.ctx.group
         ctx.world_size = plan.ctx.world_size
@@ -85,11 +101,15 @@ class AgGemmFunction(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: torch.Tensor | None):
         gathered, b = ctx.saved_tensors
 
-        def reduce_scatter(full: torch.Tensor) -> torch.Tensor:
-            return reduce_scatter_grad(full, ctx.gather_dim, ctx.group, ctx.world_size)
+        def reduce_scatter(full: torch.Tensor) -> tuple[torch.Tensor, Any]:
+            return reduce_scatter_grad_async(full, ctx.gather_dim, ctx.group, ctx.world_size)
 
-        def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return runtime_for(ctx.group).dispatch("gemm_rs", x.contiguous(), y, scatter_dim=ctx.gather_dim)
+        def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+            rt = runtime_for(ctx.group)
+            x = x.contiguous()
+            if rt.plan("gemm_rs", x, y, scatter_dim=ctx.gather_dim).decision.variant == "bsp":
+                return None  # plain BSP: computed and scattered by ag_gemm_grads, overlapping grad_b
+            return rt.dispatch("gemm_rs", x, y, scatter_dim=ctx.gather_dim)
 
         needs = ctx.needs_input_grad[:2]
         return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs), None)

@@ -25,6 +25,15 @@ stay cached: keep ``RuntimeConfig.workspace_cache`` above the number of shapes i
 
 ``torch.compile``: inside a compiled region ``dispatch`` becomes the custom op ``autotaxer::ag_gemm``
 (:mod:`.custom_op`), whose fake implementation gives the output's shape to the tracer.
+
+What is checked when: the first call of a signature on a rank checks its arguments and exchanges the
+problem key, the decision and whether the call is differentiable with every rank (any difference
+raises on every rank). Later calls of a cached signature are checked by nobody: a rank that calls with
+another shape, or with ``requires_grad`` where its peers do not, is not seen, and a collective may then
+pair with the wrong one. ``RuntimeConfig(check_calls=True)`` exchanges every call's signature first (a
+collective per call: for debugging). Kernels' waits on peers are bounded (``peer_timeout_s``): a wait
+that gave up raises :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` at the next dispatch or
+:func:`autotaxer.check`, and this process stops serving that variant for that key.
 """
 
 from __future__ import annotations
@@ -41,12 +50,13 @@ from typing import Any
 import torch
 
 from .._problem import ProblemKey, Target
+from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import get_runtime, init, install, runtime_for, shutdown
 from .autograd import FUNCTIONS as AUTOGRAD
 from .autograd import SAVING
 from .custom_op import compiled_dispatch
-from .lookup import Decision, decide
+from .lookup import FALLBACK, Decision, decide
 from .misses import Miss, append_misses, default_misses_path
 from .table import Table, TableSources, load_table, merge
 
@@ -90,6 +100,15 @@ class RuntimeConfig:
     ``workspace_cache``: most (shape, variant, params) workspaces kept (least recently used dropped).
     ``misses_path``: where rank 0 appends misses at shutdown (None: ``$AUTOTAXER_MISSES`` or the default
     file); ``persist_misses=False`` keeps them in memory only.
+    ``peer_timeout_s``: how long a kernel's wait on a peer may spin before it gives up and dispatch raises
+    ``PeerTimeoutError`` (None: ``$AUTOTAXER_PEER_TIMEOUT``, else 5 s); ``first_call_timeout_s``: the
+    bound of a workspace's first call, while ranks may still be compiling (at least ``peer_timeout_s``).
+    ``check_calls``: before every call, exchange its signature (op, shapes, strides, dtypes, layout,
+    ``requires_grad``) with every rank and raise on all of them when they differ: a collective per call,
+    for debugging (without it only a signature's first call is compared).
+    ``symm_mem``: the backend torch's symmetric memory runs in this process, one a process: ``"cuda"``
+    (torch's fused ops and PyTorch's async TP; the default) or ``"nccl"`` (NCCL's symmetric BSP forms);
+    None keeps ``$AUTOTAXER_SYMM_MEM``.
     """
 
     heap_size: int = 1 << 30
@@ -104,9 +123,17 @@ class RuntimeConfig:
     workspace_cache: int = 64
     misses_path: str | None = None
     persist_misses: bool = True
+    peer_timeout_s: float | None = None
+    first_call_timeout_s: float = 30.0
+    check_calls: bool = False
+    symm_mem: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
+        from ..ops._symm_backend import CHOICES
+
+        if self.symm_mem is not None and self.symm_mem not in CHOICES:
+            raise ValueError(f"symm_mem: expected one of {', '.join(CHOICES)}, got {self.symm_mem!r}")
         if self.heap_size <= 0:
             raise ValueError(f"heap_size: must be positive, got {self.heap_size}")
         if not (self.max_m_ratio >= 1.0 and math.isfinite(self.max_m_ratio)):
@@ -117,11 +144,22 @@ class RuntimeConfig:
             )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
+        for name in ("peer_timeout_s", "first_call_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
+        self.peer_timeout()  # $AUTOTAXER_PEER_TIMEOUT, when it decides
         sources = self.table_sources()
         sources.validate()
         for path in sources.paths:  # refused at init, not at the first call
             if not Path(path).expanduser().exists():
                 raise ValueError(f"tables: {path}: no such table file or folder")
+
+    def peer_timeout(self) -> float:
+        """The bound of kernels' waits on peers, in seconds (``peer_timeout_s``, else the environment's)."""
+        from autotaxer.kernels.common.watch import timeout_from_env
+
+        return float(self.peer_timeout_s) if self.peer_timeout_s is not None else timeout_from_env()
 
     def table_sources(self) -> TableSources:
         return TableSources(
@@ -235,6 +273,10 @@ class Runtime:
     def __init__(self, config: RuntimeConfig | None = None, group: Any = None) -> None:
         self.config = config if config is not None else RuntimeConfig()
         self.config.validate()
+        if self.config.symm_mem is not None:
+            from ..ops._symm_backend import select
+
+            select(self.config.symm_mem)
         self.group = group
         self.ctx: Any = None
         self.table: Table | None = None
@@ -242,9 +284,13 @@ class Runtime:
         self._hot: dict[tuple, Plan] = {}  # (op, shape, dtype, shape, dtype) -> a plan in _plans
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
+        self._decisions: dict[ProblemKey, Decision] = {}  # agreed by every rank; one per key
         self._misses: dict[ProblemKey, Miss] = {}
         self._warned: set[str] = set()
         self._closed = False
+        #: waits on peers that gave up (read on every call: the alarm word against what was expected)
+        self._watch: Any = IDLE
+        self._checking = self.config.check_calls
         self._misses_path = None
         if self.config.persist_misses:
             self._misses_path = self.config.misses_path or str(default_misses_path())
@@ -257,9 +303,15 @@ class Runtime:
             return compiled_dispatch(op, tensors, out, layout, self.group)
         # The same lines as module-level dispatch(). The hot key leaves the layout out (unpacking its items
         # into the key cost more than comparing two small dicts); the layout must equal the plan's.
+        w = self._watch
+        if w.view[0] != w.expect or self._checking:
+            self._before_call(op, tensors, layout)
         if len(tensors) == 2:
             x, y = tensors
-            plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+            try:
+                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+            except AttributeError:  # not tensors: _find tells every rank which argument
+                plan = None
             if plan is None or plan.layout != layout:
                 plan = self._find(op, tensors, layout)
             if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
@@ -289,6 +341,9 @@ class Runtime:
 
     def _find(self, op: str, tensors: tuple, layout: dict[str, Any]) -> Plan:
         """Off the hot path: the plan of the full signature (created if new), then indexed as hot."""
+        bad = _argument_error(tensors)
+        if bad is not None:  # told to every rank before any of them waits for this one
+            self._refuse(op, bad)
         sig = _signature(op, tensors, layout)
         plan = self._plans.get(sig)
         if plan is None:
@@ -343,7 +398,10 @@ class Runtime:
             target=target,
             group=self.group,
             heap_size=self.config.heap_size,
+            peer_timeout_s=self.config.peer_timeout(),
+            first_call_timeout_s=self.config.first_call_timeout_s,
         )
+        self._watch = peer_watch(device)
 
     def _agreed_table(self) -> Table:
         cfg = self.config.table_sources()
@@ -390,26 +448,8 @@ class Runtime:
                 f"dispatch({op!r}): first call of this shape during CUDA graph capture; call it once "
                 "before capturing (the first call prepares workspaces and agrees with the other ranks)"
             )
-        key, decision, error, exc = None, None, None, None
-        try:
-            opobj = get_op(op)
-            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
-            decision = decide(
-                self.table.records,
-                key,
-                opobj,
-                self.ctx.target,
-                math.log(self.config.max_m_ratio),
-                self.config.min_nearest_speedup,
-            )
-        except (KeyError, ValueError) as e:
-            error, exc = f"{type(e).__name__}: {e}", e
-        if self.ctx.world_size > 1:
-            decision = self._agree(op, key, decision, error, exc)
-        elif exc is not None:
-            raise exc
-        if decision.is_miss:
-            self._note_miss(key, decision)
+        opobj = get_op(op)
+        key, decision = self._decide(opobj, tensors, layout)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
         run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
@@ -419,20 +459,68 @@ class Runtime:
         self._evict()
         return plan
 
-    def _agree(self, op: str, key, decision, error, exc) -> Decision:
-        """All ranks exchange (key, decision); raise on every rank or resolve to one decision."""
+    def decide_call(self, op: str, tensors: tuple, layout: dict[str, Any], device: Any = None) -> Decision:
+        """The decision a call with tensors of these shapes, strides and dtypes gets (``tensors`` may be on
+        the meta device; ``device`` is where the call runs): the first call of a shape decides the same,
+        but this prepares no workspace. Collective, like the first call of a shape."""
         from ..ops import get_op
 
-        mine = (key.text if key is not None else None, decision.digest if decision else None, error)
+        if self.table is None:
+            self.load(device)
+        return self._decide(get_op(op), tensors, layout)[1]
+
+    def _decide(self, opobj: Any, tensors: tuple, layout: dict[str, Any]) -> tuple[ProblemKey, Decision]:
+        """The key of a call and the decision every rank agreed on (a miss is noted); collective."""
+        key, decision, error, exc = None, None, None, None
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        try:
+            key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
+            decision = self._decisions.get(key)
+            if decision is None:
+                decision = decide(
+                    self.table.records,
+                    key,
+                    opobj,
+                    self.ctx.target,
+                    math.log(self.config.max_m_ratio),
+                    self.config.min_nearest_speedup,
+                )
+            if self._watch.is_failed(opobj.name, decision.variant, key.text):  # a wait of it gave up here
+                base = opobj.baseline()
+                decision = Decision(base.name, base.default_params(key, self.ctx.target), FALLBACK, math.inf)
+        except (KeyError, ValueError) as e:
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size > 1:
+            decision = self._agree(opobj.name, key, decision, error, exc, grad)
+        elif exc is not None:
+            raise exc
+        self._decisions[key] = decision
+        if decision.is_miss:
+            self._note_miss(key, decision)
+        return key, decision
+
+    def _agree(self, op: str, key, decision, error, exc, grad: bool = False) -> Decision:
+        """All ranks exchange (key, decision, whether the call is differentiable); raise on every rank or
+        resolve to one decision."""
+        from ..ops import get_op
+
+        mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
         everyone = _all_gather(mine, self.group)
-        failed = [(r, e) for r, (_, _, e) in enumerate(everyone) if e is not None]
+        failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
         if failed:
             lines = "; ".join(f"rank {r}: {e}" for r, e in failed)
             raise ConsensusError(f"dispatch({op!r}) failed ({lines})") from exc
-        if len({k for k, _, _ in everyone}) > 1:
-            lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _) in enumerate(everyone))
+        if len({k for k, _, _, _ in everyone}) > 1:
+            lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _, _) in enumerate(everyone))
             raise ConsensusError(f"dispatch({op!r}): ranks called with different problems ({lines})")
-        if len({d for _, d, _ in everyone}) == 1:
+        if len({g for _, _, _, g in everyone}) > 1:
+            lines = ", ".join(f"rank {r}: {'yes' if g else 'no'}" for r, (_, _, _, g) in enumerate(everyone))
+            raise ConsensusError(
+                f"dispatch({op!r}): ranks differ in whether the call is differentiable (an input with "
+                f"requires_grad under grad mode: {lines}); backward is collective, so every rank must "
+                "differentiate the same calls"
+            )
+        if len({d for _, d, _, _ in everyone}) == 1:
             return decision
         # A rank-local difference (variant unavailable on one rank, a record only one rank sees).
         self._warn_once(
@@ -443,11 +531,59 @@ class Runtime:
         chosen = _broadcast(decision if self.ctx.rank == 0 else None, self.group)
         opobj = get_op(op)
         variant = opobj.available_variants(self.ctx.target).get(chosen.variant)
-        usable = variant is not None and variant.check(key, self.ctx.target, chosen.params) is None
+        usable = (
+            variant is not None
+            and variant.check(key, self.ctx.target, chosen.params) is None
+            and not self._watch.is_failed(op, chosen.variant, key.text)
+        )
         if all(_all_gather(usable, self.group)):
             return chosen
         base = opobj.baseline()
         return Decision(base.name, base.default_params(key, self.ctx.target), "fallback", math.inf, None)
+
+    # -- checks before a call ----------------------------------------------------------------------
+    def _before_call(self, op: str, tensors: tuple, layout: dict[str, Any]) -> None:
+        """What the hot path runs when a peer wait gave up (raise it, and stop serving that variant for
+        that key) or in ``check_calls`` mode (compare the call with every rank's)."""
+        w = self._watch
+        if w.view[0] != w.expect:
+            try:
+                w.poll()
+            except PeerTimeoutError:
+                for rt in list(_RUNTIMES.values()) + [self]:
+                    rt._forget_failed()
+                raise
+        if self._checking and self.world_size > 1:
+            mine = _call_text(op, tensors, layout)
+            everyone = _all_gather(mine, self.group)
+            if len(set(everyone)) > 1:
+                lines = "; ".join(f"rank {r}: {c}" for r, c in enumerate(everyone))
+                raise ConsensusError(f"dispatch (check_calls): ranks called differently ({lines})")
+
+    def _forget_failed(self) -> None:
+        """Drop the plans and workspaces of (op, variant, key) whose waits on peers gave up: their flags
+        and epochs no longer match the peers', and dispatch no longer serves them here."""
+        failed = self._watch.failed
+        if not failed:
+            return
+        for sig, plan in list(self._plans.items()):
+            if (plan.key.op, plan.decision.variant, plan.key.text) in failed:
+                del self._plans[sig]
+                for hot in [h for h, p in self._hot.items() if p is plan]:
+                    del self._hot[hot]
+                self._count_calls(plan)
+                for wkey, ws in list(self._workspaces.items()):
+                    if ws is plan.workspace:
+                        del self._workspaces[wkey]
+
+    def _refuse(self, op: str, error: str) -> None:
+        """Raise ``TypeError`` for a call whose arguments are not what dispatch takes, on every rank: the
+        others learn it in the exchange of a first call, where they would otherwise wait for this one."""
+        if self.table is None:
+            self.load()
+        if self.ctx.world_size > 1:
+            self._agree(op, None, None, f"TypeError: {error}", None)
+        raise TypeError(f"dispatch({op!r}): {error}")
 
     def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
         import json
@@ -526,6 +662,7 @@ class Runtime:
         self._plans.clear()
         self._hot.clear()
         self._workspaces.clear()
+        self._decisions.clear()
         self._closed = True
         atexit.unregister(self._persist_misses)
 
@@ -533,6 +670,29 @@ class Runtime:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _argument_error(tensors: tuple) -> str | None:
+    """Why these are not dispatch's tensor arguments (``None`` when they are)."""
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            return f"tensor argument {i + 1}: expected a torch.Tensor, got {type(t).__name__}"
+    return None
+
+
+def _call_text(op: str, tensors: tuple, layout: dict[str, Any]) -> str:
+    """One call's signature as text (``check_calls``): op, each tensor's shape, strides, dtype and
+    ``requires_grad``, the layout and grad mode."""
+    parts = [op]
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            grad = " requires_grad" if t.requires_grad else ""
+            parts.append(f"{tuple(t.shape)} strides {t.stride()} {str(t.dtype).removeprefix('torch.')}{grad}")
+        else:
+            parts.append(type(t).__name__)
+    parts += [f"{k}={v}" for k, v in sorted(layout.items())]
+    parts.append("grad mode" if torch.is_grad_enabled() else "no grad")
+    return ", ".join(parts)
 
 
 # -- collectives helpers (off the hot path) ---------------------------------------------------------
@@ -585,9 +745,15 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
         rt = init(None, group)
     # Runtime.dispatch's lines, inline (no extra Python frame). The hot key is exact for op, shapes and
     # dtypes; the layout (names and values) must equal the plan's, else the full signature decides.
+    w = rt._watch
+    if w.view[0] != w.expect or rt._checking:
+        rt._before_call(op, tensors, layout)
     if len(tensors) == 2:
         x, y = tensors
-        plan = rt._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+        try:
+            plan = rt._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+        except AttributeError:  # not tensors: _find tells every rank which argument
+            plan = None
         if plan is None or plan.layout != layout:
             plan = rt._find(op, tensors, layout)
         if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():

@@ -12,7 +12,13 @@ Policy (the same on every rank, because it depends only on the table, the key an
    at M=256 (1.02x) ran 0.88x at M=128), and whose variant is not in the op's ``tied_to_size`` (ag_gemm:
    the Triton GEMM variants, whose tilings are chosen for the tuned M's tile waves: M=256's push at
    M=128 ran 0.75x on 4xH200 even after winning 1.19x at M=256);
-3. **fallback**: otherwise the op's baseline (BSP) with its default parameters. A miss is never an error.
+3. **fallback**: otherwise the fastest form users have without autotaxer (a BSP form, or torch's fused
+   op: the op's ``fallback_forms``) as measured at the nearest tuned key of the same GPU, world size,
+   dtype, op and layout (smallest ``sum |ln(size / size_tuned)|`` over the shape fields, within
+   ``max_log_distance``: forms rank differently far apart; on 2xH200 torch's fused op, the fastest form
+   at M=4096, served at M=256 made the layer's forward 1.3x slower), as the record says (its
+   ``env["fastest_form"]``, stamped by the tuner, or its winner when that is such a form), when that
+   form runs here; else the op's baseline (BSP) with its default parameters. A miss is never an error.
 """
 
 from __future__ import annotations
@@ -122,5 +128,56 @@ def decide(
                 continue
             if _usable(op, target, key, cand.variant, cand.params):
                 return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
+    form = fastest_form_near(table.values(), key, op, target, max_log_distance)
+    if form is not None:
+        return form
     base = op.baseline()
     return Decision(base.name, base.default_params(key, target), FALLBACK, math.inf, None)
+
+
+def fastest_form(record: Any, op: Any) -> str | None:
+    """The fastest form without autotaxer measured for ``record``'s key (``env["fastest_form"]``, else its
+    winner when that is such a form), or None when the record does not say."""
+    stamped = (record.env or {}).get("fastest_form")
+    if stamped:
+        return str(stamped)
+    return record.variant if record.variant in op.fallback_forms() else None
+
+
+def _shape_distance(a: ProblemKey, b: ProblemKey) -> float:
+    return sum(abs(math.log(va / vb)) for (_, va), (_, vb) in zip(a.shape, b.shape, strict=True))
+
+
+def fastest_form_near(
+    records: Iterable[Any],
+    key: ProblemKey,
+    op: Any,
+    target: Target,
+    max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+) -> Decision | None:
+    """The :data:`FALLBACK` decision of the fastest form measured at the nearest tuned key of the same GPU,
+    world size, dtype, op and layout (within ``max_log_distance`` summed over the shape fields) whose
+    form runs here (default parameters), or None."""
+    near = []
+    for rec in records:
+        k = rec.key
+        if (k.op, k.gpu_model, k.world_size, k.dtype, k.layout) != (
+            key.op, key.gpu_model, key.world_size, key.dtype, key.layout
+        ):  # fmt: skip
+            continue
+        if [f for f, _ in k.shape] != [f for f, _ in key.shape] or min(v for _, v in k.shape) <= 0:
+            continue
+        dist = _shape_distance(k, key)
+        if dist <= max_log_distance + 1e-12:
+            near.append((dist, k.text, rec))
+    for dist, _, rec in sorted(near, key=lambda t: t[:2]):
+        name = fastest_form(rec, op)
+        variant = op.available_variants(target).get(name) if name else None
+        if variant is None:
+            continue
+        try:
+            params = variant.default_params(key, target)
+        except ValueError:
+            continue
+        return Decision(name, params, FALLBACK, dist, rec.key)
+    return None

@@ -7,6 +7,8 @@ They are registered ONLY when the environment has ``AUTOTAXER_PLANTED_VARIANTS=1
   ``gather_dim=0`` only, so a run over both layouts hangs, and relaunches its group, once.
 - ``planted_crash``: rank 1 kills itself with SIGSEGV inside ``run``.
 - ``planted_wrong``: fast and wrong (writes zeros): it would win every race if validation let it.
+- ``planted_never_signal``: rank 0 (the only rank at world size 1) records in its watch slot what a kernel
+  whose wait on rank 1's flag gave up records (``kernels/common/watch.py``), as if rank 1 never signalled.
 """
 
 from __future__ import annotations
@@ -64,4 +66,29 @@ class PlantedWrong(_Planted):
     name = "planted_wrong"
 
 
-VARIANTS = [PlantedHang(), PlantedCrash(), PlantedWrong()] if os.environ.get(ENV_VAR) == "1" else []
+class PlantedNeverSignal(_Planted):
+    name = "planted_never_signal"
+
+    def prepare(self, key, params: Params, ctx: RunContext) -> Workspace:
+        return Workspace(key, dict(params), {"watch": ctx.watch_slot(key, self.name)})
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        from autotaxer.kernels.common import watch as w
+
+        if ctx.rank == 0:  # what give_up() writes when the wait on rank 1's flag 0 (epoch 1) gives up
+            slot, alarm = ws.buffers["watch"].tensor, w.board(ctx.device).words
+            for word, value in ((w.PEER, 1), (w.INDEX, 0), (w.EXPECTED, 1), (w.SEEN, 0), (w.WRITTEN, 1)):
+                slot[word] = value
+            slot[w.GAVE_UP] += 1
+            alarm[0] += 1
+        return super().run(ws, inputs, ctx, out)
+
+    def _fault(self) -> None:
+        return None
+
+
+VARIANTS = (
+    [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedNeverSignal()]
+    if os.environ.get(ENV_VAR) == "1"
+    else []
+)

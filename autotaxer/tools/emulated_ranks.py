@@ -288,6 +288,7 @@ def _warm_up(variant: Any, works: list, ctxs: list, mains: list, inputs: list, o
     for flag in (flags[0:1], flags[1:2]):  # the skipped wait kernels: 16-byte aligned flags and not
         sig.wait(flag, epoch)
         sig.wait(flag, epoch, offset=-1)
+        sig.memop_wait_eq(flag.data_ptr(), 1, torch.cuda.current_stream())
     for w in works:
         ch = w.buffers.get("channel")
         if ch is not None:
@@ -356,3 +357,124 @@ def check_variant(
             where = f"{op_name} {variant_name} ws{ws} call {call} rank {r}"
             assert err == err and err < 1e-2, f"{where}: relative error {err:.2e}"
     return f"OK {op_name} {variant_name} ws{ws} {key.text} {params}"
+
+
+#: What :func:`never_signal` can run: the fused ``ag_gemm`` kernel by push or pull, ``gemm_rs``'s fused
+#: push, flash decode's fused kernel, and the copy-engine schedules' flag wait (``signal``).
+NEVER_SIGNAL_KINDS = ("push", "pull", "gemm_rs", "flash_decode", "signal")
+
+
+def never_signal(kind: str, *, device: Any = "cpu", timeout_s: float = 0.3, world_size: int = 2) -> Any:
+    """One call of ``kind`` (:data:`NEVER_SIGNAL_KINDS`) by rank 0 of ``world_size`` emulated ranks whose
+    peers never run, so no flag of theirs is ever raised: rank 0's waits must give up after ``timeout_s``
+    and :func:`autotaxer.check` must name the op, variant, key and a silent peer. Returns the
+    :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` (``AssertionError`` when none is raised).
+
+    On CPU run it under Triton's interpreter (``TRITON_INTERPRET=1`` before Triton is imported)."""
+    import torch
+
+    from autotaxer import ProblemKey
+    from autotaxer._target import cpu_target, cuda_target
+    from autotaxer.ops import RunContext
+    from autotaxer.ops._peer_wait import PeerTimeoutError, check
+
+    if kind not in NEVER_SIGNAL_KINDS:
+        raise ValueError(f"kind: expected one of {', '.join(NEVER_SIGNAL_KINDS)}, got {kind!r}")
+    dev = torch.device(device)
+    target = cuda_target(dev.index or 0) if dev.type == "cuda" else cpu_target()
+    ws, gen = world_size, torch.Generator(device="cpu").manual_seed(0)
+    dtype = torch.float32 if dev.type == "cpu" else torch.bfloat16
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen).to(dev, dtype)
+
+    ctx = RunContext(rank=0, world_size=ws, device=dev, target=target, peer_timeout_s=timeout_s,
+                     first_call_timeout_s=timeout_s)  # fmt: skip
+    if kind in ("push", "pull"):
+        from autotaxer.kernels.ag_gemm.fused import (
+            SYNC_WORDS,
+            FusedConfig,
+            flags_count,
+            geometry,
+            inbox_shape,
+        )
+        from autotaxer.kernels.ag_gemm.fused import launch as fused_launch
+
+        m, n, k = 12 * ws, 40, 40
+        config = FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
+                             comm_sms=1, row_chunks=2, k_chunks=2)  # fmt: skip
+        key = ProblemKey.make(
+            "ag_gemm", target.gpu_model, ws, "fp32", {"M": m, "N": n, "K": k}, {"gather_dim": 0}
+        )
+        ms = m // ws
+        box, n_flags = inbox_shape(ms, k, ws), flags_count(geometry(config, ms, k), ws)
+        heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), dev)
+        inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+        slot = ctx.watch_slot(key, kind)
+        sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=dev)
+        out = torch.empty(m, n, dtype=dtype, device=dev)
+        fused_launch(kind, a_shard=randn(ms, k), b=randn(k, n), out=out, inbox=inbox[0], flags=flags[0],
+                     sync=sync, heap_bases=heap.bases, rank=0, world_size=ws, gather_dim=0, config=config,
+                     num_sms=4, watch=slot.tensor)  # fmt: skip
+    elif kind == "gemm_rs":
+        from autotaxer.kernels.gemm_rs.push import (
+            SYNC_WORDS,
+            RsConfig,
+            flags_count,
+            gemm_rs_push,
+            inbox_shape,
+        )
+
+        m, n, ks = 16 * ws, 24, 16
+        config = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
+        key = ProblemKey.make("gemm_rs", target.gpu_model, ws, "fp32", {"M": m, "N": n, "K": ks * ws},
+                              {"scatter_dim": 0})  # fmt: skip
+        box, n_flags = inbox_shape(m // ws, n, ws), flags_count(m, n, ws, 0, config)
+        heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), dev)
+        inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+        slot = ctx.watch_slot(key, "push")
+        sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=dev)
+        gemm_rs_push(a=randn(m, ks), b=randn(ks, n), out=torch.empty(m // ws, n, dtype=dtype, device=dev),
+                     inbox=inbox[0], flags=flags[0], sync=sync, heap_bases=heap.bases, rank=0, world_size=ws,
+                     scatter_dim=0, config=config, num_sms=4, watch=slot.tensor)  # fmt: skip
+    elif kind == "flash_decode":
+        from autotaxer.kernels.flash_decode.fused import flag_shape, flash_decode_fused, inbox_shapes
+        from autotaxer.kernels.flash_decode.partials import DecodeConfig
+
+        b, h, hkv, d, s = 1, 2, 1, 64, 32
+        config = DecodeConfig(block_n=16, splits=2, num_warps=4, num_stages=1)
+        key = ProblemKey.make("flash_decode", target.gpu_model, ws, "fp32",
+                              {"B": b, "H": h, "Hkv": hkv, "D": d, "S": s * ws}, {})  # fmt: skip
+        o_shape, lse_shape = inbox_shapes(b, h, d, ws, config.splits)
+        f_shape = flag_shape(b, hkv, ws, config.splits)
+        sizes = (
+            _bytes(o_shape, torch.float32),
+            _bytes(lse_shape, torch.float32),
+            _bytes(f_shape, torch.int64),
+        )
+        heap = EmulatedHeap(ws, sum(sizes), dev)
+        inbox_o, inbox_lse = heap.alloc(o_shape, torch.float32), heap.alloc(lse_shape, torch.float32)
+        flags = heap.alloc(f_shape, torch.int64)
+        slot = ctx.watch_slot(key, "fused")
+        q, kv = randn(b, h, d), [randn(b, s, hkv, d) for _ in range(2)]
+        lengths, ticket = torch.full((b,), s, dtype=torch.int32), torch.zeros(1, dtype=torch.int64)
+        flash_decode_fused(q, kv[0], kv[1], lengths.to(dev), torch.empty(b, h, d, dtype=dtype, device=dev),
+                           inbox_o=inbox_o[0], inbox_lse=inbox_lse[0], flags=flags[0], ticket=ticket.to(dev),
+                           heap_bases=heap.bases, rank=0, world_size=ws, config=config,
+                           watch=slot.tensor)  # fmt: skip
+    else:
+        from autotaxer.kernels.common import signal as sig
+
+        key = ProblemKey.make("ag_gemm", target.gpu_model, ws, "fp32", {"M": 2 * ws, "N": 8, "K": 8},
+                              {"gather_dim": 0})  # fmt: skip
+        slot = ctx.watch_slot(key, "copy_engine")
+        flag, epoch = (
+            torch.zeros(4, dtype=torch.int32, device=dev),
+            torch.ones(1, dtype=torch.int32, device=dev),
+        )
+        sig.wait(flag[1:2], epoch, watch=slot.tensor, peer=1, index=1)
+    try:
+        check(dev)
+    except PeerTimeoutError as exc:
+        return exc
+    raise AssertionError(f"never_signal({kind!r}): rank 0's waits ended without giving up")

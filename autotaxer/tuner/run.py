@@ -35,6 +35,7 @@ from .study import (
     enqueue_grid,
     enqueue_seeds,
     fail_stale_trials,
+    fastest_form,
     finished,
     make_sampler,
     mark_interrupted,
@@ -61,6 +62,10 @@ class Executor(Protocol):
     ) -> list[RankReply]: ...
 
 
+#: The largest ``--seed``: the samplers seed NumPy's generator, which takes 32-bit seeds.
+MAX_SEED = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class TuneConfig:
     """What ``autotaxer tune`` was asked to do (everything but the shapes, the database and the ranks)."""
@@ -85,10 +90,16 @@ class TuneConfig:
             raise ValueError(f"--trials: must be >= 1, got {self.trials}")
         if self.sampled < 0:
             raise ValueError(f"--sampled: must be >= 0, got {self.sampled}")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ValueError(f"--timeout: must be > 0 seconds, got {self.timeout_s}")
-        if self.trial_timeout_s <= 0:
-            raise ValueError(f"--trial-timeout: must be > 0 seconds, got {self.trial_timeout_s}")
+        if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"--timeout: must be a finite number of seconds > 0, got {self.timeout_s}")
+        if not 0 < self.trial_timeout_s < math.inf:  # NaN or inf would turn the watchdog off
+            raise ValueError(
+                f"--trial-timeout: must be a finite number of seconds > 0, got {self.trial_timeout_s}"
+            )
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(
+                f"--seed: must be an integer from 0 to {MAX_SEED} (the samplers' range), got {self.seed}"
+            )
         if self.sampler not in SAMPLERS:
             raise ValueError(f"--sampler: expected one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         try:
@@ -105,6 +116,8 @@ def trial_seed(base: int | None, number: int) -> int:
 def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float, float]:
     """(failure, median_us, rel_err, timing_s) over all ranks."""
     errors = [r.error for r in replies if r.error]
+    # a rank whose wait on a peer gave up names the silent peer; its peers only see the agreed failure
+    errors.sort(key=lambda e: "PeerTimeoutError" not in e)
     rel = max((r.rel_err for r in replies if not math.isnan(r.rel_err)), default=math.nan)
     timing = max(r.timing_s for r in replies)
     if errors:
@@ -380,6 +393,10 @@ class _ShapeTuner:
         if best is None or bsp is None:
             return
         variant, params = split_params(best.params)
+        env = {**software_versions(), "timing": self.config.timing.mode}  # how median_us was measured
+        form = fastest_form(study, self.op.fallback_forms(self.target))
+        if form is not None:  # what dispatch serves untuned keys near this one
+            env["fastest_form"] = form
         record = WinnerRecord(
             key=self.key,
             variant=variant,
@@ -389,7 +406,7 @@ class _ShapeTuner:
             trials=finished(counts(study)),
             arch=self.target.arch,
             num_sms=self.target.num_sms,
-            env={**software_versions(), "timing": self.config.timing.mode},  # how median_us was measured
+            env=env,
             kernel_hash=kernel_source_hash(self.key.op, variant),
             device_type=self.target.device_type,
         )

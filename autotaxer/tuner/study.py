@@ -218,8 +218,11 @@ def delete_study(storage: Any, key: ProblemKey) -> bool:
 
 
 def enqueue_baseline(study: Any, op: Op, space: SearchSpace) -> None:
-    """Queue every BSP form (the baseline first) with its default parameters unless the study has it."""
-    for name in space.forms or (space.baseline,):
+    """Queue every BSP form (the baseline first), then every other searched form users have without
+    autotaxer (torch's fused op: what an untuned key near this one may be served), with their default
+    parameters, unless the study has them."""
+    others = [n for n in op.fallback_forms() if n in space.names and n not in space.forms]
+    for name in [*(space.forms or (space.baseline,)), *others]:
         form: Variant = op.variants[name]
         study.enqueue_trial(
             flat_params(form.name, form.default_params(space.key, space.target)), skip_if_exists=True
@@ -441,6 +444,13 @@ def best_bsp(study: Any, space: SearchSpace) -> Any:
     """Fastest COMPLETE trial of any BSP form of ``space``: what every speedup is measured against."""
     found = [t for t in (best_trial(study, n) for n in space.forms or (space.baseline,)) if t is not None]
     return min(found, key=lambda t: t.value) if found else None
+
+
+def fastest_form(study: Any, forms: list[str]) -> str | None:
+    """The name of the fastest COMPLETE trial's variant among ``forms`` (the forms users have without
+    autotaxer), or None when none of them completed."""
+    found = [t for t in (best_trial(study, n) for n in forms) if t is not None]
+    return min(found, key=lambda t: t.value).params["variant"] if found else None
 
 
 def best_trial(study: Any, variant: str | None = None) -> Any:

@@ -9,6 +9,7 @@ process so that the group is relaunched.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -76,8 +77,13 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
         variant = op.variants[req.variant]
         ws = state.workspace(variant, req.key, req.params)
         err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws)
-        err = max_over_ranks(err, ctx)
+        gave_up = peer_timeout(ctx)  # a kernel's wait on a peer that gave up (check_variant synchronised)
+        err = max_over_ranks(math.inf if gave_up else err, ctx)  # every rank takes the same branch
         tol = op.tolerance(req.key)
+        if gave_up is not None:
+            state.cached.clear()  # its flags and epochs no longer match the peers'
+            return RankReply(ctx.rank, rel_err=err, tolerance=tol, elapsed_s=time.perf_counter() - t0,
+                             error=f"rank {ctx.rank}: {gave_up}")  # fmt: skip
         if not err <= tol:  # NaN fails too
             return RankReply(
                 ctx.rank,
@@ -98,6 +104,11 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
             samples=req.timing.samples,
         )
         t_end = time.perf_counter()
+        gave_up = peer_timeout(ctx)  # time_variant synchronised
+        if gave_up is not None:
+            state.cached.clear()
+            return RankReply(ctx.rank, rel_err=err, tolerance=tol, elapsed_s=t_end - t0,
+                             error=f"rank {ctx.rank}: {gave_up}")  # fmt: skip
         return RankReply(
             ctx.rank,
             rel_err=err,
@@ -116,6 +127,18 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
             detail=traceback.format_exc(),
             fatal=_device_broken(ctx),
         )
+
+
+def peer_timeout(ctx: Any) -> str | None:
+    """``PeerTimeoutError: ...`` when a kernel's wait on a peer gave up since the last look (after a
+    synchronisation), else None: the trial fails with the op, variant, key and silent peer named."""
+    from ..ops._peer_wait import PeerTimeoutError, peer_watch
+
+    try:
+        peer_watch(ctx.device).poll()
+    except PeerTimeoutError as exc:
+        return f"PeerTimeoutError: {exc}"
+    return None
 
 
 def _device_broken(ctx: Any) -> bool:

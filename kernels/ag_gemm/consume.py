@@ -101,6 +101,8 @@ def consume_tiles(
     b_ptr,
     c_ptr,
     flags_ptr,
+    watch_ptr,
+    ok,
     rank,
     epoch,
     M,
@@ -153,6 +155,9 @@ def consume_tiles(
     with ``row_off`` chosen by selects, never by a branch: a branch-yielded offset loses its alignment
     hint, A's loads then fall back to 2-byte accesses the software pipeline cannot issue as
     ``cp.async``, and the MMA runs synchronously (measured: gather_dim=1 at 8x the GEMM's time).
+
+    Waits give up after the bound of the watch slot ``watch_ptr`` (``ok`` 0: one did, later ones poll once;
+    ``kernels/common/watch.py``).
     """
     ELEM: tl.constexpr = a_ptr.dtype.element_ty.primitive_bitwidth // 8
     VEC: tl.constexpr = 16 // ELEM
@@ -200,7 +205,9 @@ def consume_tiles(
                     if src != rank:
                         lo = tl.maximum(first_row - src * Ms, 0)
                         hi = tl.minimum(last_row - src * Ms, Ms - 1)
-                        wait_segment(flags_ptr, epoch, src, lo, hi, kc, rcw, n_rc, n_kc, WHOLE_K)
+                        ok = wait_segment(
+                            flags_ptr, epoch, src, lo, hi, kc, rcw, n_rc, n_kc, watch_ptr, ok, WHOLE_K
+                        )
                 a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
                 b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
                 acc = mma_k_range(
@@ -220,7 +227,10 @@ def consume_tiles(
                     k_lo = kc * kcw
                     k_hi = tl.minimum(k_lo + span, Ks)
                     if not local:
-                        wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, WHOLE_K)
+                        ok = wait_segment(
+                            flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
+                            WHOLE_K,
+                        )  # fmt: skip
                     a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
                     b_ptrs = b_cols + (src * Ks + k_lo + offs_k)[:, None] * stride_bk
                     acc = mma_k_range(

@@ -37,6 +37,8 @@ def consume_tiles_tma(
     b_ptr,
     c_ptr,
     flags_ptr,
+    watch_ptr,
+    ok,
     rank,
     epoch,
     M,
@@ -94,7 +96,9 @@ def consume_tiles_tma(
                 k_hi = tl.minimum(k_lo + span, K)
                 if not local:
                     last = a_row + BLOCK_M - 1
-                    wait_segment(flags_ptr, epoch, src, a_row, last, kc, rcw, n_rc, n_kc, WHOLE_K)
+                    ok = wait_segment(
+                        flags_ptr, epoch, src, a_row, last, kc, rcw, n_rc, n_kc, watch_ptr, ok, WHOLE_K
+                    )
                 acc = tma_k_range(acc, a_desc, a_row, b_desc, 0, off_n, k_lo, k_hi, BLOCK_K, B_ROW_MAJOR)
         else:
             for step in range(0, WORLD_SIZE):
@@ -113,7 +117,10 @@ def consume_tiles_tma(
                     k_lo = kc * kcw
                     k_hi = tl.minimum(k_lo + span, Ks)
                     if not local:
-                        wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, WHOLE_K)
+                        ok = wait_segment(
+                            flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
+                            WHOLE_K,
+                        )  # fmt: skip
                     acc = tma_k_range(
                         acc, a_desc, first_row, b_desc, 0, off_n, k_lo, k_hi, BLOCK_K, B_ROW_MAJOR
                     )

@@ -33,22 +33,6 @@ MAX_CHUNKS = 16
 BACKENDS = ("triton", "memop")
 
 
-class _Int32Ptr:
-    """A raw device address that Triton kernels accept as an ``int32`` pointer (a peer's flag)."""
-
-    def __init__(self, addr: int) -> None:
-        import torch
-
-        self.addr = int(addr)
-        self.dtype = torch.int32
-
-    def data_ptr(self) -> int:
-        return self.addr
-
-    def numel(self) -> int:
-        return 1
-
-
 class Channel:
     """Per-heap, per-back-end state shared by every copy-engine workspace (collective to create)."""
 
@@ -73,6 +57,8 @@ class Channel:
         self.side = torch.cuda.Stream(device=self.data.device)
         self.fork = torch.cuda.Event()
         self.join = torch.cuda.Event()
+        #: the watch slot bounding the waits of the call under way (set by each launcher as it starts)
+        self.watch: Any = None
         self._arena: Any = None
         torch.cuda.synchronize()
         dist.barrier(group=group)
@@ -194,16 +180,22 @@ def _raise(ch: Channel, addr: int, stream: Any) -> None:
     if ch.backend == "memop":
         sig.memop_write(addr, 1, stream)
     else:
-        sig.signal(_Int32Ptr(addr), ch.epoch)
+        sig.signal(sig.Int32Ptr(addr), ch.epoch)
 
 
 def _await(ch: Channel, flag: Any, stream: Any, offset: int = 0) -> None:
-    """Wait on a local flag element; the memop back end hands the token back (writes 0)."""
+    """Wait on a local flag element (``data[src, chunk]`` or ``done[src]``), bounded by the watch slot of
+    the call under way (``ch.watch``); the memop back end hands the token back (writes 0)."""
+    at = (flag.data_ptr() - ch.data.data_ptr()) // 4
+    if 0 <= at < ch.data.numel():
+        peer, index = divmod(at, MAX_CHUNKS)
+    else:  # done[peer]: this rank's data in the peer's inbox was consumed
+        peer, index = (flag.data_ptr() - ch.done.data_ptr()) // 4, -1
     if ch.backend == "memop":
-        sig.memop_wait_eq(flag.data_ptr(), 1, stream)
+        sig.memop_wait_eq(flag.data_ptr(), 1, stream, ch.watch, peer, index)
         sig.memop_write(flag.data_ptr(), 0, stream)
     else:
-        sig.wait(flag, ch.epoch, offset=offset)
+        sig.wait(flag, ch.epoch, offset=offset, watch=ch.watch, peer=peer, index=index)
 
 
 def _send(ch: Channel, plan: Plan, a_shard: Any) -> None:
@@ -229,17 +221,18 @@ def _inbox_view(plan: Plan, inbox: Any, p: int) -> Any:
     return inbox[p * n : (p + 1) * n].view(plan.rows, plan.k_shard)
 
 
-def ag_gemm_ce(
-    channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None
-) -> Any:
+def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None,
+               watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the copy-engine schedule; collective.
 
     ``inbox`` is the arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped workspace when
-    ``plan.fp32_accumulate``. Launches only: no host synchronisation, no allocation.
+    ``plan.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (``kernels/common/watch.py``;
+    None: the process's slot for unnamed launches). Launches only: no host synchronisation, no allocation.
     """
     import torch
 
     ch, r = channel, channel.rank
+    ch.watch = watch
     main = torch.cuda.current_stream()
     if ch.backend == "triton":
         sig.advance_epoch(ch.epoch)

@@ -17,6 +17,7 @@ import triton
 from ..common.gemm import validate_tiles
 from ..common.tiles import ChunkGeometry, chunk_geometry
 from ..common.tma import Scratch, scratch_allocator
+from ..common.watch import unnamed_slot
 from .fused_kernel import fused_ag_gemm_kernel
 
 #: The one fused kernel; ``PULL`` (constexpr) picks the producers' transport, ``TMA`` the consumer.
@@ -130,6 +131,7 @@ def _launch_args(
     num_sms: int,
     phase: str,
     tma: bool = False,
+    watch: Any = None,
 ) -> tuple[int, list[Any], dict[str, int]]:
     """Check shapes; ``(grid, every kernel argument in signature order, launch options)``.
 
@@ -140,7 +142,8 @@ def _launch_args(
     first step: push stores into peers, pull stages its own shard), ``"fetch"`` (pull's loads of
     peers' chunks; nothing for push), ``"producers"`` (both), ``"consumers"`` (the GEMM, on every
     program: dedicated producers join it); ``"all"`` is the real launch. ``tma``: the TMA consumer
-    (push only; the caller checks :func:`.push_tma.tma_ready`).
+    (push only; the caller checks :func:`.push_tma.tma_ready`). ``watch``: the watch slot bounding the
+    kernel's waits on peers (``kernels/common/watch.py``; None: the process's slot for unnamed launches).
     """
     if how not in TRANSPORTS:
         raise ValueError(f"how: must be one of {', '.join(TRANSPORTS)}, got {how!r}")
@@ -188,9 +191,11 @@ def _launch_args(
         and a_shard.data_ptr() % 16 == 0
         and buf.data_ptr() % 16 == 0
     )
+    if watch is None:
+        watch = unnamed_slot(sync.device)
     values = dict(
         a_ptr=a_shard, b_ptr=b, c_ptr=out, inbox_ptr=buf, flags_ptr=flags, sync_ptr=sync,
-        heap_bases=heap_bases, rank=rank, M=m, N=n, K=k, Ms=ms, Ks=ks,
+        heap_bases=heap_bases, watch_ptr=watch, rank=rank, M=m, N=n, K=k, Ms=ms, Ks=ks,
         rcw=geo.row_width, n_rc=geo.n_row, kcw=geo.col_width, n_kc=geo.n_col,
         stride_am=a_shard.stride(0), stride_bk=b.stride(0), stride_bn=b.stride(1),
         stride_cm=out.stride(0), stride_cn=out.stride(1),
@@ -267,6 +272,7 @@ def launch(
     phase: str = "all",
     cache: dict | None = None,
     tma: Callable[[], bool] | None = None,
+    watch: Any = None,
 ):
     """``out = all_gather(a_shard, gather_dim) @ b`` by transport ``how`` (:data:`TRANSPORTS`); collective
     over ``world_size`` ranks. Arguments as :func:`fused_launcher`'s. ``tma``: asked (only when a launch
@@ -282,7 +288,7 @@ def launch(
     grid, args, options = _launch_args(
         how, a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
         rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-        phase=phase, tma=tma is not None and tma(),
+        phase=phase, tma=tma is not None and tma(), watch=watch,
     )  # fmt: skip
     scratch = None
     if args[KERNEL.arg_names.index("TMA")]:  # the device-made descriptors' scratch, kept with the launches
@@ -313,7 +319,9 @@ def fused_launcher(how: str) -> Callable[..., Any]:
         "epoch\nand tile queue. Nothing is reset between calls; ``phase`` as in :func:`_launch_args`. "
         "``cache``: a\n"
         "dict owned by one workspace (every call with it passes the same inbox, flags, sync, heap_bases,\n"
-        "rank, world_size, gather_dim, config and num_sms): compiled launches by the tensors' shapes,\n"
-        "strides, dtypes and alignment, so repeated calls skip the checks and Triton's argument binding."
+        "watch, rank, world_size, gather_dim, config and num_sms): compiled launches by the tensors'\n"
+        "shapes, strides, dtypes and alignment, so repeated calls skip the checks and Triton's argument\n"
+        "binding. "
+        "``watch``: the watch slot bounding the waits on peers (None: the process's unnamed slot)."
     )
     return ag_gemm

@@ -21,6 +21,7 @@ def fused_ag_gemm_kernel(
     flags_ptr,
     sync_ptr,
     heap_bases,
+    watch_ptr,
     rank,
     M,
     N,
@@ -70,6 +71,8 @@ def fused_ag_gemm_kernel(
     the GEMM is :func:`consume_tiles_tma`, for which ``EVEN_K``, ``EVEN_N`` and ``PREFETCH_K`` are unused
     (TMA zero-fills edges; no L2 prefetch). For many peers: ``GROUP_ACROSS`` (:func:`tile_group`),
     ``PUSH_ORDER`` and ``RELEASE_EACH`` (:func:`produce_chunks`); their defaults are the kernel as shipped.
+    Every wait on a peer's flag gives up after the bound in the watch slot ``watch_ptr``
+    (``kernels/common/watch.py``), recorded there, and the program goes on: the kernel always ends.
     """
     pid = tl.program_id(0)
     grid = num_producers + num_consumers  # the GEMM launch's grid (the interpreter's earlier steps: fewer)
@@ -77,12 +80,14 @@ def fused_ag_gemm_kernel(
         sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, grid, WORLD_SIZE, (STEPS & 4) != 0
     )
     dedicated = pid < num_producers
+    ok = 1  # 0 once a wait of this program on a peer gave up (``watch_ptr``'s bound): later ones poll once
     if STEPS & 3:
         if dedicated | (num_producers == 0):
             movers = tl.where(num_producers > 0, num_producers, num_consumers)
-            produce_chunks(
+            ok = produce_chunks(
                 pid, movers, a_ptr, inbox, flags, heap_bases, rank, epoch, Ms, Ks, rcw, n_rc, kcw, n_kc,
-                stride_am, WORLD_SIZE, ALIGNED, P_ROWS, P_COLS, STEPS, PULL, PUSH_ORDER, RELEASE_EACH,
+                stride_am, watch_ptr, WORLD_SIZE, ALIGNED, P_ROWS, P_COLS, STEPS, PULL, PUSH_ORDER,
+                RELEASE_EACH,
             )  # fmt: skip
     if STEPS & 4:
         # the queue: the low 32 bits of sync[1] (little-endian), drawn in wrapping int32 arithmetic
@@ -99,15 +104,15 @@ def fused_ag_gemm_kernel(
         if TMA:
             tl.static_assert(not PULL, "push_tma: push transport only")
             consume_tiles_tma(
-                first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, rank, epoch, M, N, K,
-                Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
+                first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, watch_ptr, ok, rank, epoch, M,
+                N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
                 GATHER_DIM, WORLD_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, B_ROW_MAJOR, WHOLE_K,
                 DYNAMIC=not WHOLE_K, GROUP_ACROSS=GROUP_ACROSS,
             )  # fmt: skip
         else:
             consume_tiles(
-                first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, rank, epoch, M, N, K,
-                Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
+                first_tile, offset, queue, a_ptr, inbox, b_ptr, c_ptr, flags, watch_ptr, ok, rank, epoch, M,
+                N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, stride_am, stride_bk, stride_bn, stride_cm, stride_cn,
                 GATHER_DIM, WORLD_SIZE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EVEN_K, EVEN_N, ALIGNED,
                 PREFETCH_K, B_ROW_MAJOR, WHOLE_K, DYNAMIC=not WHOLE_K, GROUP_ACROSS=GROUP_ACROSS,
             )  # fmt: skip

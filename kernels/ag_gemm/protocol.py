@@ -50,7 +50,8 @@ import iris
 import triton
 import triton.language as tl
 
-from ..common.sync import epoch_begin, heap_delta, spin_until
+from ..common.sync import epoch_begin, heap_delta
+from ..common.watch import spin_one, spin_until
 
 
 @triton.jit
@@ -70,12 +71,15 @@ WAIT_WIDTH = tl.constexpr(16)
 
 
 @triton.jit
-def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc):
-    """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``."""
+def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok):
+    """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``, at
+    most the watch slot's bound; returns ``ok`` (0 once a wait of this program gave up)."""
     rc_hi = last_row // rcw
     for rc0 in range(first_row // rcw, rc_hi + 1, WAIT_WIDTH):
         rcs = rc0 + tl.arange(0, WAIT_WIDTH)
-        spin_until(flags_ptr + (src * n_rc + rcs) * n_kc + kc, rcs <= rc_hi, epoch)
+        idx = (src * n_rc + rcs) * n_kc + kc
+        ok = spin_until(flags_ptr + idx, rcs <= rc_hi, epoch, watch_ptr, src, idx, ok)
+    return ok
 
 
 #: Flags :func:`wait_all_k` polls at once.
@@ -83,24 +87,27 @@ WAIT_ALL_WIDTH = tl.constexpr(64)
 
 
 @triton.jit
-def wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc):
+def wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc, watch_ptr, ok):
     """Wait for every K chunk of the row chunks of ``src`` covering shard rows ``first_row..last_row``:
-    their flags (``[src, rc, kc]``, K chunk fastest) are one contiguous run."""
+    their flags (``[src, rc, kc]``, K chunk fastest) are one contiguous run. Bounded as :func:`wait_rows`."""
     lo = (src * n_rc + first_row // rcw) * n_kc
     hi = (src * n_rc + last_row // rcw) * n_kc + n_kc - 1
     for f0 in range(lo, hi + 1, WAIT_ALL_WIDTH):
         fs = f0 + tl.arange(0, WAIT_ALL_WIDTH)
-        spin_until(flags_ptr + fs, fs <= hi, epoch)
+        ok = spin_until(flags_ptr + fs, fs <= hi, epoch, watch_ptr, src, fs, ok)
+    return ok
 
 
 @triton.jit
-def wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, WHOLE_K: tl.constexpr):
+def wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
+                 WHOLE_K: tl.constexpr):  # fmt: skip
     """A consumer's wait before K segment ``kc`` of ``src``'s shard rows ``first_row..last_row``: that K
-    chunk's flags, or (``WHOLE_K``: one segment) every K chunk's."""
+    chunk's flags, or (``WHOLE_K``: one segment) every K chunk's; returns ``ok`` (:func:`wait_rows`)."""
     if WHOLE_K:
-        wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc)
+        ok = wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc, watch_ptr, ok)
     else:
-        wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc)
+        ok = wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok)
+    return ok
 
 
 @triton.jit
@@ -181,6 +188,7 @@ def produce_chunks(
     kcw,
     n_kc,
     stride_am,
+    watch_ptr,
     WORLD_SIZE: tl.constexpr,
     ALIGNED: tl.constexpr,
     P_ROWS: tl.constexpr,
@@ -200,8 +208,10 @@ def produce_chunks(
     Remote addresses are the heap translation of ``iris.store``/``iris.load``, hoisted out of the copy.
     Push's peers in the order of :func:`push_peer` (``PUSH_ORDER``); ``RELEASE_EACH``: each peer's flag is
     released right after its copy (a barrier each), so a chunk is usable by a peer as soon as it lands
-    there instead of after the copies to every peer.
+    there instead of after the copies to every peer. Returns ``ok`` (pull's waits are bounded by the
+    watch slot, :func:`~..common.watch.spin_one`): 0 once one gave up.
     """
+    ok = 1
     slot_elems = tl.cast(Ms, tl.int64) * Ks
     own = tl.cast(rank, tl.int64) * slot_elems  # this rank's slot in every inbox
     if STEPS & 1:
@@ -238,10 +248,11 @@ def produce_chunks(
                 rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
                 for i in tl.static_range(1, WORLD_SIZE):
                     src = (rank + i) % WORLD_SIZE
-                    flag = flags_ptr + (src * n_rc + rc) * n_kc + kc
+                    idx = (src * n_rc + rc) * n_kc + kc
+                    flag = flags_ptr + idx
                     # the peer's own flag for this chunk sits at the same index of its heap
-                    while iris.atomic_add(flag, 0, rank, src, heap_bases, sem="acquire", scope="sys") < epoch:
-                        pass
+                    theirs = flag + heap_delta(flags_ptr, rank, src, heap_bases)
+                    ok = spin_one(theirs, epoch, watch_ptr, src, idx, ok)
                     slot = tl.cast(src, tl.int64) * slot_elems
                     remote = slot + heap_delta(inbox_ptr, rank, src, heap_bases)
                     copy_chunk(
@@ -249,3 +260,4 @@ def produce_chunks(
                     )
                     tl.debug_barrier()  # all of this CTA's stores precede the single release below
                     tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
+    return ok

@@ -7,14 +7,16 @@ Two back ends signal "data for this call has landed" between ranks:
   on every replay. :func:`signal` stores ``epoch + offset`` into a (possibly remote) flag with a
   release at system scope; :func:`wait` spins with acquire loads at system scope until the flag
   reaches ``epoch + offset``. Flags are never reset: a later epoch overwrites an older one.
-* ``memop`` (NVIDIA only, 0 SMs): ``cuStreamWriteValue32`` / ``cuStreamWaitValue32`` from
-  ``cuda.bindings.driver``. Stream memory operations take constant values, so this back end uses a
-  token protocol instead of epochs: the producer writes 1, the consumer waits for 1 and writes 0
-  back; constants are what a graph replays, so it is replay safe too. :func:`memop_available` is the
-  capability check.
+* ``memop`` (NVIDIA only): ``cuStreamWriteValue32`` from ``cuda.bindings.driver`` raises flags with 0
+  SMs. Stream memory operations take constant values, so this back end uses a token protocol instead of
+  epochs: the producer writes 1, the consumer waits for 1 and writes 0 back; constants are what a graph
+  replays, so it is replay safe too. The driver's ``cuStreamWaitValue32`` has no timeout, so the wait is
+  a 1-program spin kernel too (:func:`memop_wait_eq`). :func:`memop_available` is the capability check.
 
-Flags are ``int32``. A flag's address may be local or a peer's (an Iris heap address translated to
-this process's mapping); the kernels take tensors, the memops take integer addresses.
+Every wait is bounded: it gives up after the bound of a watch slot (``watch``; :mod:`.watch`) and records
+the peer and flag there, and the host raises. Flags are ``int32``. A flag's address may be local or a
+peer's (an Iris heap address translated to this process's mapping); the kernels take tensors (or
+:class:`Int32Ptr`), the memops take integer addresses.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 
 import triton
 import triton.language as tl
+
+from .watch import spin_one, unnamed_slot
 
 
 @triton.jit
@@ -40,13 +44,32 @@ def _signal_kernel(flag_ptr, epoch_ptr, OFFSET: tl.constexpr):
     tl.atomic_xchg(flag_ptr, e, sem="release", scope="sys")
 
 
-@triton.jit
-def _wait_kernel(flag_ptr, epoch_ptr, OFFSET: tl.constexpr):
+@triton.jit(do_not_specialize=["peer", "index"])
+def _wait_kernel(flag_ptr, epoch_ptr, watch_ptr, peer, index, OFFSET: tl.constexpr):
     e = tl.load(epoch_ptr) + OFFSET
     # Acquire loads (an atomic add of 0): a plain volatile load would not order the later reads.
-    seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
-    while seen < e:
-        seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
+    spin_one(flag_ptr, e, watch_ptr, peer, index, 1)
+
+
+@triton.jit(do_not_specialize=["value", "peer", "index"])
+def _wait_eq_kernel(flag_ptr, value, watch_ptr, peer, index):
+    spin_one(flag_ptr, value, watch_ptr, peer, index, 1, EQUAL=True)
+
+
+class Int32Ptr:
+    """A raw device address that Triton kernels accept as an ``int32`` pointer (a peer's flag)."""
+
+    def __init__(self, addr: int) -> None:
+        import torch
+
+        self.addr = int(addr)
+        self.dtype = torch.int32
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+    def numel(self) -> int:
+        return 1
 
 
 def _check_flag(t: Any, what: str) -> None:
@@ -71,11 +94,15 @@ def signal(flag: Any, epoch: Any, offset: int = 0) -> None:
     _signal_kernel[(1,)](flag, epoch, OFFSET=offset, num_warps=1)
 
 
-def wait(flag: Any, epoch: Any, offset: int = 0) -> None:
-    """Block the current stream until ``flag >= epoch + offset`` (acquire, system scope)."""
+def wait(flag: Any, epoch: Any, offset: int = 0, watch: Any = None, peer: int = -1, index: int = -1) -> None:
+    """Block the current stream until ``flag >= epoch + offset`` (acquire, system scope), at most the bound
+    of the watch slot ``watch`` (None: the process's slot for unnamed launches); ``peer`` raises the flag
+    and ``index`` names it in the record of a wait that gave up."""
     _check_flag(flag, "flag")
     _check_flag(epoch, "epoch")
-    _wait_kernel[(1,)](flag, epoch, OFFSET=offset, num_warps=1)
+    if watch is None:
+        watch = unnamed_slot(epoch.device)
+    _wait_kernel[(1,)](flag, epoch, watch, peer, index, OFFSET=offset, num_warps=1)
 
 
 # -- NVIDIA stream memory operations ---------------------------------------------------------------
@@ -125,13 +152,18 @@ def memop_write(addr: int, value: int, stream: Any) -> None:
     )
 
 
-def memop_wait_eq(addr: int, value: int, stream: Any) -> None:
-    """``cuStreamWaitValue32(addr == value)`` on ``stream``."""
-    drv = _driver()
-    flags = drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ
-    _check(
-        drv.cuStreamWaitValue32(_stream(stream), drv.CUdeviceptr(addr), value, flags), "cuStreamWaitValue32"
-    )
+def memop_wait_eq(
+    addr: int, value: int, stream: Any, watch: Any = None, peer: int = -1, index: int = -1
+) -> None:
+    """Block ``stream`` until the ``int32`` at ``addr`` equals ``value`` (acquire, system scope): a 1-program
+    spin kernel bounded by the watch slot ``watch`` as in :func:`wait` (``cuStreamWaitValue32``, the memop
+    that would take no SM, cannot time out)."""
+    import torch
+
+    if watch is None:
+        watch = unnamed_slot(stream.device)
+    with torch.cuda.stream(stream):
+        _wait_eq_kernel[(1,)](Int32Ptr(addr), value, watch, peer, index, num_warps=1)
 
 
 def memcpy_async(dst: int, src: int, nbytes: int, stream: Any) -> None:

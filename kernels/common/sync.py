@@ -1,5 +1,6 @@
-"""Device-side synchronisation every fused kernel keeps: the call's epoch from an arrival count, the
-translation to a peer's symmetric heap, and spinning on flags released at system scope.
+"""Device-side synchronisation every fused kernel keeps: the call's epoch from an arrival count and the
+translation to a peer's symmetric heap (the bounded spins on flags released at system scope are in
+:mod:`.watch`).
 
 No reset between calls: ``sync[0]`` counts every program's arrival (``epoch = arrival // grid + 1``),
 flags hold the epoch that raised them and are compared with ``>=``, so CUDA-graph replays see fresh
@@ -32,13 +33,3 @@ def heap_delta(ptr, rank, peer, heap_bases):
     """
     elem: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
     return (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // elem
-
-
-@triton.jit
-def spin_until(ptrs, live, epoch):
-    """Spin until every live flag of ``ptrs`` reaches ``epoch``: acquire loads at system scope, side by
-    side in the CTA's threads, so several flags cost one round trip."""
-    pending = 1
-    while pending > 0:
-        seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
-        pending = tl.sum((live & (seen < epoch)).to(tl.int32), axis=0)

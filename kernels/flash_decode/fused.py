@@ -25,10 +25,13 @@ every rank first and then the consumers (``phase``): the kernel is the same, onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import iris
 import triton
 import triton.language as tl
 
+from ..common.watch import spin_until, unnamed_slot
 from .partials import (
     LOG2E,
     MAX_PARTIALS,
@@ -107,6 +110,7 @@ def _consume(
     inbox_o_ptr,
     inbox_lse_ptr,
     flags_ptr,
+    watch_ptr,
     role,
     epoch,
     slot,
@@ -126,13 +130,10 @@ def _consume(
     num_partials = WORLD_SIZE * splits
     offs_f = tl.arange(0, BLOCK_F)
     f_ok = offs_f < num_partials
-    flags = flags_ptr + ((slot * batch + b) * num_kv_heads + kvh).to(tl.int64) * num_partials + offs_f
+    first = ((slot * batch + b) * num_kv_heads + kvh).to(tl.int64) * num_partials
     # Acquire loads (atomic add of 0): a plain volatile load would not order the inbox reads after it.
-    seen = tl.min(tl.where(f_ok, tl.atomic_add(flags, 0, mask=f_ok, sem="acquire", scope="sys"), epoch), 0)
-    while seen < epoch:
-        seen = tl.min(
-            tl.where(f_ok, tl.atomic_add(flags, 0, mask=f_ok, sem="acquire", scope="sys"), epoch), 0
-        )
+    # Bounded by the watch slot: partial f comes from rank f // splits.
+    spin_until(flags_ptr + first + offs_f, f_ok, epoch, watch_ptr, offs_f // splits, first + offs_f, 1)
     tl.debug_barrier()  # the acquiring threads' observation precedes every thread's inbox reads
     offs_d = tl.arange(0, HEAD_DIM)
     for g in range(GROUP):
@@ -158,6 +159,7 @@ def _flash_decode_fused_kernel(
     flags_ptr,
     ticket_ptr,
     heap_bases,
+    watch_ptr,
     rank,
     batch,
     num_kv_heads,
@@ -196,8 +198,8 @@ def _flash_decode_fused_kernel(
         )  # fmt: skip
     else:
         _consume(
-            out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, role - num_producers, epoch, slot, batch,
-            num_kv_heads, splits, stride_out_b, stride_out_h, WORLD_SIZE, GROUP, HEAD_DIM, BLOCK_P,
+            out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, watch_ptr, role - num_producers, epoch, slot,
+            batch, num_kv_heads, splits, stride_out_b, stride_out_h, WORLD_SIZE, GROUP, HEAD_DIM, BLOCK_P,
             BLOCK_F,
         )  # fmt: skip
 
@@ -229,12 +231,15 @@ def flash_decode_fused(
     world_size: int,
     config: DecodeConfig,
     phase: str = "all",
+    watch: Any = None,
 ) -> None:
     """Launch the fused decode: ``out (B, H, D)`` gets attention over every rank's KV shard.
 
     ``inbox_o``, ``inbox_lse`` and ``flags`` live on the symmetric heap (same offsets on every rank),
     zeroed once before the first call (flags) and never reset; ``ticket`` is a local int64 counter,
     zeroed once. ``phase`` other than ``"all"`` is for the interpreter only (see the module docstring).
+    ``watch``: the watch slot bounding the consumers' waits on peers (``kernels/common/watch.py``; None:
+    the process's slot for unnamed launches).
     """
     import torch
 
@@ -263,9 +268,11 @@ def flash_decode_fused(
     producers = b * hkv * s
     consumers = b * hkv
     grid = {"all": producers + consumers, "produce": producers, "consume": consumers}[phase]
+    if watch is None:
+        watch = unnamed_slot(ticket.device)
     _flash_decode_fused_kernel[(grid,)](
-        q, k, v, lengths, out, inbox_o, inbox_lse, flags, ticket, heap_bases, rank, b, hkv, s, producers,
-        producers + consumers, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
+        q, k, v, lengths, out, inbox_o, inbox_lse, flags, ticket, heap_bases, watch, rank, b, hkv, s,
+        producers, producers + consumers, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), LOG2E / d**0.5,
         WORLD_SIZE=world_size, GROUP=group, BLOCK_G=block_g(group), BLOCK_N=config.block_n, HEAD_DIM=d,
         BLOCK_P=block_p(p), BLOCK_F=triton.next_power_of_2(p), IEEE=q.dtype == torch.float32,

@@ -79,15 +79,25 @@ def _slice_product(plan: RsPlan, a: Any, b: Any, p: int, out: Any) -> None:
 
 
 def gemm_rs_ce(
-    channel: ce.Channel, plan: RsPlan, inbox: Any, staging: Any, ready: list[Any], a: Any, b: Any, out: Any
+    channel: ce.Channel,
+    plan: RsPlan,
+    inbox: Any,
+    staging: Any,
+    ready: list[Any],
+    a: Any,
+    b: Any,
+    out: Any,
+    watch: Any = None,
 ) -> Any:
     """``out`` = this rank's slice of ``sum_r a_r @ b_r``; collective.
 
     ``inbox``: the channel's arena viewed as ``a``'s dtype; ``staging``: ``(W - 1, mo, no)`` local slots,
-    one per owner in ``plan.owners`` order; ``ready``: one CUDA event per owner. Launches only."""
+    one per owner in ``plan.owners`` order; ``ready``: one CUDA event per owner; ``watch``: the watch slot
+    bounding the flag waits (as in ``ag_gemm.copy_engine.ag_gemm_ce``). Launches only."""
     import torch
 
     ch, r, ws = channel, channel.rank, channel.world_size
+    ch.watch = watch
     main = torch.cuda.current_stream()
     if ch.backend == "triton":
         sig.advance_epoch(ch.epoch)

@@ -12,6 +12,7 @@ import triton
 
 from ..common.gemm import GemmConfig
 from ..common.tma import Scratch, scratch_allocator
+from ..common.watch import unnamed_slot
 from .push_kernel import gemm_rs_push_kernel
 
 KERNEL = gemm_rs_push_kernel
@@ -80,6 +81,7 @@ def gemm_rs_push(
     tma: bool = False,
     scratch: Scratch | None = None,
     pull: bool = False,
+    watch: Any = None,
 ) -> Any:
     """``out`` = this rank's slice of ``sum_r a_r @ b_r`` along ``scatter_dim``; collective over
     ``world_size`` ranks. ``inbox`` (:func:`inbox_shape`, a's dtype) and ``flags`` (int32,
@@ -87,7 +89,9 @@ def gemm_rs_push(
     arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter.
     ``tma``: the GEMM's K loop by TMA loads where :func:`tma_ready` allows (else the plain one, same
     buffers and protocol), its descriptors' scratch from ``scratch`` (kept by the caller: one per
-    workspace). ``pull``: the same buffers, each tile kept in its maker's heap and loaded by its owner."""
+    workspace). ``pull``: the same buffers, each tile kept in its maker's heap and loaded by its owner.
+    ``watch``: the watch slot bounding the waits on peers (``kernels/common/watch.py``; None: the
+    process's slot for unnamed launches)."""
     config.validate()
     if scatter_dim not in (0, 1):
         raise ValueError(f"scatter_dim: must be 0 or 1, got {scatter_dim}")
@@ -109,16 +113,18 @@ def gemm_rs_push(
         raise ValueError(f"flags: {flags.numel()} flags, {needed} needed")
     grid = grid_of(config, num_sms)
     use_tma = tma and tma_ready(a, b) is None
+    if watch is None:
+        watch = unnamed_slot(sync.device)
     with scratch_allocator((scratch or Scratch()) if use_tma else None):
-        _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase,
-                grid, m, n, k, mo, no, use_tma, pull)  # fmt: skip
+        _launch(a, b, out, inbox, flags, sync, heap_bases, watch, rank, world_size, scatter_dim, config,
+                phase, grid, m, n, k, mo, no, use_tma, pull)  # fmt: skip
     return out
 
 
-def _launch(a, b, out, inbox, flags, sync, heap_bases, rank, world_size, scatter_dim, config, phase, grid,
-            m, n, k, mo, no, tma, pull) -> None:  # fmt: skip
+def _launch(a, b, out, inbox, flags, sync, heap_bases, watch, rank, world_size, scatter_dim, config, phase,
+            grid, m, n, k, mo, no, tma, pull) -> None:  # fmt: skip
     KERNEL[(grid,)](
-        a, b, out, inbox, flags, sync, heap_bases, rank,
+        a, b, out, inbox, flags, sync, heap_bases, watch, rank,
         m, n, k, mo, no,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
         grid,

@@ -19,6 +19,9 @@ persistent launch, two steps per program:
 releases its own flag ``[parity, owner, tile]``; step 2 spins on the flag in the source's heap and loads
 the tile from there (remote acquire loads and reads over NVLink instead of remote stores).
 
+Every wait gives up after the bound of the watch slot ``watch_ptr`` (``kernels/common/watch.py``), recorded
+there; a program that gave up polls its later flags once, so the kernel always ends.
+
 Every program finishes its step 1 before it waits in step 2, and the grid is at most one program per SM
 (all resident), so every wait ends. Epoch and parity as in ``ag_gemm``'s protocol (``common.sync``):
 ``sync[0]`` counts arrivals, flags hold epochs, inbox and flags have two parity slots, a rank is at
@@ -37,6 +40,7 @@ from ..common.gemm import mma_k_range
 from ..common.sync import epoch_begin, heap_delta
 from ..common.tiles import grouped_tile
 from ..common.tma import b_descriptor, tma_k_range
+from ..common.watch import spin_one
 
 
 @triton.jit
@@ -53,7 +57,7 @@ def owner_tiles(M, N, Mo, No, SCATTER_DIM: tl.constexpr, BLOCK_M: tl.constexpr, 
 
 @triton.jit
 def gemm_rs_push_kernel(
-    a_ptr, b_ptr, c_ptr, inbox_ptr, flags_ptr, sync_ptr, heap_bases, rank,
+    a_ptr, b_ptr, c_ptr, inbox_ptr, flags_ptr, sync_ptr, heap_bases, watch_ptr, rank,
     M, N, K, Mo, No,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     num_programs,
@@ -127,6 +131,7 @@ def gemm_rs_push_kernel(
                 flag = flags + rank * per_owner + tile
                 iris.atomic_xchg(flag, epoch, rank, owner, heap_bases, sem="release", scope="sys")
     if STEPS & 2:
+        ok = 1  # 0 once a wait of this program gave up
         for tile in range(pid, per_owner, num_programs):
             pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
             lr = pm * BLOCK_M + offs_m
@@ -138,13 +143,14 @@ def gemm_rs_push_kernel(
                 src = (rank + WORLD_SIZE - 1 - s) % WORLD_SIZE  # in the order the partials are made
                 if PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
                     delta = heap_delta(inbox_ptr, rank, src, heap_bases)
-                    flag = flags + rank * per_owner + tile + heap_delta(flags_ptr, rank, src, heap_bases)
+                    index = rank * per_owner + tile
+                    flag = flags + index + heap_delta(flags_ptr, rank, src, heap_bases)
                     part_ptrs = inbox + rank * slot + delta + at
                 else:
-                    flag = flags + src * per_owner + tile
+                    index = src * per_owner + tile
+                    flag = flags + index
                     part_ptrs = inbox + src * slot + at
-                while tl.atomic_add(flag, 0, sem="acquire", scope="sys") < epoch:
-                    pass
+                ok = spin_one(flag, epoch, watch_ptr, src, index, ok)
                 tl.debug_barrier()  # the acquiring thread's observation precedes every thread's loads
                 part = tl.load(part_ptrs, mask=live, other=0.0, cache_modifier=".cg")
                 total += part.to(tl.float32)

@@ -19,7 +19,9 @@ def _check(ctx) -> dict:
 
     from autotaxer import ProblemKey
     from autotaxer.ops import get_op, relative_error
+    from autotaxer.ops._symm_backend import select
 
+    select("nccl")  # NCCL's windows need its symmetric-memory backend (torch's fused ops the other)
     found = {}
     for op_name, shape, dim_field in CASES:
         op = get_op(op_name)

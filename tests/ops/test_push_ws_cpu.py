@@ -54,8 +54,12 @@ def test_consumer_compiles_for_hopper_warp_specialised(gather_dim: int, col_b: b
     assert re.search(r"atom\.global\.sys\.acquire\.add", ptx)
     assert "fence.proxy.async.global" in ptx  # before TMA reads what the acquires made visible
     assert ws.smem_bytes() <= kernel.metadata.shared <= SMEM_LIMIT
-    # the CTAs' own share of the transfer: releases at system scope into the peers' flags
-    assert bool(re.search(r"atom\.release\.sys|atom\.global\.sys\.release", ptx)) == bool(produce)
+    # the CTAs' own share of the transfer: releases at system scope into the peers' (32-bit) flags
+    assert bool(re.search(r"atom\.(global\.sys\.release|release\.sys\.global)\.exch\.b32", ptx)) == bool(
+        produce
+    )
+    # the load warp's waits are bounded in time: the global timer, and a give-up recorded in the watch slot
+    assert "%globaltimer" in ptx and re.search(r"atom\.global\.sys\.release\.exch\.b64", ptx)
     # the forward warp: TMA stores from the ring into the peer, a box's flag released only after a bulk
     # wait for its writes and a proxy fence
     assert bool(re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared", ptx)) == forward

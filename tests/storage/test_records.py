@@ -41,6 +41,9 @@ def test_params_and_env_are_plain_dict_copies_and_time_is_utc():
     [
         ({"median_us": 0.0}, "median_us", "positive"),
         ({"bsp_us": float("nan")}, "bsp_us", "positive"),
+        ({"median_us": 1e-300}, "median_us", "not a time one call can take"),
+        ({"bsp_us": 1e300}, "bsp_us", "not a time one call can take"),
+        ({"median_us": float("inf")}, "median_us", "positive finite"),
         ({"trials": -1}, "trials", ">= 0"),
         ({"variant": ""}, "variant", "non-empty"),
         ({"params": {"x": [1, 2]}}, "params", "x:"),

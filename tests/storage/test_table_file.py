@@ -92,6 +92,15 @@ def _write_json(tmp_path, doc, name="t.json"):
             r"t\.json: record 2: field 'median_us': not a number",
         ),
         (lambda d: d["records"][1].pop("variant"), r"t\.json: record 1: field 'variant': missing"),
+        # times no call can take: the speedup would be inf, and no JSON file could hold it
+        (
+            lambda d: d["records"][1].update(median_us=1e-300, bsp_us=1e300),
+            r"t\.json: record 1: field 'median_us': 1e-300 us is not a time one call can take",
+        ),
+        (
+            lambda d: d["records"][0].update(bsp_us=1e300),
+            r"t\.json: record 0: field 'bsp_us': 1e\+300 us is not a time one call can take",
+        ),
         (lambda d: d["records"].append(5), r"t\.json: record 4: field '<record>': expected an object"),
         (
             lambda d: d["records"].append(d["records"][0]),

@@ -91,6 +91,25 @@ def test_planted_hang_crash_and_wrong_are_survived_and_recorded(tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_a_kernel_wait_that_gave_up_is_a_failed_trial_naming_the_silent_peer(tmp_path: Path) -> None:
+    """``planted_never_signal``: rank 0's (planted) kernel wait on rank 1 gives up; the trial fails with the
+    op, variant, key and peer named, not by the process watchdog, and tuning goes on."""
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
+    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--sampler", "grid", "--quiet"]
+    proc = _tune([*args, "--variants", "planted_never_signal", "--trial-timeout", "60"], env=PLANTED)
+    assert proc.returncode == 0, proc.stderr
+    trials = {t.params["variant"]: t for t in _trials(url, _key(2, 16, 8, 8, 0))}
+    failure = trials["planted_never_signal"].user_attrs["failure"]
+    assert trials["planted_never_signal"].state.name == "FAIL"
+    assert failure.startswith("rank 0: PeerTimeoutError: ag_gemm planted_never_signal at ag_gemm|cpu|2"), (
+        failure
+    )
+    assert "rank 1, which never signalled" in failure
+    assert trials["bsp"].state.name == "COMPLETE"
+
+
+@pytest.mark.slow
 def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n16,8,16,fp32,1\n")
@@ -115,6 +134,7 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
         assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured
+        assert winners[key].env["fastest_form"] == "bsp"  # the only form on CPU: what untuned keys get
 
 
 def test_warm_start_table_records_run_right_after_the_baseline(tmp_path: Path) -> None:
@@ -298,6 +318,12 @@ def _app():
         ("M,N,K\n8,8,8\n", ["--variants", "bsp,nope"], "unknown variant(s) nope"),
         ("M,N,K\n8,8,8\n", ["--sampler", "anneal"], "--sampler"),
         ("M,N,K\n8,8,8\n", ["--trials", "0"], "--trials"),
+        ("M,N,K\n8,8,8\n", ["--seed", "-1"], "--seed: must be an integer from 0 to 4294967295"),
+        ("M,N,K\n8,8,8\n", ["--seed", str(2**70)], "--seed: must be an integer from 0 to 4294967295"),
+        ("M,N,K\n8,8,8\n", ["--trial-timeout", "nan"], "--trial-timeout: must be a finite number"),
+        ("M,N,K\n8,8,8\n", ["--trial-timeout", "inf"], "--trial-timeout: must be a finite number"),
+        ("M,N,K\n8,8,8\n", ["--timeout", "nan"], "--timeout: must be a finite number"),
+        ("M,N,K\n8,8,8\n", ["--timeout", "-3"], "--timeout: must be a finite number"),
         ("M,N,K\n8,8,8\n", ["--device", "tpu"], "--device"),
         (
             "M,N,K\n1099511627776,8,8\n",

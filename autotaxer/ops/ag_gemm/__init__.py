@@ -11,7 +11,16 @@ import importlib.util
 
 from ._op import AgGemm
 
-_VARIANT_MODULES = ("bsp", "bsp_symm", "cpu_chunked", "pull", "push", "push_tma", "copy_engine")
+_VARIANT_MODULES = (
+    "bsp",
+    "bsp_symm",
+    "torch_fused",
+    "cpu_chunked",
+    "pull",
+    "push",
+    "push_tma",
+    "copy_engine",
+)
 #: Opt-in variants (``experimental = True``): registered, tuned only when named.
 _EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout", "experimental.ce_grouped")
 #: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).

@@ -213,6 +213,7 @@ class IrisFusedVariant(Variant):
             "config": config,
             "launch": self.launcher(),
             "launch_cache": {},  # compiled launches of this workspace (see the launcher's ``cache``)
+            "watch": ctx.watch_slot(key, self.name),  # bounds the kernel's waits on peers, names this site
         }
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -238,6 +239,7 @@ class IrisFusedVariant(Variant):
             num_sms=ctx.target.num_sms,
             cache=buf["launch_cache"],
             inbox=buf["data"],
+            watch=buf["watch"].tensor,
         )
         return out
 

@@ -117,6 +117,7 @@ class CopyEngineVariant(Variant):
         buffers: dict[str, Any] = {"channel": channel, "plan": plan, "inbox": inbox}
         if plan.fp32_accumulate:
             buffers["acc"] = torch.empty((key["M"], key["N"]), dtype=torch.float32, device=ctx.device)
+        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
@@ -131,7 +132,8 @@ class CopyEngineVariant(Variant):
         elif not out.is_contiguous():
             raise ValueError("copy_engine: out must be contiguous")
         buf = ws.buffers
-        return ag_gemm_ce(buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        return ag_gemm_ce(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CopyEngineVariant()]

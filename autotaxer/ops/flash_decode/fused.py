@@ -70,6 +70,7 @@ class FusedVariant(Variant):
             "ticket": torch.zeros((1,), dtype=torch.int64, device=ctx.device),
             "heap_bases": heap.get_heap_bases(),
             "full_lengths": torch.full((key["B"],), local_length(key), dtype=torch.int32, device=ctx.device),
+            "watch": ctx.watch_slot(key, self.name),  # bounds the consumers' waits on peers, names this site
         }
         if ctx.device.type == "cuda":
             torch.cuda.synchronize(ctx.device)
@@ -90,6 +91,7 @@ class FusedVariant(Variant):
             q, k, v, lengths, out,
             inbox_o=buf["inbox_o"], inbox_lse=buf["inbox_lse"], flags=buf["flags"], ticket=buf["ticket"],
             heap_bases=buf["heap_bases"], rank=buf["rank"], world_size=ctx.world_size, config=buf["config"],
+            watch=buf["watch"].tensor,
         )  # fmt: skip
         return out
 

@@ -16,7 +16,7 @@ import importlib
 
 from ._op import GemmRs
 
-_VARIANT_MODULES = ("bsp", "bsp_symm", "push", "copy_engine")
+_VARIANT_MODULES = ("bsp", "bsp_symm", "torch_fused", "push", "copy_engine")
 
 GEMM_RS = GemmRs()
 for _name in _VARIANT_MODULES:

@@ -90,6 +90,7 @@ class CopyEngineVariant(Variant):
             "staging": torch.empty((ctx.world_size - 1, mo, no), dtype=dtype, device=ctx.device),
             "ready": [torch.cuda.Event() for _ in range(ctx.world_size - 1)],
         }
+        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
@@ -101,7 +102,17 @@ class CopyEngineVariant(Variant):
         if out is None:  # fresh from the caching allocator: no later call writes it
             out = torch.empty(out_shape(ws.key), dtype=a.dtype, device=a.device)
         buf = ws.buffers
-        return gemm_rs_ce(buf["channel"], buf["plan"], buf["inbox"], buf["staging"], buf["ready"], a, b, out)
+        return gemm_rs_ce(
+            buf["channel"],
+            buf["plan"],
+            buf["inbox"],
+            buf["staging"],
+            buf["ready"],
+            a,
+            b,
+            out,
+            watch=buf["watch"].tensor,
+        )
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
         """``(C slice, None)``: backward needs only the inputs it already holds."""

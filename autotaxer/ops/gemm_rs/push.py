@@ -104,6 +104,7 @@ class PushVariant(Variant):
             "heap_bases": heap.get_heap_bases(),
             "config": config,
             "scratch": Scratch(),  # the TMA descriptors' global scratch (push_tma)
+            "watch": ctx.watch_slot(key, self.name),  # bounds the kernel's waits on peers, names this site
         }
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -121,7 +122,7 @@ class PushVariant(Variant):
             a=a, b=b, out=out, inbox=buf["inbox"], flags=buf["flags"], sync=buf["sync"],
             heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
             scatter_dim=ws.key["scatter_dim"], config=buf["config"], num_sms=ctx.target.num_sms,
-            tma=self.tma, scratch=buf["scratch"], pull=self.pull,
+            tma=self.tma, scratch=buf["scratch"], pull=self.pull, watch=buf["watch"].tensor,
         )  # fmt: skip
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:

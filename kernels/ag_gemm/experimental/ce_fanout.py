@@ -94,17 +94,18 @@ def _send_lane(ch: ce.Channel, plan: FanoutPlan, a_shard: Any, peers: tuple[int,
             ce._raise(ch, data_of[p] + 4 * c, stream)
 
 
-def ag_gemm_ce_fanout(
-    channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None
-) -> Any:
+def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
+                      acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the fanned-out schedule; collective.
 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped
-    workspace when ``plan.base.fp32_accumulate``. Launches only: no host synchronisation, no allocation.
+    workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (as in
+    ``copy_engine.ag_gemm_ce``). Launches only: no host synchronisation, no allocation.
     """
     import torch
 
     ch, r, base = channel, channel.rank, plan.base
+    ch.watch = watch
     main = torch.cuda.current_stream()
     if ch.backend == "triton":
         sig.advance_epoch(ch.epoch)

@@ -58,8 +58,8 @@ class PushWsCall:
     launch and not kept. :func:`ag_gemm_push_ws` runs both halves; tests run two ranks' on one GPU."""
 
     def __init__(self, *, a_shard, b, out, inbox, flags, sync, heap_bases, rank: int, world_size: int,
-                 gather_dim: int, config: FusedConfig, num_sms: int,
-                 transport: str = "sms") -> None:  # fmt: skip
+                 gather_dim: int, config: FusedConfig, num_sms: int, transport: str = "sms",
+                 watch: Any = None) -> None:  # fmt: skip
         if transport not in TRANSPORTS or (transport == "forward" and config.comm_sms):
             raise ValueError(
                 f"transport: {transport!r} with comm_sms={config.comm_sms} (expected one of {TRANSPORTS}; "
@@ -68,7 +68,7 @@ class PushWsCall:
         self.grid, args, self.options = _launch_args(
             "push", a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
             rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-            phase="producers",
+            phase="producers", watch=watch,
         )  # fmt: skip
         named = dict(zip(KERNEL.arg_names, args, strict=True))
         #: what ``sync[0]`` grows by per call (``push``'s grid, from which its kernel derives the epoch)
@@ -81,7 +81,7 @@ class PushWsCall:
             rank=rank, world_size=world_size, gather_dim=gather_dim,
             geometry=(named["rcw"], named["n_rc"], named["kcw"], named["n_kc"]), config=self.ws,
             grid=num_sms - config.comm_sms, heap_bases=None if config.comm_sms else heap_bases,
-            forward=transport == "forward",
+            forward=transport == "forward", watch=watch,
         )  # fmt: skip
         #: no producer kernel: the consumer's CTAs move the shard first (``comm_sms=0``)
         self.in_kernel = config.comm_sms == 0
@@ -192,7 +192,7 @@ def count_call(sync: Any, arrivals: int, draws: int, sign: int = 1) -> None:
 
 
 def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim, config, num_sms,
-              cache) -> None:  # fmt: skip
+              cache, watch=None) -> None:  # fmt: skip
     """``push``'s whole kernel on the same buffers, kept in step with this variant's calls.
 
     Here a call's epoch is ``(s + G) // G + 1`` for ``sync[0] = s`` before the call (the arrivals ``G``
@@ -205,7 +205,7 @@ def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size,
     _, args, _ = _launch_args(
         "push", a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
         rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-        phase="producers",
+        phase="producers", watch=watch,
     )  # fmt: skip
     named = dict(zip(KERNEL.arg_names, args, strict=True))
     arrivals = named["num_producers"] + named["num_consumers"]
@@ -214,6 +214,7 @@ def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size,
     ag_gemm_push(
         a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=rank,
         world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms, cache=cache,
+        watch=watch,
     )  # fmt: skip
     count_call(sync, arrivals, draws, sign=-1)
 
@@ -235,9 +236,11 @@ def ag_gemm_push_ws(
     phase: str = "all",
     cache: dict | None = None,
     transport: str = "sms",
+    watch: Any = None,
 ):
     """``out = all_gather(a_shard, gather_dim) @ b``; arguments as ``ag_gemm_push`` (``phase`` must be
-    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`); collective."""
+    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`; ``watch``:
+    the watch slot bounding both kernels' waits on peers, as in ``ag_gemm_push``); collective."""
     import torch
 
     if phase != "all":
@@ -251,12 +254,12 @@ def ag_gemm_push_ws(
         )
         if why is not None:
             _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim, config,
-                      num_sms, cache)  # fmt: skip
+                      num_sms, cache, watch)  # fmt: skip
             return out
         call = PushWsCall(
             a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
             rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-            transport=transport,
+            transport=transport, watch=watch,
         )  # fmt: skip
         if cache is not None and len(cache) < 64:
             cache[spec] = call

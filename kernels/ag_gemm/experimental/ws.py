@@ -15,6 +15,7 @@ from typing import Any
 
 import triton
 
+from ...common.watch import unnamed_slot
 from ..fused import inbox_shape
 from .ws_kernel import ag_gemm_ws_kernel
 
@@ -158,6 +159,16 @@ def forward_error(geometry: tuple[int, int, int, int], config: WsConfig, gather_
     return None
 
 
+def consumer_group_m(config: WsConfig, gather_dim: int, ms: int, tiles: int, grid: int, forward: bool) -> int:
+    """The kernel's ``group_m``: at gather_dim=0 tile groups never straddle two ranks' rows, so local tiles
+    come first. Forwarding in one wave keeps ``config.group_m``'s order (every tile is resident, so no
+    order can hold up a forwarding tile; groups pair the local and the peer's tiles that read the same
+    columns of B)."""
+    if gather_dim == 0 and not (forward and tiles <= grid):
+        return max(1, min(config.group_m, ms // config.block_m))
+    return config.group_m
+
+
 def launch_args(
     *,
     a_shard: Any,
@@ -176,6 +187,7 @@ def launch_args(
     wait: bool = True,
     heap_bases: Any = None,
     forward: bool = False,
+    watch: Any = None,
 ) -> tuple[int, list[Any], dict[str, int]]:
     """Check one call; ``(grid, every kernel argument in signature order, launch options)``.
 
@@ -186,7 +198,8 @@ def launch_args(
     inboxes first, each CTA its share (``push``'s ``comm_sms=0``): then every CTA of the grid must be
     resident at once, which one CTA per SM and ``grid`` <= the SM count guarantee. With ``forward`` as well
     (two ranks) nothing moves the shard up front: the forward warp sends each box a local tile loads
-    (:func:`forward_error` says which calls it can serve).
+    (:func:`forward_error` says which calls it can serve). ``watch``: the watch slot bounding the load
+    warp's waits on peers (``kernels/common/watch.py``; None: the process's slot for unnamed launches).
     """
     elem = a_shard.element_size()
     why = ws_config_error(config, elem) or tensors_error(a_shard, b, inbox, gather_dim, config)
@@ -209,12 +222,7 @@ def launch_args(
     a_desc, inbox_desc, b_desc, row_major = descriptors(a_shard, b, inbox, config)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     grid = min(grid, tiles)
-    group_m = config.group_m
-    # gather_dim=0: tile groups never straddle two ranks' rows: local tiles first. Forwarding in one wave
-    # keeps group_m's order (every tile is resident, so no order can hold up a forwarding tile; groups
-    # pair the local and the peer's tiles that read the same columns of B)
-    if gather_dim == 0 and not (forward and tiles <= grid):
-        group_m = max(1, min(group_m, ms // config.block_m))
+    group_m = consumer_group_m(config, gather_dim, ms, tiles, grid, forward)
     rcw, n_rc, kcw, n_kc = geometry
     produce = heap_bases is not None
     bases = heap_bases if produce else sync  # unread without producing
@@ -225,8 +233,10 @@ def launch_args(
             raise ValueError(f"ag_gemm_ws: forward: {why}")
         peer0, peer1 = peer_slot_descriptors(a_shard, inbox, heap_bases, rank, world_size, config)
         produce = False
+    if watch is None:
+        watch = unnamed_slot(sync.device)
     args = [
-        a_desc, inbox_desc, b_desc, peer0, peer1, out, a_shard, inbox, bases, flags, sync, arrivals,
+        a_desc, inbox_desc, b_desc, peer0, peer1, out, a_shard, inbox, bases, flags, sync, watch, arrivals,
         rank, m, n, k, ms, ks, rcw, n_rc, kcw, n_kc, group_m, a_shard.stride(0), out.stride(0), out.stride(1),
         gather_dim, world_size, wait, row_major, config.stages, config.mma_wgs, config.load_regs, produce,
         forward,

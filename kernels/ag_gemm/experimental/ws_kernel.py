@@ -38,6 +38,18 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from ...common.watch import (
+    _ALARM,
+    _BOUND,
+    _EXPECTED,
+    _GAVE_UP,
+    _INDEX,
+    _PEER,
+    _SEEN,
+    _WRITTEN,
+    CHECK_AFTER_NS,
+)
+
 # names that moved between triton 3.6 and 3.9: the partition's barrier and the TMA load
 _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -112,8 +124,52 @@ def _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc):
 
 
 @gluon.jit
+def _now_ns(dep):
+    """``%globaltimer`` (ns); ``dep`` only orders the read after the value it depends on."""
+    asm: gl.constexpr = "mov.u64 $0, %globaltimer;"
+    return gl.inline_asm_elementwise(asm, "=l,r", [dep], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _give_up(watch_ptr, peer, index, expected, seen):
+    """``kernels/common/watch.py``'s record of a wait that gave up, for Gluon: the first of the slot writes
+    peer, flag, epoch and last read; every one raises the process's alarm (system scope)."""
+    n = gl.atomic_add(watch_ptr + _GAVE_UP, 1, sem="relaxed", scope="sys")
+    if n == 0:
+        gl.store(watch_ptr + _PEER, peer.to(gl.int64))
+        gl.store(watch_ptr + _INDEX, index.to(gl.int64))
+        gl.store(watch_ptr + _EXPECTED, expected.to(gl.int64))
+        gl.store(watch_ptr + _SEEN, seen.to(gl.int64))
+        gl.atomic_xchg(watch_ptr + _WRITTEN, 1, sem="release", scope="sys")
+    alarm = gl.load(watch_ptr + _ALARM).to(gl.pointer_type(gl.int64))
+    gl.atomic_add(alarm, 1, sem="release", scope="sys")
+
+
+@gluon.jit
+def _await_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc, need, watch_ptr, ok):
+    """``(landed, ok)``: poll until ``need`` leading K chunks of ``src``'s rows have landed, at most the
+    watch slot's bound (``kernels/common/watch.py``). Once a wait gave up (``ok`` 0) the loader polls once
+    and goes on as if the chunks had landed, so the kernel ends (its result is wrong; the host raises)."""
+    landed = _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc)
+    if (landed < need) & (ok != 0):
+        t0 = _now_ns(landed)
+        while (landed < need) & (ok != 0):
+            landed = _landed_chunks(flags_ptr, epoch, src, row_lo, row_hi, rcw, n_rc, n_kc)
+            if landed < need:
+                waited = _now_ns(landed) - t0
+                if waited > CHECK_AFTER_NS:
+                    if waited > gl.load(watch_ptr + _BOUND, volatile=True):
+                        first = (src * n_rc + row_lo // rcw) * n_kc + landed
+                        _give_up(watch_ptr, src, first, epoch, landed)
+                        ok = 0
+    if ok == 0:
+        landed = n_kc
+    return landed, ok
+
+
+@gluon.jit
 def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM: gl.constexpr,
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM: gl.constexpr,
                     WORLD_SIZE: gl.constexpr, WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -127,6 +183,7 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
                                                        GATHER_DIM)  # fmt: skip
     slices = 1 if GATHER_DIM == 0 else WORLD_SIZE
     it = 0
+    ok = 1  # 0 once a wait on a peer gave up
     for t in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
         pid_m, pid_n = _tile_of(t, num_pid_m, num_pid_n, group_m, first_m)
         off_m = pid_m * BLOCK_M
@@ -151,8 +208,9 @@ def _load_partition(a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, fl
                 if WAIT:
                     if not local:
                         need = (gl.minimum(k + BLOCK_K, k_len) - 1) // kcw + 1
-                        while landed < need:
-                            landed = _landed_chunks(flags_ptr, epoch, src, row, row_hi, rcw, n_rc, n_kc)
+                        if landed < need:
+                            landed, ok = _await_chunks(flags_ptr, epoch, src, row, row_hi, rcw, n_rc, n_kc,
+                                                       need, watch_ptr, ok)  # fmt: skip
                 s = it % STAGES
                 mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
                 bar = ready.index(s)
@@ -216,8 +274,21 @@ def _release_written(flag, epoch):
 
 
 #: Ring steps a forwarded box's flag waits before its release (its store is then long written), unless
-#: the next forwarded box comes first.
+#: the next forwarded box or a step reading a peer's data comes first.
 RELEASE_AFTER = gl.constexpr(4)
+
+
+@gluon.jit
+def _release_due(pending, pending_it, it, mine, peer_step, release_after):
+    """Whether the forward warp releases its pending box's flag (``pending >= 0``, stored at ring step
+    ``pending_it``) before it waits for step ``it``'s slot: before its next store (``mine``), once
+    ``release_after`` steps have passed, and always before a step that reads a peer's data
+    (``peer_step``). That slot is filled only once the peer's flags are up, and the peer's forward warp
+    may itself hold the flag this rank waits for until it gets past the same kind of step: holding a
+    release across such a wait closes a cycle (two ranks, gather_dim=1, a K slice of at most
+    ``release_after`` steps: every tile's last box was released only from a peer step, so both ranks
+    waited for each other for ever). Plain arithmetic, so :mod:`autotaxer.tools.ws_model` runs it too."""
+    return (pending >= 0) & (mine | peer_step | (it - pending_it >= release_after))
 
 
 @gluon.jit
@@ -228,7 +299,8 @@ def _forward_partition(peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, fla
     tile's step ``ks`` with ``ks % num_pid_n == pid_n``: each box once), TMA-store the slot into this
     rank's slot of the peer's inbox (``peer{parity}_desc``), wait until the store has read it, then hand
     the slot back (every slot gets this warp's arrival). A box's flag ``[rank, row // BLOCK_M, ks]`` in the
-    peer is released once its store has been written, a few steps later or before the next store."""
+    peer is released once its store has been written: a few steps later, before the next store, or before
+    the first step that reads a peer's data, whichever comes first (:func:`_release_due`)."""
     BLOCK_M: gl.constexpr = a_bufs.shape[1]
     BLOCK_K: gl.constexpr = a_bufs.shape[2]
     BLOCK_N: gl.constexpr = b_bufs.shape[2] if B_ROW_MAJOR else b_bufs.shape[1]
@@ -255,12 +327,12 @@ def _forward_partition(peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, fla
                 row = off_m
             for ks in range(0, k_steps):
                 s = it % STAGES
-                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                 mine = (src == rank) & (ks % num_pid_n == pid_n)
-                if pending >= 0:
-                    if mine | (it - pending_it >= RELEASE_AFTER):
-                        _release_written(flags + pending, epoch)
-                        pending = -1
+                # decided before the wait below: a peer step's slot may wait for the peer
+                if _release_due(pending, pending_it, it, mine, src != rank, RELEASE_AFTER):
+                    _release_written(flags + pending, epoch)
+                    pending = -1
+                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
                 if mine:
                     if parity == 0:
                         _tma_store(peer0_desc, [row, ks * BLOCK_K], a_bufs.index(s))
@@ -330,12 +402,13 @@ def _mma_partition(c_ptr, a_ptr, stride_am, inbox_ptr, flags_ptr, heap_bases, sy
 
 @gluon.jit
 def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr, a_ptr, inbox_ptr, heap_bases,
-                      flags_ptr, sync_ptr, arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m,
-                      stride_am, stride_cm, stride_cn, GATHER_DIM: gl.constexpr, WORLD_SIZE: gl.constexpr,
-                      WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr, STAGES: gl.constexpr,
-                      MMA_WGS: gl.constexpr, LOAD_REGS: gl.constexpr, PRODUCE: gl.constexpr,
-                      FORWARD: gl.constexpr):  # fmt: skip
+                      flags_ptr, sync_ptr, watch_ptr, arrivals, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc,
+                      group_m, stride_am, stride_cm, stride_cn, GATHER_DIM: gl.constexpr,
+                      WORLD_SIZE: gl.constexpr, WAIT: gl.constexpr, B_ROW_MAJOR: gl.constexpr,
+                      STAGES: gl.constexpr, MMA_WGS: gl.constexpr, LOAD_REGS: gl.constexpr,
+                      PRODUCE: gl.constexpr, FORWARD: gl.constexpr):  # fmt: skip
     """The persistent warp-specialised GEMM; launch with ``num_warps = 4 * MMA_WGS`` (the MMA partition).
+    The load warp's waits on peers give up after the bound of the watch slot ``watch_ptr``.
     ``FORWARD``: with the forward warp (:func:`_forward_partition`; ``peer{0,1}_desc`` are this rank's
     slot of the peer's inbox at each parity, unread otherwise)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
@@ -355,8 +428,8 @@ def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr,
                     group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
                 (_load_partition, (
                     a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
-                    B_ROW_MAJOR)),
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
+                    WAIT, B_ROW_MAJOR)),
                 (_forward_partition, (
                     peer0_desc, peer1_desc, a_bufs, b_bufs, ready, empty, flags_ptr, heap_bases, sync_ptr,
                     arrivals, rank, M, N, K, Ms, Ks, n_rc, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
@@ -374,8 +447,8 @@ def ag_gemm_ws_kernel(a_desc, inbox_desc, b_desc, peer0_desc, peer1_desc, c_ptr,
                     group_m, GATHER_DIM, WORLD_SIZE, B_ROW_MAJOR, MMA_WGS, PRODUCE)),
                 (_load_partition, (
                     a_desc, inbox_desc, b_desc, a_bufs, b_bufs, ready, empty, flags_ptr, sync_ptr, arrivals,
-                    rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE, WAIT,
-                    B_ROW_MAJOR)),
+                    watch_ptr, rank, M, N, K, Ms, Ks, rcw, n_rc, kcw, n_kc, group_m, GATHER_DIM, WORLD_SIZE,
+                    WAIT, B_ROW_MAJOR)),
             ],
             [1],
             [LOAD_REGS],

@@ -90,6 +90,7 @@ class CeFanoutVariant(Variant):
         buffers: dict[str, Any] = {"channel": channel, "plan": plan, "inbox": channel.arena(0).view(dtype)}
         if plan.base.fp32_accumulate:
             buffers["acc"] = torch.empty((key["M"], key["N"]), dtype=torch.float32, device=ctx.device)
+        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
@@ -104,7 +105,8 @@ class CeFanoutVariant(Variant):
         elif not out.is_contiguous():
             raise ValueError("ce_fanout: out must be contiguous")
         buf = ws.buffers
-        return ag_gemm_ce_fanout(buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
+        return ag_gemm_ce_fanout(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CeFanoutVariant()]

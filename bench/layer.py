@@ -1,0 +1,330 @@
+"""The layer benchmark: one Llama-class decoder layer with sequence-parallel TP, every way users run it.
+
+    torchrun --nproc-per-node 2 bench/layer.py --out layer.json            # 2 GPUs, Llama-3-70B sizes
+    torchrun --nproc-per-node 2 bench/layer.py --cases train:4096,fwd:256 --modes plain_compile,async_tp
+
+Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
+
+* ``plain_eager``: PyTorch's functional collectives + ``F.linear``, eager;
+* ``autotaxer_eager``: the projections through autotaxer's TP layers (dispatch), eager;
+* ``plain_compile``: ``plain`` under ``torch.compile`` (the users' baseline);
+* ``async_tp``: ``plain`` under ``torch.compile`` with inductor's micro-pipeline TP pass (PyTorch's async
+  TP: ``torch.ops.symm_mem`` fused all-gather-matmul and matmul-reduce-scatter);
+* ``autotaxer_compile``: autotaxer's layers under ``torch.compile``;
+* ``ceiling``: ``torch.compile`` of the layer with its communication removed.
+
+Cases (columns): ``train:S`` (forward + backward of the layer input and every weight), ``fwd:S``
+(forward under ``torch.no_grad``), ``graph:S`` (forward captured in one CUDA graph and replayed), at a
+global sequence length ``S`` (``--batch`` sequences). Steps are interleaved over the modes (every
+repetition runs each mode once after a barrier, starting one mode later than the repetition before, so
+no mode always follows the same one), each timed with CUDA events; a mode's time is the median over
+repetitions of the slowest rank. Compiled modes use static shapes per case. The table prints ms and
+ratios to ``plain_eager`` and to ``plain_compile``; ``--out`` writes every sample, the device, the
+versions and what dispatch served.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+MODES = ("plain_eager", "autotaxer_eager", "plain_compile", "async_tp", "autotaxer_compile", "ceiling")
+DEFAULT_CASES = "train:4096,train:8192,fwd:256,fwd:4096,fwd:16384,graph:64,graph:256"
+COMM = {"plain_eager": "plain", "autotaxer_eager": "autotaxer", "plain_compile": "plain",
+        "async_tp": "plain", "autotaxer_compile": "autotaxer", "ceiling": "none"}  # fmt: skip
+
+
+def _parse_cases(text: str) -> list[tuple[str, int]]:
+    cases = []
+    for item in text.split(","):
+        kind, _, s = item.strip().partition(":")
+        if kind not in ("train", "fwd", "graph") or not s.isdigit():
+            raise SystemExit(f"error: --cases: {item!r} is not train:S, fwd:S or graph:S")
+        cases.append((kind, int(s)))
+    return cases
+
+
+def _build(mode: str, base: Any, group_name: str) -> Any:
+    """The callable of ``mode``: a shallow copy of ``base`` (the same parameters) set to its comm."""
+    layer = copy.copy(base).set_comm(COMM[mode])
+    if mode in ("plain_eager", "autotaxer_eager"):
+        return layer
+    options = None
+    if mode == "async_tp":
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if hasattr(symm_mem, "enable_symm_mem_for_group"):
+            symm_mem.enable_symm_mem_for_group(group_name)
+        options = {"_micro_pipeline_tp": True}
+    return torch.compile(layer, fullgraph=True, dynamic=False, options=options)
+
+
+class _Step:
+    """One timed step of a mode at one case."""
+
+    def __init__(self, fn: Any, params: list[torch.Tensor], kind: str, x: torch.Tensor, grad: torch.Tensor):
+        self.fn, self.params, self.kind, self.x, self.grad = fn, params, kind, x, grad
+        self.graph: Any = None
+
+    def __call__(self) -> None:
+        if self.kind == "train":
+            for p in self.params:
+                p.grad = None
+            self.x.grad = None
+            self.fn(self.x).backward(self.grad)
+        elif self.kind == "fwd":
+            with torch.no_grad():
+                self.fn(self.x)
+        else:
+            self.graph.replay()
+
+    def capture(self) -> None:
+        """Warm up on a side stream, then capture the forward in one CUDA graph (``graph`` cases)."""
+        x = self.x.detach()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(3):
+                self.fn(x)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.no_grad():
+            self.out = self.fn(x)
+        torch.cuda.synchronize()
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any]:
+    """Interleaved timing: per repetition every mode once, after a barrier; slowest rank per sample (CUDA
+    events on GPUs, the wall clock on CPUs)."""
+    errors: dict[str, str] = {}
+    live = dict(steps)
+    for mode, step in list(live.items()):
+        try:
+            if step.kind == "graph":
+                step.capture()
+            for _ in range(warmup):
+                step()
+            _sync()
+        except Exception as exc:  # noqa: BLE001  (reported in the table, the other modes go on)
+            errors[mode] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            traceback.print_exc()
+            del live[mode]
+    failed = [None] * dist.get_world_size()
+    dist.all_gather_object(failed, sorted(errors))
+    for mode in {m for per_rank in failed for m in per_rank}:  # every rank drops what any rank could not run
+        live.pop(mode, None)
+        errors.setdefault(mode, "failed on another rank")
+    cuda = torch.cuda.is_available()
+    samples = torch.zeros(len(live), reps, device="cuda" if cuda else "cpu")
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    steps = list(live.values())
+    for rep in range(reps):
+        for i in (*range(rep % len(steps), len(steps)), *range(rep % len(steps))):  # a rotating order
+            step = steps[i]
+            dist.barrier()
+            _sync()
+            if cuda:
+                start.record()
+            t = time.perf_counter()
+            step()
+            if cuda:
+                end.record()
+            _sync()
+            samples[i, rep] = start.elapsed_time(end) if cuda else (time.perf_counter() - t) * 1e3
+    dist.all_reduce(samples, op=dist.ReduceOp.MAX)
+    out: dict[str, Any] = {m: {"error": e} for m, e in errors.items()}
+    for i, mode in enumerate(live):
+        values = samples[i].tolist()
+        out[mode] = {"ms": statistics.median(values), "samples_ms": values}
+    return out
+
+
+def _served(group: Any) -> list[dict[str, Any]]:
+    """What dispatch served for each key the layer called (variant, where the decision came from)."""
+    from autotaxer.runtime.dispatch import get_runtime
+
+    rt = get_runtime(group)
+    if rt is None:
+        return []
+    return [
+        {"key": k.text, "variant": d.variant, "params": dict(d.params), "source": d.source}
+        for k, d in sorted(rt.decisions().items(), key=lambda kv: kv[0].text)
+    ]
+
+
+def _ratio(base: dict[str, Any], mine: dict[str, Any]) -> str:
+    return f"{base['ms'] / mine['ms']:.2f}" if "ms" in base else "-"
+
+
+def _table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
+    cols = list(results)
+    lines = ["ms (x plain eager / x torch.compile)".ljust(20) + "".join(c.rjust(24) for c in cols)]
+    for mode in modes:
+        row = mode.ljust(20)
+        for c in cols:
+            r, eager, comp = (
+                results[c].get(mode, {}),
+                results[c].get("plain_eager", {}),
+                results[c].get("plain_compile", {}),
+            )
+            if "ms" not in r:
+                row += "failed".rjust(24)
+                continue
+            row += f"{r['ms']:.3f} ({_ratio(eager, r)}/{_ratio(comp, r)})".rjust(24)
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autotaxer.models import LlamaConfig, TPLlamaLayer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=DEFAULT_CASES)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--heads", type=int, default=64)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--ffn", type=int, default=28672)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--tables", default="", help="comma-separated table files for autotaxer (default: shipped)"
+    )
+    ap.add_argument("--out", default="")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument(
+        "--write-shapes",
+        metavar="PATH",
+        help="write the shapes file of every problem the cases dispatch (for autotaxer tune) and exit; "
+        "needs --world-size",
+    )
+    ap.add_argument("--world-size", type=int, default=0, help="with --write-shapes: the ranks to shard over")
+    args = ap.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",")]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SystemExit(f"error: --modes: unknown {unknown} (known: {', '.join(MODES)})")
+    cases = _parse_cases(args.cases)
+    cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.head_dim, args.ffn)
+    if args.write_shapes:
+        return _write_shapes(args.write_shapes, cfg, args.world_size, cases, args.batch)
+
+    for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
+        os.environ.setdefault(k, v)
+    if args.device == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        device, dtype = torch.device("cuda", local), torch.bfloat16
+        dist.init_process_group("nccl", device_id=device)
+    else:  # a smoke run of the script on gloo (no CUDA graphs, no async TP)
+        device, dtype = torch.device("cpu"), torch.float32
+        dist.init_process_group("gloo")
+        if any(k == "graph" for k, _ in cases) or "async_tp" in modes:
+            raise SystemExit("error: --device cpu: graph cases and async_tp need CUDA")
+    rank, ws = dist.get_rank(), dist.get_world_size()
+    group_name = dist.group.WORLD.group_name
+
+    import autotaxer
+
+    tables = tuple(t for t in args.tables.split(",") if t)
+    autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False))
+    torch.manual_seed(1234 + rank)
+    base = TPLlamaLayer(cfg, "plain", device=device, dtype=dtype)
+    with torch.no_grad():
+        for p in base.parameters():
+            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    params = list(base.parameters())
+    # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
+    # user with fixed sizes gets (automatic dynamic shapes would trace later cases symbolically), and room
+    # for all of them in dynamo's cache (past its limit a frame runs eager).
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
+    fns = {m: _build(m, base, group_name) for m in modes}
+
+    results: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    for kind, s in cases:
+        if s % ws:
+            raise SystemExit(f"error: --cases: S={s} is not divisible by the world size {ws}")
+        x = torch.randn(s // ws, args.batch, cfg.hidden, device=device, dtype=dtype)
+        x.requires_grad_(kind == "train")
+        grad = torch.randn_like(x)
+        steps = {m: _Step(fns[m], params, kind, x, grad) for m in modes}
+        results[f"{kind}:{s}"] = _time_case(steps, args.reps, args.warmup)
+        if rank == 0:
+            print(f"{kind}:{s} done at {time.perf_counter() - t0:.0f} s", flush=True)
+        if args.out and rank == 0:
+            _write(args, results, modes, ws)
+        del steps
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if rank == 0:
+        if args.out:
+            _write(args, results, modes, ws)
+        print(_table(results, modes))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def _write_shapes(path: str, cfg: Any, world_size: int, cases: list[tuple[str, int]], batch: int) -> int:
+    from autotaxer.models import layer_problems
+
+    if world_size < 1:
+        raise SystemExit("error: --write-shapes needs --world-size")
+    cfg.validate(world_size)
+    rows: dict[tuple, dict[str, Any]] = {}
+    for kind, s in cases:
+        for row in layer_problems(cfg, world_size, s * batch, train=kind == "train"):
+            rows.setdefault(tuple(sorted(row.items())), row)
+    fields = ["op", "M", "N", "K", "dtype", "gather_dim", "scatter_dim", "b_layout"]
+    with open(path, "w") as f:
+        f.write(",".join(fields) + "\n")
+        for row in rows.values():
+            f.write(",".join(str({**row, "dtype": "bf16"}.get(name, "")) for name in fields) + "\n")
+    print(f"{len(rows)} problems written to {path}")
+    return 0
+
+
+def _write(args: Any, results: dict[str, Any], modes: list[str], ws: int) -> None:
+    import autotaxer
+
+    doc = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "world_size": ws,
+        "torch": torch.__version__,
+        "autotaxer": autotaxer.__version__,
+        "command": " ".join(sys.argv),
+        "date": time.strftime("%Y-%m-%d"),
+        "config": {k: getattr(args, k) for k in ("batch", "hidden", "heads", "kv_heads", "head_dim", "ffn")},
+        "reps": args.reps,
+        "modes": modes,
+        "results": results,
+        "served": _served(None),
+    }
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

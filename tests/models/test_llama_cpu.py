@@ -1,0 +1,101 @@
+"""The layer benchmark's model on gloo ranks (CPU, fp32): the sharded layer through autotaxer and through
+PyTorch's functional collectives against the unsharded layer (output, loss, every gradient), eager and
+under ``torch.compile(fullgraph=True)`` with no graph break."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotaxer.testing import run_ranks
+
+SMALL = {"hidden": 32, "heads": 4, "kv_heads": 2, "head_dim": 8, "ffn": 64}
+
+
+def _layer_against_reference(ctx, comm: str, compiled: bool) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    import autotaxer
+    from autotaxer.models import LlamaConfig, LlamaLayer, TPLlamaLayer
+
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    ws, r = ctx.world_size, ctx.rank
+    torch.manual_seed(0)  # the same reference weights and data on every rank
+    ref = LlamaLayer(LlamaConfig(**SMALL))
+    with torch.no_grad():  # RMSNorm weights start at 1: make their gradients and effect visible
+        for norm in (ref.attn_norm, ref.mlp_norm):
+            norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(8 * ws, 2, SMALL["hidden"])
+    grad_y = torch.randn_like(x)
+    layer = TPLlamaLayer.from_reference(ref, r, ws, comm)
+
+    x_ref = x.clone().requires_grad_()
+    y_ref = ref(x_ref)
+    (y_ref * grad_y).sum().backward()
+
+    x_shard = x.chunk(ws)[r].clone().requires_grad_()
+    if compiled:
+        explain = torch._dynamo.explain(layer)(x_shard)
+        breaks = explain.graph_break_count
+        torch._dynamo.reset()
+        fn = torch.compile(layer, fullgraph=True)
+    else:
+        breaks, fn = 0, layer
+    y = fn(x_shard)
+    (y * grad_y.chunk(ws)[r]).sum().backward()
+    for p in layer.replicated_parameters():
+        dist.all_reduce(p.grad)
+
+    mine = lambda t, dim: t.chunk(ws, dim)[r]  # noqa: E731
+    want = {
+        "y": mine(y_ref, 0),
+        "grad_x": mine(x_ref.grad, 0),
+        "qkv": torch.cat([mine(lin.weight.grad, 0) for lin in (ref.wq, ref.wk, ref.wv)]),
+        "wo": mine(ref.wo.weight.grad, 1),
+        "gate_up": torch.cat([mine(ref.w_gate.weight.grad, 0), mine(ref.w_up.weight.grad, 0)]),
+        "w_down": mine(ref.w_down.weight.grad, 1),
+        "attn_norm": ref.attn_norm.weight.grad,
+        "mlp_norm": ref.mlp_norm.weight.grad,
+    }
+    got = {
+        "y": y,
+        "grad_x": x_shard.grad,
+        **{name: getattr(layer, name).weight.grad for name in want if name not in ("y", "grad_x")},
+    }
+    errors = {
+        name: ((got[name] - w).norm() / w.norm()).item() if got[name] is not None else float("inf")
+        for name, w in want.items()
+    }
+    from autotaxer import ProblemKey
+    from autotaxer.models import layer_problems
+    from autotaxer.runtime.dispatch import get_runtime
+
+    called = sorted(k.text for k in get_runtime().decisions())
+    listed = sorted(
+        ProblemKey.make(
+            p["op"], "cpu", ws, "fp32", {f: p[f] for f in "MNK"}, {f: p[f] for f in p if f not in "opMNK"}
+        ).text
+        for p in layer_problems(layer.cfg, ws, x.shape[0] * x.shape[1], train=True)
+    )
+    return {"errors": errors, "breaks": breaks, "problems": (called, listed)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("comm", ["autotaxer", "plain"])
+def test_sharded_layer_matches_the_unsharded_layer(comm: str, compiled: bool) -> None:
+    for per_rank in run_ranks(_layer_against_reference, 2, "cpu", args=(comm, compiled), timeout=600):
+        assert max(per_rank["errors"].values()) < 1e-5, per_rank["errors"]
+        assert per_rank["breaks"] == 0
+        if comm == "autotaxer" and not compiled:  # every problem the step dispatched, and only those
+            called, listed = per_rank["problems"]
+            assert called == listed
+
+
+def test_config_names_the_field_that_cannot_be_sharded() -> None:
+    from autotaxer.models import LlamaConfig
+
+    with pytest.raises(ValueError, match="kv_heads"):
+        LlamaConfig(**SMALL).validate(world_size=4)  # 2 key/value heads over 4 ranks
+    with pytest.raises(ValueError, match="heads"):
+        LlamaConfig(**{**SMALL, "heads": 6, "kv_heads": 4}).validate()

@@ -1,0 +1,87 @@
+"""autotaxer under ``torch.compile`` on gloo ranks (CPU, fp32): what the compiled graph holds.
+
+Where dispatch serves plain ``bsp`` the traced graph holds PyTorch's functional collective and the matmul
+(what plain PyTorch traces to, so inductor treats both alike); where a table names another variant it
+holds autotaxer's custom op. Every public entry point compiles with ``fullgraph=True`` and no graph
+break, the group given by name or as a group, and the values and gradients are plain PyTorch's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotaxer.testing import run_ranks
+
+
+def _graph_ops(ctx, table: str) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    import autotaxer
+
+    autotaxer.init(
+        autotaxer.RuntimeConfig(tables=(table,), env_tables=False, shipped_tables=False, persist_misses=False)
+    )
+    ws, r = ctx.world_size, ctx.rank
+    name = dist.group.WORLD.group_name
+    seen: list[str] = []
+
+    def backend(gm, inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    gen = torch.Generator().manual_seed(0)
+    w_up = torch.randn(12, 8, generator=gen, requires_grad=True)  # (out, in): passed as w.t(), nk
+    w_down = torch.randn(8, 12 // ws, generator=gen, requires_grad=True)
+    full = torch.randn(16 * ws, 8, generator=gen)  # tuned (cpu_chunked) at M = 16 ws; bsp at 64 ws (4x away)
+
+    def layer(x):
+        _, (h,) = autotaxer.fused_all_gather_matmul(x, [w_up.t()], 0, name)
+        h = torch.relu(h[:, r * (12 // ws) : (r + 1) * (12 // ws)])
+        return autotaxer.fused_matmul_reduce_scatter(h, w_down.t(), "sum", 0, name)
+
+    out = {}
+    for rows in (16 * ws, 64 * ws):
+        x_full = torch.cat([full] * (rows // (16 * ws)))
+        x = x_full.chunk(ws)[r].clone().requires_grad_()
+        seen.clear()
+        breaks = torch._dynamo.explain(layer)(x).graph_break_count
+        torch._dynamo.reset()
+        y = torch.compile(layer, backend=backend, fullgraph=True)(x)
+        y.sum().backward()
+        grads = (x.grad.clone(), w_up.grad.clone(), w_down.grad.clone())
+        x.grad = w_up.grad = w_down.grad = None
+        torch._dynamo.reset()
+        y_eager = layer(x)
+        y_eager.sum().backward()
+        errors = [
+            (g - e).abs().max().item() for g, e in zip(grads, (x.grad, w_up.grad, w_down.grad), strict=True)
+        ]
+        x.grad = w_up.grad = w_down.grad = None
+        out[rows] = {
+            "breaks": breaks,
+            "custom_op": any("autotaxer" in s for s in seen),
+            "funcol": any("all_gather" in s for s in seen) and any("reduce_scatter" in s for s in seen),
+            "error": max([(y - y_eager).abs().max().item(), *errors]),
+        }
+    return out
+
+
+@pytest.mark.slow
+def test_compiled_graph_holds_the_collectives_where_bsp_is_served_else_the_custom_op(tmp_path) -> None:
+    from autotaxer import ProblemKey
+    from autotaxer.records import WinnerRecord
+    from autotaxer.table_file import write_table
+
+    ws = 2
+    key = ProblemKey.make(
+        "ag_gemm", "cpu", ws, "fp32", {"M": 16 * ws, "N": 12, "K": 8}, {"gather_dim": 0, "b_layout": "nk"}
+    )
+    rec = WinnerRecord(key, "cpu_chunked", {"chunks": 2, "order": "rotated"}, 5.0, 9.0, 4, device_type="cpu")
+    write_table([rec], tmp_path / "t.json")
+    for per_rank in run_ranks(_graph_ops, ws, "cpu", args=(str(tmp_path / "t.json"),), timeout=600):
+        tuned, untuned = per_rank[16 * ws], per_rank[64 * ws]
+        assert tuned["breaks"] == untuned["breaks"] == 0
+        assert tuned["custom_op"], tuned  # ag_gemm tuned: autotaxer's op in the graph
+        assert not untuned["custom_op"] and untuned["funcol"], untuned  # every call bsp: plain PyTorch's
+        assert max(tuned["error"], untuned["error"]) < 1e-4, per_rank
