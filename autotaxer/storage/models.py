@@ -73,3 +73,30 @@ class WinnerRow(Base):
     measured_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ClaimRow(Base):
+    """A problem key being tuned, and by whom: one row per key, so one tuner at a time tunes it.
+
+    ``owner`` is ``host:pid`` of the tuning process; ``heartbeat`` (seconds since the epoch, the owner's
+    clock) is renewed after every trial. A row whose owner is gone (same host, no such process) or whose
+    heartbeat is older than the lease may be taken over by a conditional update (compare and set).
+    """
+
+    __tablename__ = "autotaxer_claims"
+    __table_args__ = (
+        UniqueConstraint(
+            "op", "gpu_model", "world_size", "dtype", "shape", "layout", name=conv("uq_autotaxer_claims_key")
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    op: Mapped[str] = mapped_column(String(64))
+    gpu_model: Mapped[str] = mapped_column(String(128))
+    world_size: Mapped[int] = mapped_column(Integer)
+    dtype: Mapped[str] = mapped_column(String(16))
+    shape: Mapped[str] = mapped_column(String(255))
+    layout: Mapped[str] = mapped_column(String(255))
+    owner: Mapped[str] = mapped_column(String(255))
+    claimed_at: Mapped[float] = mapped_column(Float)
+    heartbeat: Mapped[float] = mapped_column(Float)
