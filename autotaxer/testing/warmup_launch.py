@@ -6,7 +6,7 @@
 Every rank joins the default process group (gloo, ``env://``), builds a runtime on ``--db`` (no shipped
 or environment tables), runs a step that dispatches ``ag_gemm`` at each ``--m`` (``N = K = 8``, both
 gather dims), warms up, checks that every key serves the BSP result after it, and rank 0 writes the
-report and what dispatch then served to ``--out`` (JSON).
+report and what dispatch then served to ``--out`` (JSON). :func:`start` starts such a launch.
 """
 
 from __future__ import annotations
@@ -14,8 +14,45 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+#: This module, as ``python -m`` runs it.
+MODULE = "autotaxer.testing.warmup_launch"
+
+
+def start(db: str, ms: str, out: Path, data: Path, world_size: int = 2) -> list[subprocess.Popen]:
+    """Start one launch of ``world_size`` ranks of this module (as torchrun would: ``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT`` on a free port), its default database and data under ``data``."""
+    from . import free_port
+
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = {
+            **os.environ,
+            "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1", "AUTOTAXER_DB": f"sqlite:///{data}/default.sqlite",
+            "XDG_DATA_HOME": str(data),
+        }  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "autotaxer.testing.warmup_launch",
+            "--db",
+            db,
+            "--m",
+            ms,
+            "--out",
+            str(out),
+        ]
+        pipe = subprocess.PIPE
+        procs.append(subprocess.Popen(cmd, env=env, stdout=pipe, stderr=pipe, text=True))
+    return procs
 
 
 def _step(ws: int, rank: int, ms: list[int]) -> tuple[Any, list[tuple]]:
