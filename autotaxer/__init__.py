@@ -26,7 +26,7 @@ _LAZY = {
     "PeerTimeoutError": ".ops._peer_wait",
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
-    "warmup": ".runtime.warmup",
+    "warmup": ".tuner.warmup",
 }
 
 

@@ -110,9 +110,9 @@ class RuntimeConfig:
     (torch's fused ops and PyTorch's async TP; the default) or ``"nccl"`` (NCCL's symmetric BSP forms);
     None keeps ``$AUTOTAXER_SYMM_MEM``.
     ``tune_misses``: seconds a key with no tuned record may be tuned at its first call, every rank of the
-    group taking part (:mod:`.group_tuning`), before that call is served its winner; None (default):
-    never. ``tune_misses_total_s``: the most seconds this runtime spends so. Trials and winners go to
-    ``db_url`` (default: the default database, which is then also a table source).
+    group taking part (:mod:`autotaxer.tuner.in_group`), before that call is served its winner; None
+    (default): never. ``tune_misses_total_s``: the most seconds this runtime spends so. Trials and winners
+    go to ``db_url`` (default: the default database, which is then also a table source).
     """
 
     heap_size: int = 1 << 30
@@ -656,7 +656,7 @@ class Runtime:
 
     def _tune_inline(self, opobj: Any, key: ProblemKey, decision: Decision) -> Decision:
         """``tune_misses``: tune ``key`` now, every rank taking part, and decide it again; collective."""
-        from .group_tuning import InlineTuner
+        from ..tuner.in_group import InlineTuner  # the one upward import (tests/test_layers.py)
 
         if self._inline is None:
             self._inline = InlineTuner(self.config)

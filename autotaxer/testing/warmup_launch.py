@@ -81,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     import autotaxer
-    from autotaxer.runtime.dispatch import get_runtime
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
@@ -97,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     config = autotaxer.RuntimeConfig(
         db_url=args.db, shipped_tables=False, env_tables=False, persist_misses=False
     )
-    autotaxer.init(config)
+    runtime = autotaxer.init(config)
     step, calls = _step(ws, rank, [int(m) for m in args.m.split(",")])
     report = autotaxer.warmup(
         step,
@@ -110,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for a, b, dim, full in calls:  # what the winners compute is what BSP computes
         got = autotaxer.dispatch("ag_gemm", a, b, gather_dim=dim)
         worst = max(worst, (got - full @ b).abs().max().item())
-    served = {k.text: [d.variant, d.source] for k, d in get_runtime(None).decisions().items()}
+    served = {k.text: [d.variant, d.source] for k, d in runtime.decisions().items()}
     if rank == 0 and args.out:
         doc = {"pid": os.getpid(), "results": [r.__dict__ for r in report.results], "seen": report.seen}
         with open(args.out, "w") as f:

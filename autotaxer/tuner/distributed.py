@@ -83,7 +83,7 @@ class LaunchedGroup:
     ``group``: the process group (None: the default one) whose other ranks run :func:`follow`.
     ``exit_on_timeout``: when a trial outlives its timeout the watchdog records it failed and ends the
     process (``autotaxer tune`` inside torchrun: the launcher restarts the group); False (a model's own
-    ranks tuning, :mod:`autotaxer.runtime.group_tuning`): it only records the trial failed, so no later run
+    ranks tuning, :mod:`.in_group`): it only records the trial failed, so no later run
     tries that configuration again. ``before_trial`` is called before each trial (a claim's heartbeat).
     """
 

@@ -109,7 +109,7 @@ class KeyResult:
 
     def line(self, index: int, count: int) -> str:
         """The progress line of this key: key, winner, ×fastest BSP form, trials, seconds."""
-        from ..tuner.progress import _short
+        from .progress import _short
 
         head = f"  [{index}/{count}] {_short(self.key)}: "
         if self.status == "skipped":
@@ -125,7 +125,7 @@ def tune_in_group(
 ) -> tuple[list[KeyResult], bool]:
     """Tune ``keys`` on every rank of ``rt``'s group, store the winners in ``rt``'s database and serve them
     from the keys' next call; ``(results, budget spent)``, the same on every rank. Collective."""
-    from ..tuner.distributed import follow, group_root
+    from .distributed import follow, group_root
 
     ctx = rt.ctx
     if ctx.rank == 0:
@@ -151,7 +151,7 @@ class _Lead:
 
     def __init__(self, rt: Any, budget: TuningBudget, progress: TextIO | None) -> None:
         from ..measure import TimingConfig
-        from ..tuner.study import owner_tag
+        from .study import owner_tag
 
         self.rt, self.budget, self.progress = rt, budget, progress
         self.url = rt.config.tuning_db_url()
@@ -163,7 +163,7 @@ class _Lead:
 
     def run(self, keys: list[ProblemKey]) -> tuple[list[KeyResult], list[Any], str | None, bool]:
         from ..storage import DatabaseError, open_database
-        from ..tuner.distributed import LaunchedGroup
+        from .distributed import LaunchedGroup
 
         executor = LaunchedGroup(self.rt.ctx, self.rt.group, exit_on_timeout=False)
         results: list[KeyResult] = []
@@ -247,8 +247,8 @@ class _Lead:
 
     def _tune(self, db: Any, executor: Any, key: ProblemKey, share: float) -> tuple[Any, str]:
         """Run the key's study for at most ``share`` seconds; (its ShapeResult or None, a note)."""
-        from ..tuner import TuneConfig, tune
-        from ..tuner.study import StudyError
+        from . import TuneConfig, tune
+        from .study import StudyError
 
         op_variants = self._variants(key)
         warm = self._seeds(db, key, op_variants) if self.budget.seed_nearby else ()
@@ -282,8 +282,8 @@ class _Lead:
         """The nearest tuned configurations (database, shipped tables, this runtime's table) in ``key``'s
         space: what its study measures right after the BSP forms."""
         from ..ops import get_op
-        from ..tuner.nearby import nearby_configs
-        from ..tuner.study import SearchSpace
+        from .nearby import nearby_configs
+        from .study import SearchSpace
 
         if self._nearby is None:
             self._nearby = [*db.winners(), *_shipped_records(), *self.rt.table.records.values()]
@@ -309,7 +309,7 @@ class _Lead:
         for the lease."""
         import socket
 
-        from ..tuner.study import _pid_alive
+        from .study import _pid_alive
 
         host, _, pid = claim.owner.rpartition(":")
         if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid():
@@ -358,8 +358,8 @@ def _found(key: ProblemKey, rec: Any, seconds: float, note: str) -> KeyResult:
 
 def _shipped_records() -> list[Any]:
     """Every record of the shipped tables (starting points for any GPU; never served from here)."""
+    from ..runtime.table import shipped_table_dir
     from ..table_file import TableFileError, read_table
-    from .table import shipped_table_dir
 
     folder = shipped_table_dir()
     out: list[Any] = []

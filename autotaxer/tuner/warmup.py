@@ -7,7 +7,7 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    exact record and recording every key dispatch decides on any group (both ops, every layout, forward
    and backward);
 2. it tunes the keys that missed, and those whose search stopped short in an earlier launch, collectively
-   on each group's ranks (:mod:`.group_tuning`: the tuner's trials, validation, timing and consensus;
+   on each group's ranks (:mod:`.in_group`: the tuner's trials, validation, timing and consensus;
    rank 0 writes trials and winners to the runtime's database), within ``budget_s`` in all and
    ``key_budget_s`` per key, printing a line per key on rank 0;
 3. every rank serves the winners from the next call; a graph that ``torch.compile`` traced with one of
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._problem import ProblemKey
-from ._runtimes import RUNTIMES, set_recorder
-from .group_tuning import KeyResult, TuningBudget, tune_in_group
-from .lookup import FALLBACK, Decision
+from ..runtime._runtimes import RUNTIMES, set_recorder
+from ..runtime.lookup import FALLBACK, Decision
+from .in_group import KeyResult, TuningBudget, tune_in_group
 
 
 @dataclass(frozen=True)
