@@ -111,8 +111,9 @@ class RuntimeConfig:
     None keeps ``$AUTOTAXER_SYMM_MEM``.
     ``tune_misses``: seconds a key with no tuned record may be tuned at its first call, every rank of the
     group taking part (:mod:`autotaxer.tuner.in_group`), before that call is served its winner; None
-    (default): never. ``tune_misses_total_s``: the most seconds this runtime spends so. Trials and winners
-    go to ``db_url`` (default: the default database, which is then also a table source).
+    (default): never. A key ``torch.compile`` first meets while tracing is not (``autotaxer.warmup`` is).
+    ``tune_misses_total_s``: the most seconds this runtime spends so. Trials and winners go to ``db_url``
+    (default: the default database, which is then also a table source).
     """
 
     heap_size: int = 1 << 30
@@ -481,12 +482,15 @@ class Runtime:
 
         if self.table is None:
             self.load(device)
-        key, decision = self._decide(get_op(op), tensors, layout)
+        key, decision = self._decide(get_op(op), tensors, layout, tracing=True)
         self._traced.add(key)
         return decision
 
-    def _decide(self, opobj: Any, tensors: tuple, layout: dict[str, Any]) -> tuple[ProblemKey, Decision]:
-        """The key of a call and the decision every rank agreed on (a miss is noted); collective."""
+    def _decide(
+        self, opobj: Any, tensors: tuple, layout: dict[str, Any], tracing: bool = False
+    ) -> tuple[ProblemKey, Decision]:
+        """The key of a call and the decision every rank agreed on (a miss is noted; with ``tune_misses``
+        tuned, unless ``torch.compile`` is ``tracing``: no trial runs inside a trace); collective."""
         key, decision, error, exc = None, None, None, None
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         try:
@@ -513,7 +517,7 @@ class Runtime:
         recorder = current_recorder()
         if recorder is not None:  # a warm-up's recording step: misses are served BSP and noted
             decision = recorder.note(self, opobj, key, decision)
-        elif decision.is_miss and self.config.tune_misses is not None:
+        elif decision.is_miss and self.config.tune_misses is not None and not tracing:
             decision = self._tune_inline(opobj, key, decision)
         self._decisions[key] = decision
         if decision.is_miss:
