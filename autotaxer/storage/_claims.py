@@ -19,7 +19,7 @@ from sqlalchemy import and_, delete, insert, select, update
 from sqlalchemy import exc as sa_exc
 
 from .._problem import ProblemKey
-from .models import ClaimRow
+from .models import ClaimRow, key_match
 
 _CLAIMS = ClaimRow.__table__
 _RETRIES = 5
@@ -36,15 +36,7 @@ class Claim:
 
 
 def _match(key: ProblemKey) -> Any:
-    c = _CLAIMS.c
-    return and_(
-        c.op == key.op,
-        c.gpu_model == key.gpu_model,
-        c.world_size == key.world_size,
-        c.dtype == key.dtype,
-        c.shape == key.shape_text,
-        c.layout == key.layout_text,
-    )
+    return key_match(_CLAIMS, key)
 
 
 def _claim(key: ProblemKey, row: Any) -> Claim:

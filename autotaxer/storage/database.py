@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, and_, create_engine, event, insert, inspect, select, update
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,7 +28,7 @@ from ..records import WinnerRecord, timing_of, to_utc
 from . import _claims, _migrate
 from ._claims import Claim
 from ._url import DatabaseError, MissingDatabase, default_url
-from .models import VERSION_TABLE, WinnerRow
+from .models import VERSION_TABLE, WinnerRow, key_match
 
 #: Seconds a writer waits for SQLite's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -503,15 +503,7 @@ def _create_engine(url: str, sqlite: bool, creator: Any = None) -> Engine:
 
 
 def _key_clause(key: ProblemKey):
-    c = _WINNERS.c
-    return and_(
-        c.op == key.op,
-        c.gpu_model == key.gpu_model,
-        c.world_size == key.world_size,
-        c.dtype == key.dtype,
-        c.shape == key.shape_text,
-        c.layout == key.layout_text,
-    )
+    return key_match(_WINNERS, key)
 
 
 def _row_values(rec: WinnerRecord) -> dict[str, Any]:

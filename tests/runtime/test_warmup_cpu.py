@@ -90,6 +90,21 @@ def _against_bsp(up, x) -> float:
         return (up(x) - F.linear(torch.cat(parts), up.weight)).abs().max().item()
 
 
+def _two_launches(ws: int, rank: int, url: str, config) -> dict:
+    """A layer's step warmed up by a first launch, then by a second one on the same database."""
+    import autotaxer
+
+    out: dict = {}
+    for launch in ("first", "second"):
+        autotaxer.init(config)  # a launch's runtime, as a new process would make it
+        up, x, step = _layer(ws)
+        report = autotaxer.warmup(step, budget_s=300, trials=3, variants=VARIANTS, progress=rank == 0)
+        step()
+        out[launch] = {"report": report, "served": _served(), "error": _against_bsp(up, x)}
+        out[f"db_{launch}"] = _studies(url) if rank == 0 else None
+    return out
+
+
 def _two_ranks(ctx, tmp: str) -> dict:
     import torch
 
@@ -99,21 +114,7 @@ def _two_ranks(ctx, tmp: str) -> dict:
     ws, rank = ctx.world_size, ctx.rank
     url = f"sqlite:///{tmp}/warm.sqlite"
     config = autotaxer.RuntimeConfig(db_url=url, **QUIET)
-    out: dict = {}
-    # 1. the first launch: a layer's step warmed up
-    autotaxer.init(config)
-    up, x, step = _layer(ws)
-    report = autotaxer.warmup(step, budget_s=300, trials=3, variants=VARIANTS, progress=rank == 0)
-    step()
-    out["first"] = {"report": report, "served": _served(), "error": _against_bsp(up, x)}
-    out["db_first"] = _studies(url) if rank == 0 else None
-    # 2. a second launch on the same database tunes nothing
-    autotaxer.init(config)
-    up, x, step = _layer(ws)
-    report = autotaxer.warmup(step, budget_s=300, trials=3, variants=VARIANTS, progress=False)
-    step()
-    out["second"] = {"report": report, "served": _served()}
-    out["db_second"] = _studies(url) if rank == 0 else None
+    out = _two_launches(ws, rank, url, config)  # 1 and 2: the second launch tunes nothing
     # 3. tune_misses: a new key is tuned at its first call, then served its winner
     autotaxer.init(dataclasses.replace(config, tune_misses=60.0))
     gen = torch.Generator().manual_seed(3)
@@ -168,20 +169,7 @@ def _four_ranks(ctx, tmp: str) -> dict:
     ws, rank = ctx.world_size, ctx.rank
     url = f"sqlite:///{tmp}/warm.sqlite"
     config = autotaxer.RuntimeConfig(db_url=url, **QUIET)
-    out: dict = {}
-    autotaxer.init(config)
-    up, x, step = _layer(ws)
-    out["first"] = {
-        "report": autotaxer.warmup(step, budget_s=300, trials=3, variants=VARIANTS, progress=False)
-    }
-    step()
-    out["first"].update(served=_served(), error=_against_bsp(up, x))
-    out["db_first"] = _studies(url) if rank == 0 else None
-    autotaxer.init(config)
-    up, x, step = _layer(ws)
-    out["second"] = {
-        "report": autotaxer.warmup(step, budget_s=300, trials=3, variants=VARIANTS, progress=False)
-    }
+    out = _two_launches(ws, rank, url, config)
     # two groups of two ranks meet the same key (ag_gemm|cpu|2|...): one tunes it, the other waits for it
     groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
     mine = groups[rank // 2]

@@ -3,11 +3,10 @@ abandoned claim, and processes racing for one key on one SQLite file (exactly on
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import time
 
 import pytest
-from _factories import make_key
+from _factories import make_key, race_for_claim
 
 from autotaxer.storage import open_database
 
@@ -69,20 +68,6 @@ def test_an_abandoned_claim_is_taken_over(db) -> None:
     assert not db.renew_claim(key, "host-a:1")  # the old owner learns it lost the claim
 
 
-def _race(url: str, key_text: str, owner: str, abandoned_owner: str, start_at: float, out) -> None:
-    from autotaxer import ProblemKey
-    from autotaxer.storage import open_database
-
-    try:
-        db = open_database(url)
-        time.sleep(max(0.0, start_at - time.time()))
-        claim = db.claim(ProblemKey.from_text(key_text), owner, lambda c: c.owner == abandoned_owner)
-        db.close()
-        out.put(("ok", owner, claim.owner))
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        out.put(("error", owner, f"{type(e).__name__}: {e}"))
-
-
 @pytest.mark.parametrize("abandoned", [False, True], ids=["free-key", "abandoned-claim"])
 def test_processes_racing_for_a_key_leave_exactly_one_owner(tmp_path, abandoned: bool) -> None:
     """Four processes claim one key at the same moment, on a free key and on a key whose claim every one
@@ -92,16 +77,8 @@ def test_processes_racing_for_a_key_leave_exactly_one_owner(tmp_path, abandoned:
     with open_database(url) as db:
         if abandoned:
             db.claim(key, "dead-host:1", NEVER)
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    start_at = time.time() + 3.0
     owners = [f"host-{i}:{100 + i}" for i in range(4)]
-    procs = [ctx.Process(target=_race, args=(url, key.text, o, "dead-host:1", start_at, out)) for o in owners]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    results = race_for_claim(url, key, owners, "dead-host:1")
     assert all(status == "ok" for status, _, _ in results), results
     winners = {me for _, me, holder in results if holder == me}
     assert len(winners) == 1, results  # exactly one took it ...

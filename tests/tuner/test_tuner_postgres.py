@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _factories import race_for_claim
 
 from autotaxer._problem import ProblemKey
 from autotaxer.testing import free_port
@@ -153,28 +154,12 @@ def test_two_tuners_share_one_postgres_database(postgres_url: str, tmp_path: Pat
         db.close()
 
 
-def _claim_at(url: str, key_text: str, owner: str, start_at: float, out) -> None:
-    import time
-
-    from autotaxer.storage import open_database
-
-    try:
-        db = open_database(url)
-        time.sleep(max(0.0, start_at - time.time()))
-        out.put(("ok", owner, db.claim(ProblemKey.from_text(key_text), owner, lambda c: False).owner))
-        db.close()
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        out.put(("error", owner, f"{type(e).__name__}: {e}"))
-
-
 @pytest.mark.slow
 def test_a_fleet_on_one_postgres_database_tunes_each_key_once(postgres_url: str, tmp_path: Path) -> None:
     """Processes racing for one key's claim (exactly one wins), then two model launches warming up the
     same keys at once (each key tuned by one of them, the other waits for it); `export` makes a table of
     what the fleet tuned."""
     import json
-    import multiprocessing as mp
-    import time
 
     import optuna
     from typer.testing import CliRunner
@@ -184,18 +169,7 @@ def test_a_fleet_on_one_postgres_database_tunes_each_key_once(postgres_url: str,
     from autotaxer.table_file import read_table
     from autotaxer.testing.warmup_launch import start
 
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    at = time.time() + 3.0
-    racers = [
-        ctx.Process(target=_claim_at, args=(postgres_url, _key(99).text, f"h{i}:1", at, out))
-        for i in range(4)
-    ]
-    for p in racers:
-        p.start()
-    claims = [out.get(timeout=120) for _ in racers]
-    for p in racers:
-        p.join(timeout=30)
+    claims = race_for_claim(postgres_url, _key(99), [f"h{i}:1" for i in range(4)])
     assert all(status == "ok" for status, _, _ in claims), claims
     assert len({holder for _, _, holder in claims}) == 1  # everyone was told the same one owner
     assert sum(me == holder for _, me, holder in claims) == 1
