@@ -16,9 +16,11 @@ Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
 Cases (columns): ``train:S`` (forward + backward of the layer input and every weight), ``fwd:S``
 (forward under ``torch.no_grad``), ``graph:S`` (forward captured in one CUDA graph and replayed), at a
 global sequence length ``S`` (``--batch`` sequences). Steps are interleaved over the modes (every
-repetition runs each mode once after a barrier), each timed with CUDA events; a mode's time is the median
-over repetitions of the slowest rank. The table prints ms and ratios to ``plain_eager`` and to
-``plain_compile``; ``--out`` writes every sample, the device, the versions and what dispatch served.
+repetition runs each mode once after a barrier, starting one mode later than the repetition before, so
+no mode always follows the same one), each timed with CUDA events; a mode's time is the median over
+repetitions of the slowest rank. Compiled modes use static shapes per case. The table prints ms and
+ratios to ``plain_eager`` and to ``plain_compile``; ``--out`` writes every sample, the device, the
+versions and what dispatch served.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def _build(mode: str, base: Any, group_name: str) -> Any:
         if hasattr(symm_mem, "enable_symm_mem_for_group"):
             symm_mem.enable_symm_mem_for_group(group_name)
         options = {"_micro_pipeline_tp": True}
-    return torch.compile(layer, fullgraph=True, options=options)
+    return torch.compile(layer, fullgraph=True, dynamic=False, options=options)
 
 
 class _Step:
@@ -132,8 +134,10 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
     samples = torch.zeros(len(live), reps, device="cuda" if cuda else "cpu")
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    steps = list(live.values())
     for rep in range(reps):
-        for i, step in enumerate(live.values()):
+        for i in (*range(rep % len(steps), len(steps)), *range(rep % len(steps))):  # a rotating order
+            step = steps[i]
             dist.barrier()
             _sync()
             if cuda:
@@ -269,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False))
     base = make_layer(cfg, device, dtype, rank)
     params = list(base.parameters())
+    # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
+    # user with fixed sizes gets (automatic dynamic shapes would trace later cases symbolically), and room
+    # for all of them in dynamo's cache (past its limit a frame runs eager).
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
     fns = {m: _build(m, base, group_name) for m in modes}
 
     results: dict[str, dict[str, Any]] = {}

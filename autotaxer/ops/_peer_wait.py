@@ -198,13 +198,20 @@ IDLE = _Idle()
 
 def check(device: Any = None) -> None:
     """Synchronise ``device`` (default: the current CUDA device, if any) and raise :class:`PeerTimeoutError`
-    if a kernel's wait on a peer gave up since the last check or dispatch. Local: no collective."""
+    if a kernel's wait on a peer gave up since the last check or dispatch. Local: no collective.
+
+    ``"cuda"`` without an index is the current CUDA device, as for the watch boards (``torch.device("cuda")``
+    does not compare equal to ``torch.device("cuda", 0)``: unnormalised, no board's records were read)."""
     import torch
 
     if device is None and torch.cuda.is_available() and torch.cuda.is_initialized():
         device = torch.device("cuda", torch.cuda.current_device())
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     for watch in list(_WATCHES.values()):
-        if device is None or watch.board.device == torch.device(device) or watch.board.device.type == "cpu":
+        if device is None or watch.board.device == device or watch.board.device.type == "cpu":
             watch.poll()

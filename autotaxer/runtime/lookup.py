@@ -14,10 +14,11 @@ Policy (the same on every rank, because it depends only on the table, the key an
    M=128 ran 0.75x on 4xH200 even after winning 1.19x at M=256);
 3. **fallback**: otherwise the fastest form users have without autotaxer (a BSP form, or torch's fused
    op: the op's ``fallback_forms``) as measured at the nearest tuned key of the same GPU, world size,
-   dtype, op and layout (smallest ``sum |ln(size / size_tuned)|`` over the shape fields; the record's
+   dtype, op and layout (smallest ``sum |ln(size / size_tuned)|`` over the shape fields, within
+   ``max_log_distance``: forms rank differently far apart; on 2xH200 torch's fused op, the fastest form
+   at M=4096, served at M=256 made the layer's forward 1.3x slower), as the record says (its
    ``env["fastest_form"]``, stamped by the tuner, or its winner when that is such a form), when that
-   form runs here; else the op's baseline (BSP) with its default parameters. So an untuned key is never
-   served a slower form than one measured faster next to it, and a miss is never an error.
+   form runs here; else the op's baseline (BSP) with its default parameters. A miss is never an error.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def decide(
                 continue
             if _usable(op, target, key, cand.variant, cand.params):
                 return Decision(cand.variant, dict(cand.params), NEAREST, dist, cand.key)
-    form = fastest_form_near(table.values(), key, op, target)
+    form = fastest_form_near(table.values(), key, op, target, max_log_distance)
     if form is not None:
         return form
     base = op.baseline()
@@ -147,9 +148,16 @@ def _shape_distance(a: ProblemKey, b: ProblemKey) -> float:
     return sum(abs(math.log(va / vb)) for (_, va), (_, vb) in zip(a.shape, b.shape, strict=True))
 
 
-def fastest_form_near(records: Iterable[Any], key: ProblemKey, op: Any, target: Target) -> Decision | None:
+def fastest_form_near(
+    records: Iterable[Any],
+    key: ProblemKey,
+    op: Any,
+    target: Target,
+    max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+) -> Decision | None:
     """The :data:`FALLBACK` decision of the fastest form measured at the nearest tuned key of the same GPU,
-    world size, dtype, op and layout whose form runs here (default parameters), or None."""
+    world size, dtype, op and layout (within ``max_log_distance`` summed over the shape fields) whose
+    form runs here (default parameters), or None."""
     near = []
     for rec in records:
         k = rec.key
@@ -159,7 +167,9 @@ def fastest_form_near(records: Iterable[Any], key: ProblemKey, op: Any, target: 
             continue
         if [f for f, _ in k.shape] != [f for f, _ in key.shape] or min(v for _, v in k.shape) <= 0:
             continue
-        near.append((_shape_distance(k, key), k.text, rec))
+        dist = _shape_distance(k, key)
+        if dist <= max_log_distance + 1e-12:
+            near.append((dist, k.text, rec))
     for dist, _, rec in sorted(near, key=lambda t: t[:2]):
         name = fastest_form(rec, op)
         variant = op.available_variants(target).get(name) if name else None

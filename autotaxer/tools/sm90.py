@@ -34,7 +34,8 @@ class _Recorder:
 
 
 def _specialise(fn, args, kwargs):
-    """``(signature, constexprs, attrs, options)`` as the JIT would derive them for this launch."""
+    """``(signature, constexprs, attrs, options)`` as the JIT would derive them for this launch (parameters
+    in ``do_not_specialize``/``do_not_specialize_on_alignment`` are left unspecialised, as there)."""
     from triton._C.libtriton import native_specialize_impl
     from triton.backends.compiler import BaseBackend
 
@@ -49,7 +50,10 @@ def _specialise(fn, args, kwargs):
             sig[name] = "constexpr"
             consts[name] = value
             continue
-        ty, attr = native_specialize_impl(BaseBackend, value, False, True, True)
+        param = fn.params[i]
+        specialize = not getattr(param, "do_not_specialize", False)
+        align = not getattr(param, "do_not_specialize_on_alignment", False)
+        ty, attr = native_specialize_impl(BaseBackend, value, False, specialize, align)
         if ty == "constexpr":
             sig[name] = "constexpr"
             consts[name] = attr

@@ -113,7 +113,11 @@ def spin_until(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     """Spin until every live flag of ``ptrs`` reaches ``epoch`` (acquire loads at system scope, side by side
     in the CTA's threads, so several flags cost one round trip), at most the slot's bound; returns ``ok``,
     0 once a wait of this program gave up (then later waits poll once and go on). ``idx`` are the flags'
-    indices and ``peer`` the rank that raises them (a scalar, or one per flag): what the record names."""
+    indices and ``peer`` the rank that raises them (a scalar, or one per flag): what the record names.
+
+    ``ok`` may be a literal (``1``): it is made an ``int32`` tensor first, since the loop below assigns it
+    one and a compiled (not interpreted) kernel's variable keeps one type on every path."""
+    ok = tl.cast(ok, tl.int32)
     seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
     missing = live & (seen < epoch)
     pending = tl.sum(missing.to(tl.int32), axis=0)
@@ -138,7 +142,8 @@ def spin_until(ptrs, live, epoch, watch_ptr, peer, idx, ok):
 @triton.jit
 def spin_one(flag_ptr, expected, watch_ptr, peer, index, ok, EQUAL: tl.constexpr = False):
     """Spin on one flag until it holds ``expected`` (``EQUAL``) or at least ``expected``, at most the slot's
-    bound; returns ``ok`` as :func:`spin_until` does."""
+    bound; returns ``ok`` as :func:`spin_until` does (which says why ``ok`` is cast first)."""
+    ok = tl.cast(ok, tl.int32)
     seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
     if EQUAL:
         pending = seen != expected

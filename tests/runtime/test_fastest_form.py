@@ -75,19 +75,23 @@ def test_an_untuned_key_gets_the_fastest_form_of_its_nearest_tuned_key(symm_mem_
         table, _key(op, 2048), o, H200
     )  # nearest: M=4096 (push won; torch's fused op the fastest form)
     assert (d.variant, d.source, d.tuned_key) == ("torch_fused", FALLBACK, near)
-    d = decide(table, _key(op, 512), o, H200)  # nearest: M=256, whose winner is a form itself
+    d = decide(table, _key(op, 384), o, H200)  # nearest: M=256, whose winner is a form itself
     assert (d.variant, d.tuned_key) == ("bsp", far)
+    d = decide(table, _key(op, 64), o, H200)  # M=256 is 4x away: too far to tell, the baseline
+    assert (d.variant, d.source, d.tuned_key) == ("bsp", FALLBACK, None)
     d = decide(table, _key(op, 2048, layout="kn"), o, H200)  # no record of this layout: the baseline
     assert (d.variant, d.source, d.tuned_key) == ("bsp", FALLBACK, None)
+    near_bsp = _key(op, 1024)
+    table[near_bsp] = _record(near_bsp, "bsp", None)
     symm_mem_here.setenv(_symm_backend.ENV, "nccl")  # torch's op cannot run here: the next nearest form
     d = decide(table, _key(op, 2048), o, H200)
-    assert (d.variant, d.tuned_key) == ("bsp", far)
+    assert (d.variant, d.tuned_key) == ("bsp", near_bsp)
 
 
 def test_a_record_that_names_no_form_is_passed_over(symm_mem_here) -> None:
     o = get_op("ag_gemm")
-    near, far = _key("ag_gemm", 4096), _key("ag_gemm", 64)
+    near, far = _key("ag_gemm", 4096), _key("ag_gemm", 1536)
     table = {near: _record(near, "push", None), far: _record(far, "bsp_symm", None)}
     symm_mem_here.setenv(_symm_backend.ENV, "nccl")
-    d = decide(table, _key("ag_gemm", 2048), o, H200)  # M=4096 says nothing of its forms: M=64's winner
+    d = decide(table, _key("ag_gemm", 2560), o, H200)  # M=4096 says nothing of its forms: M=1536's winner
     assert (d.variant, d.tuned_key) == ("bsp_symm", far)

@@ -98,6 +98,33 @@ def test_watch_names_the_site_and_peer_once_and_marks_it_failed() -> None:
     del other
 
 
+def test_check_of_cuda_without_index_reads_the_current_device_board(monkeypatch) -> None:
+    """``check("cuda")`` (what ``never_signal(device="cuda")`` passes) polls the board of ``cuda:<current>``:
+    ``torch.device("cuda") != torch.device("cuda", 0)``, and comparing them unnormalised read no record, so
+    a kernel that gave up on one GPU ended "without giving up". A board stands in for the GPU's here."""
+    import torch
+
+    from autotaxer.ops import _peer_wait
+    from autotaxer.ops._peer_wait import PeerTimeoutError, check
+
+    board, watch = _board()
+    board.device = torch.device("cuda", 0)
+    monkeypatch.setattr(_peer_wait, "_WATCHES", {"cuda:0": watch})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    slot = watch.open(_site(), 0.5)
+    _give_up(board, slot.index, peer=1, flag=4)
+    check("cuda:1")  # another device's board: not read
+    for device in ("cuda", torch.device("cuda")):
+        with pytest.raises(PeerTimeoutError, match="rank 1, which never signalled"):
+            check(device)
+        _give_up(board, slot.index, peer=1, flag=4)
+    with pytest.raises(PeerTimeoutError):
+        check("cuda:0")
+    assert synced == [torch.device("cuda", i) for i in (1, 0, 0, 0)]
+
+
 def test_slot_starts_with_the_first_call_bound_and_is_released_with_its_owner() -> None:
     from autotaxer.kernels.common import watch as w
 

@@ -87,3 +87,41 @@ def test_decide_restamps_moved_code_and_identical_launches_only() -> None:
     }
     base["launches"][0] = "error: RuntimeError: boom"  # a scenario that failed proves nothing
     assert restamp.decide(_records("push"), base, now, scenarios)["ag_gemm/push"] == ("changed", None)
+
+
+def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    table = {"records": [
+        {"op": "ag_gemm", "variant": "copy_engine", "kernel_hash": "e0", "env": {"timing": "eager"}},
+        {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}},
+    ]}  # fmt: skip
+    (tmp_path / "t.json").write_text(json.dumps(table))
+    fake = {
+        None: {
+            "variants": {
+                "ag_gemm/copy_engine": {"hash": "e1", "code": "y"},
+                "ag_gemm/bsp": {"hash": "b0", "code": "c"},
+            },
+            "launches": [],
+        },  # noqa: E501
+        "base": {
+            "variants": {
+                "ag_gemm/copy_engine": {"hash": "e0", "code": "x"},
+                "ag_gemm/bsp": {"hash": "b0", "code": "c"},
+            },
+            "launches": [],
+        },  # noqa: E501
+    }
+    monkeypatch.setattr(restamp, "_base_tree", lambda repo, rev, into: "base")
+    monkeypatch.setattr(restamp, "_fingerprint", lambda request, tree, cwd: fake[tree])
+    args = ["--base", "HEAD", "--tables", str(tmp_path), "--write"]
+    assert restamp.main(args) == 1  # changed and not accepted: reported, left stale
+    assert json.loads((tmp_path / "t.json").read_text())["records"][0]["kernel_hash"] == "e0"
+    assert restamp.main([*args, "--accept-changed", "measured: bench/results/x"]) == 0
+    ce, bsp = json.loads((tmp_path / "t.json").read_text())["records"]
+    assert ce["kernel_hash"] == "e1" and ce["env"] == {
+        "timing": "eager",
+        "restamped": "measured: bench/results/x",
+    }
+    assert bsp == {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}}  # unchanged: untouched
