@@ -57,7 +57,7 @@ class TuningBudget:
     budget_s: float = 180.0
     key_budget_s: float | None = None
     trials: int = 32
-    trial_timeout_s: float = 60.0
+    trial_timeout_s: float = 120.0
     fleet_wait_s: float = 60.0
     seed_nearby: bool = True
     variants: tuple[str, ...] | None = None

@@ -14,7 +14,9 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    those keys is dropped so the next call traces the winner.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
-rank calls it, with the same step.
+rank calls it, with the same step. Call it first, before capturing CUDA graphs: it drops the plans and
+workspaces of the keys it tunes (a graph that replays them would read freed buffers), and a step replayed
+from a graph never reaches dispatch to be seen.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def warmup(
     key_budget_s: float | None = None,
     db_url: str | None = None,
     trials: int = 32,
-    trial_timeout_s: float = 60.0,
+    trial_timeout_s: float = 120.0,
     fleet_wait_s: float = 60.0,
     seed_nearby: bool = True,
     variants: tuple[str, ...] | None = None,
