@@ -321,9 +321,18 @@ _KNOWN_SQLITE: set[str] = set()
 
 
 def _lock_handle(path: Path) -> tuple[int, Any]:
-    """This process's descriptor of ``path`` for flock, and a lock for its threads (opened once)."""
+    """This process's descriptor of ``path`` for flock, and a lock for its threads (opened once per file;
+    the descriptors of files since deleted or replaced are closed: no lock of a live file is dropped)."""
     import threading
 
+    for name, (fd, _) in list(_LOCK_FDS.items()):
+        try:
+            gone = os.fstat(fd).st_ino != os.stat(name).st_ino
+        except OSError:  # deleted
+            gone = True
+        if gone:
+            os.close(fd)
+            del _LOCK_FDS[name]
     name = str(path.resolve())
     if name not in _LOCK_FDS:
         _LOCK_FDS[name] = (os.open(name, os.O_RDONLY), threading.Lock())
