@@ -227,23 +227,12 @@ class _Lead:
         rec = db.get_winner(key)
         if rec is None or result is None:
             return skipped(note or "no winner: the BSP forms did not complete within the budget")
-        return (
-            KeyResult(
-                key.text,
-                "tuned",
-                rec.variant,
-                dict(rec.params),
-                rec.median_us,
-                rec.bsp_us,
-                result.trials,
-                result.ran,
-                result.failed,
-                self._reached_at(db, key),
-                time.monotonic() - t0,
-                note,
-            ),  # fmt: skip
-            rec,
-        )
+        tuned = KeyResult(
+            key.text, "tuned", rec.variant, dict(rec.params), rec.median_us, rec.bsp_us, trials=result.trials,
+            ran=result.ran, failed=result.failed, reached_at=self._reached_at(db, key),
+            seconds=time.monotonic() - t0, note=note,
+        )  # fmt: skip
+        return tuned, rec
 
     def _tune(self, db: Any, executor: Any, key: ProblemKey, share: float) -> tuple[Any, str]:
         """Run the key's study for at most ``share`` seconds; (its ShapeResult or None, a note)."""
