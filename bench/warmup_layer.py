@@ -70,13 +70,24 @@ def _trials_to_best(urls: dict[str, str], keys: list[str], within: float = 0.02)
     return out
 
 
-def main() -> int:
-    import layer as bench  # bench/layer.py, beside this script: the layer benchmark's set-up and timing
+def _layer_bench() -> Any:
+    """``bench/layer.py``, beside this script (the layer benchmark's set-up and timing), loaded from its
+    file: no ``sys.path`` entry needed, under ``python3 -P`` too."""
+    import importlib.util
+    from pathlib import Path
 
+    spec = importlib.util.spec_from_file_location("layer_bench", Path(__file__).with_name("layer.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
     import autotaxer
     from autotaxer.models import LlamaConfig
     from autotaxer.runtime.dispatch import get_runtime
 
+    bench = _layer_bench()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default="fwd:256", help="fwd:S (forward) or train:S (forward + backward)")
     ap.add_argument("--budget", type=float, default=120.0, help="warm-up seconds in all")
