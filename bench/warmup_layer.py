@@ -34,26 +34,48 @@ def _config(args: Any, **changes: Any) -> Any:
     return autotaxer.RuntimeConfig(**{**base, **changes})
 
 
-def _trials_to_best(urls: dict[str, str], keys: list[str], within: float = 0.02) -> dict[str, dict]:
-    """Per key and search: finished trials, in the order they ran, until one within ``within`` of the best
-    time any of the searches found for the key (None: never)."""
+def _searches(source: str, keys: list[str]) -> dict[str, list]:
+    """Per key, the times of its finished trials in the order they ran (None: failed), from a tuning
+    database (an SQL URL) or from an ``autotaxer tune --jsonl`` log (``.jsonl`` or ``.jsonl.gz``)."""
+    out: dict[str, list] = {}
+    if source.endswith((".jsonl", ".jsonl.gz")):
+        import gzip
+
+        with (gzip.open if source.endswith(".gz") else open)(source, "rt") as f:
+            for line in f:
+                event = json.loads(line) if line.startswith("{") else {}
+                if event.get("event") == "trial" and event["key"] in keys and event["state"] != "PRUNED":
+                    out.setdefault(event["key"], []).append(
+                        event["median_us"] if event["state"] == "COMPLETE" else None
+                    )
+        return out
     import optuna
 
     from autotaxer.storage import open_database
 
+    with open_database(source, read_only=True) as db:
+        storage = db.optuna_storage()
+        for key in keys:
+            try:
+                study = optuna.load_study(study_name=key, storage=storage)
+            except KeyError:
+                continue
+            done = [
+                t
+                for t in sorted(study.get_trials(), key=lambda t: t.number)
+                if t.state.name in ("COMPLETE", "FAIL")
+            ]
+            out[key] = [t.value if t.state.name == "COMPLETE" else None for t in done]
+    return out
+
+
+def _trials_to_best(sources: dict[str, str], keys: list[str], within: float = 0.02) -> dict[str, dict]:
+    """Per key and search: finished trials, in the order they ran, until one within ``within`` of the best
+    time any of the searches found for the key (None: never)."""
     runs: dict[str, dict[str, list]] = {}
-    for name, url in urls.items():
-        with open_database(url, read_only=True) as db:
-            storage = db.optuna_storage()
-            for key in keys:
-                try:
-                    study = optuna.load_study(study_name=key, storage=storage)
-                except KeyError:
-                    continue
-                trials = sorted(study.get_trials(), key=lambda t: t.number)
-                done = [t for t in trials if t.state.name in ("COMPLETE", "FAIL")]
-                values = [t.value if t.state.name == "COMPLETE" else None for t in done]
-                runs.setdefault(key, {})[name] = values
+    for name, source in sources.items():
+        for key, values in _searches(source, keys).items():
+            runs.setdefault(key, {})[name] = values
     out = {}
     for key, by in runs.items():
         best = min((v for values in by.values() for v in values if v is not None), default=None)
@@ -94,7 +116,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=24, help="at most per key")
     ap.add_argument("--db", required=True, help="the warm-up's database (start from an empty one)")
     ap.add_argument("--offline-table", default="", help="table of the same keys tuned by autotaxer tune")
-    ap.add_argument("--offline-db", default="", help="that tune's database (trials to the best, cold)")
+    ap.add_argument(
+        "--offline-db", default="", help="that tune's database, or its --jsonl log (trials to the best, cold)"
+    )
     ap.add_argument("--cold", action="store_true", help="no nearby seeds (the cold search)")
     ap.add_argument("--shipped", action="store_true", help="keep the shipped tables (default: none)")
     ap.add_argument("--out", default="")
