@@ -23,6 +23,9 @@ from .worker import RankReply, TrialRequest, WorkerState, execute_trial
 
 #: Exit code of a rank ended by the watchdog (the launcher restarts the group).
 WATCHDOG_EXIT = 17
+#: What rank 0 sends while it waits for something else than a trial (another process's winner): the
+#: followers' broadcast completes and they wait again, so no collective outlives the group's timeout.
+KEEP_ALIVE = "keep-alive"
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,13 @@ class LaunchedGroup:
         finally:
             os._exit(WATCHDOG_EXIT)
 
+    def keep_alive(self) -> None:
+        """Tell the followers rank 0 is still there (between trials, while it waits)."""
+        import torch.distributed as dist
+
+        if self.state.ctx.world_size > 1:
+            dist.broadcast_object_list([KEEP_ALIVE], src=group_root(self.group), group=self.group)
+
     def stop(self, leave_group: bool = True) -> None:
         """Release the followers (their :func:`follow` returns) and, with ``leave_group``, leave the group."""
         import torch.distributed as dist
@@ -154,8 +164,8 @@ def group_root(group: Any) -> int:
 
 
 def follow(ctx: Any, group: Any = None, leave_group: bool = True) -> None:
-    """Loop of ranks > 0: run each broadcast trial until rank 0 sends None (then, with ``leave_group``, tear
-    the process group down)."""
+    """Loop of ranks > 0: run each broadcast trial (:data:`KEEP_ALIVE`: none) until rank 0 sends None (then,
+    with ``leave_group``, tear the process group down)."""
     import torch.distributed as dist
 
     state = WorkerState(ctx)
@@ -167,6 +177,8 @@ def follow(ctx: Any, group: Any = None, leave_group: bool = True) -> None:
             if leave_group:
                 leave()
             return
+        if box[0] == KEEP_ALIVE:
+            continue
         reply = execute_trial(state, box[0])
         dist.gather_object(reply, None, dst=root, group=group)
 

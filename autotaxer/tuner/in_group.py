@@ -204,7 +204,7 @@ class _Lead:
             return skipped("budget spent")
         rec = self._stored(db, key)
         if rec is None and db.claim(key, self.owner, self._abandoned).owner != self.owner:
-            rec = self._await(db, key)  # another process tunes it: its winner, or its claim let go
+            rec = self._await(db, key, executor)  # another process tunes it: its winner, or its claim let go
             holder = db.claim(key, self.owner, self._abandoned) if rec is None else None
             if holder is not None and holder.owner != self.owner:
                 return skipped(f"{holder.owner} is tuning it")
@@ -306,9 +306,10 @@ class _Lead:
                 return True
         return time.time() - claim.heartbeat > self.lease_s
 
-    def _await(self, db: Any, key: ProblemKey) -> Any:
+    def _await(self, db: Any, key: ProblemKey, executor: Any) -> Any:
         """Wait (``fleet_wait_s``, within the budget) while another process tunes ``key``: its winner once
-        stored, else None (when the wait ends first, or when it let go and the claim is ours)."""
+        stored, else None (when the wait ends first, or when it let go and the claim is ours). The
+        followers hear from rank 0 at every look, so none waits in one collective past its timeout."""
         end = min(time.monotonic() + self.budget.fleet_wait_s, self.deadline)
         while True:
             rec = self._stored(db, key)
@@ -316,6 +317,7 @@ class _Lead:
                 return rec
             if db.claim(key, self.owner, self._abandoned).owner == self.owner or time.monotonic() >= end:
                 return None
+            executor.keep_alive()
             time.sleep(POLL_S)
 
     def _reached_at(self, db: Any, key: ProblemKey) -> int | None:

@@ -269,6 +269,8 @@ class _ShapeTuner:
             ]
             if not running or time.monotonic() >= limit:
                 break
+            if hasattr(self.executor, "keep_alive"):  # followers in one collective must not time out
+                self.executor.keep_alive()
             time.sleep(0.2)
             slept = True
         return f"waited {time.monotonic() - t0:.1f} s for another tuner's trials" if slept else ""

@@ -157,6 +157,22 @@ def _two_ranks(ctx, tmp: str) -> dict:
     torch.distributed.all_gather(list(full.chunk(ws, dim=1)), a1)
     got = autotaxer.dispatch("ag_gemm", a1, b, gather_dim=1)
     out["planted"] = {"report": report, "served": _served(), "error": (got - full @ b).abs().max().item()}
+    # 7. a key another host is tuning (its claim planted): waited for past the group's collective timeout
+    # (rank 0 keeps its followers' broadcasts short), then served as before
+    from datetime import timedelta
+
+    group = torch.distributed.new_group(backend="gloo", timeout=timedelta(seconds=2))
+    held = autotaxer.ProblemKey.from_text(f"ag_gemm|cpu|{ws}|fp32|M=40,N=8,K=8|gather_dim=0")
+    if rank == 0:
+        with open_database(url) as db:
+            db.claim(held, "another-host:1", lambda c: False)
+    torch.distributed.barrier()
+    autotaxer.init(config, group)
+    a40 = torch.randn(40 // ws, 8, generator=gen)
+    step40 = lambda: autotaxer.dispatch("ag_gemm", a40, b, gather_dim=0, group=group)  # noqa: E731
+    report = autotaxer.warmup(step40, fleet_wait_s=5, variants=VARIANTS, progress=False)
+    step40()
+    out["claimed"] = {"report": report, "served": _served(group)}
     out["db_last"] = _studies(url) if rank == 0 else None
     return out
 
@@ -303,6 +319,17 @@ def test_planted_failing_candidates_are_failed_trials_and_the_model_goes_on(runs
     assert "PeerTimeoutError" in trials["planted_never_signal"]["failure"]
     assert all(r["planted"]["served"][key][:2] == ["bsp", "exact"] for r in ranks)
     assert max(r["planted"]["error"] for r in ranks) < 1e-4  # dispatch still serves the right result
+
+
+@pytest.mark.slow
+def test_a_key_another_host_tunes_is_waited_for_then_served_as_before(runs) -> None:
+    ranks, _ = runs[2]
+    key = "ag_gemm|cpu|2|fp32|M=40,N=8,K=8|gather_dim=0"
+    (result,) = ranks[0]["claimed"]["report"].results
+    assert (result.key, result.status, result.note) == (key, "skipped", "another-host:1 is tuning it")
+    assert result.seconds >= 5  # it waited fleet_wait_s, longer than the group's 2 s collective timeout
+    assert key not in ranks[0]["db_last"]["studies"]  # and ran no trial of it
+    assert all(r["claimed"]["served"][key][1] != "exact" for r in ranks)
 
 
 @pytest.mark.slow

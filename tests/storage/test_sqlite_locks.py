@@ -49,3 +49,19 @@ def test_the_schema_lock_keeps_one_descriptor_per_file(tmp_path) -> None:
     with open_database(f"sqlite:///{tmp_path}/u.sqlite") as other:
         other.optuna_storage()
     assert name not in database._LOCK_FDS
+
+
+def test_a_database_another_process_is_still_creating_is_a_source_of_no_records(tmp_path) -> None:
+    """A launch's table load meets the file a concurrent launch has just made, before its schema: no
+    records yet (it was "no such table: autotaxer_winners" on every rank of that launch)."""
+    import sqlite3
+
+    from autotaxer._target import cpu_target
+    from autotaxer.runtime.table import TableSources, load_table
+
+    path = tmp_path / "new.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode = WAL")  # the file exists, with SQLite's header and no table
+    con.close()
+    sources = TableSources(db_url=f"sqlite:///{path}", use_env=False, use_shipped=False)
+    assert load_table(sources, cpu_target(), env={}).records == {}
