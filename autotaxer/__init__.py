@@ -13,6 +13,7 @@ from ._problem import DTYPES, ProblemKey, Target
 __all__ = [
     "DTYPES", "PeerTimeoutError", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__",
     "async_tp", "check", "dispatch", "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
+    "warmup",
 ]  # fmt: skip
 
 # name -> module it comes from; imported on first use (they import torch)
@@ -25,6 +26,7 @@ _LAZY = {
     "PeerTimeoutError": ".ops._peer_wait",
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
+    "warmup": ".tuner.warmup",
 }
 
 

@@ -213,6 +213,18 @@ def max_over_ranks(value: float, ctx: RunContext) -> float:
     return _max_over_ranks(value, ctx)
 
 
+def maxes_over_ranks(values: Sequence[float], ctx: RunContext) -> list[float]:
+    """Each of ``values`` reduced with MAX over the ranks of ``ctx.group``, in one collective."""
+    if ctx.world_size == 1 or not _dist_active():
+        return [float(v) for v in values]
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+    return [float(v) for v in t.tolist()]
+
+
 # -- internals ------------------------------------------------------------------------------------
 
 

@@ -60,6 +60,13 @@ def timing_of(env: Any) -> str:
     return str(env.get("timing") or "eager") if isinstance(env, Mapping) else "eager"
 
 
+def is_partial(env: Any) -> bool:
+    """Whether a record with environment ``env`` came from a search that has not ended (``env["search"] ==
+    "partial"``, stamped by the tuner while a key's study runs and when its time ran out): a later run of
+    the same study may still find a faster configuration (``autotaxer.warmup`` resumes it)."""
+    return isinstance(env, Mapping) and env.get("search") == "partial"
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

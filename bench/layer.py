@@ -192,12 +192,9 @@ def _table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from autotaxer.models import LlamaConfig, TPLlamaLayer
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=DEFAULT_CASES)
-    ap.add_argument("--modes", default=",".join(MODES))
+def layer_options(ap: argparse.ArgumentParser) -> None:
+    """The layer's sizes (Llama-3-70B's by default), the timing and the device (``bench/warmup_layer.py``
+    takes them too)."""
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=8192)
     ap.add_argument("--heads", type=int, default=64)
@@ -206,11 +203,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ffn", type=int, default=28672)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+
+
+def start(device_name: str) -> tuple[torch.device, torch.dtype]:
+    """Join the launch's process group: NCCL on this rank's GPU in bf16, or (a smoke run of a script)
+    gloo on CPU in fp32; multicast off."""
+    for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
+        os.environ.setdefault(k, v)
+    if device_name == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+        dist.init_process_group("nccl", device_id=device)
+        return device, torch.bfloat16
+    dist.init_process_group("gloo")
+    return torch.device("cpu"), torch.float32
+
+
+def make_layer(cfg: Any, device: torch.device, dtype: torch.dtype, rank: int) -> Any:
+    """This rank's shard of the layer (``comm="plain"``), weights drawn from a per-rank seed."""
+    from autotaxer.models import TPLlamaLayer
+
+    torch.manual_seed(1234 + rank)
+    layer = TPLlamaLayer(cfg, "plain", device=device, dtype=dtype)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    return layer
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autotaxer.models import LlamaConfig
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=DEFAULT_CASES)
+    ap.add_argument("--modes", default=",".join(MODES))
+    layer_options(ap)
     ap.add_argument(
         "--tables", default="", help="comma-separated table files for autotaxer (default: shipped)"
     )
     ap.add_argument("--out", default="")
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument(
         "--write-shapes",
         metavar="PATH",
@@ -228,18 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_shapes:
         return _write_shapes(args.write_shapes, cfg, args.world_size, cases, args.batch)
 
-    for k, v in {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}.items():
-        os.environ.setdefault(k, v)
-    if args.device == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        torch.cuda.set_device(local)
-        device, dtype = torch.device("cuda", local), torch.bfloat16
-        dist.init_process_group("nccl", device_id=device)
-    else:  # a smoke run of the script on gloo (no CUDA graphs, no async TP)
-        device, dtype = torch.device("cpu"), torch.float32
-        dist.init_process_group("gloo")
-        if any(k == "graph" for k, _ in cases) or "async_tp" in modes:
-            raise SystemExit("error: --device cpu: graph cases and async_tp need CUDA")
+    if args.device == "cpu" and (any(k == "graph" for k, _ in cases) or "async_tp" in modes):
+        raise SystemExit("error: --device cpu: graph cases and async_tp need CUDA")
+    device, dtype = start(args.device)
     rank, ws = dist.get_rank(), dist.get_world_size()
     group_name = dist.group.WORLD.group_name
 
@@ -247,11 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tables = tuple(t for t in args.tables.split(",") if t)
     autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False))
-    torch.manual_seed(1234 + rank)
-    base = TPLlamaLayer(cfg, "plain", device=device, dtype=dtype)
-    with torch.no_grad():
-        for p in base.parameters():
-            p.normal_(0, 0.02) if p.dim() > 1 else p.fill_(1.0)
+    base = make_layer(cfg, device, dtype, rank)
     params = list(base.parameters())
     # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
     # user with fixed sizes gets (automatic dynamic shapes would trace later cases symbolically), and room

@@ -76,3 +76,39 @@ class InlineExecutor:
 
         self.requests.append(req)
         return [execute_trial(self.state, req)]
+
+
+# -- claims raced by processes (tests/storage/test_claims.py, tests/tuner/test_tuner_postgres.py) -------
+def _claim_at(url: str, key_text: str, owner: str, abandoned_owner: str, start_at: float, out) -> None:
+    """One process's claim on ``key_text`` at ``start_at``, put to ``out``: ``("ok", owner, holder)``."""
+    import time
+
+    from autotaxer.storage import open_database
+
+    try:
+        db = open_database(url)
+        time.sleep(max(0.0, start_at - time.time()))
+        claim = db.claim(ProblemKey.from_text(key_text), owner, lambda c: c.owner == abandoned_owner)
+        db.close()
+        out.put(("ok", owner, claim.owner))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        out.put(("error", owner, f"{type(e).__name__}: {e}"))
+
+
+def race_for_claim(url: str, key: ProblemKey, owners: list[str], abandoned_owner: str = "") -> list[tuple]:
+    """Processes, one per owner, claiming ``key`` at the same moment (an owner named ``abandoned_owner``
+    counts as gone): ``(status, owner, the holder it was told)`` of each."""
+    import multiprocessing as mp
+    import time
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    start_at = time.time() + 3.0
+    args = [(url, key.text, o, abandoned_owner, start_at, out) for o in owners]
+    procs = [ctx.Process(target=_claim_at, args=a) for a in args]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=30)
+    return results

@@ -68,8 +68,21 @@ def test_every_part_of_the_package_has_a_layer() -> None:
     assert {_part(m) for m in MODULES} <= set(LAYERS)
 
 
+#: Upward imports allowed, each with its reason: lazy (inside a function) and only on the path that needs it.
+ALLOWED_UPWARD = {
+    # RuntimeConfig(tune_misses=...): a miss is tuned by the group at its first call, inside dispatch
+    ("autotaxer.runtime.dispatch", "autotaxer.tuner.in_group"),
+    ("autotaxer.runtime.dispatch", "autotaxer.tuner.in_group.InlineTuner"),
+}
+
+
 def test_no_module_imports_a_higher_layer() -> None:
-    upward = [f"{m} -> {t}" for m in MODULES for t in _imports(m) if LAYERS[_part(t)] > LAYERS[_part(m)]]
+    upward = [
+        f"{m} -> {t}"
+        for m in MODULES
+        for t in _imports(m)
+        if LAYERS[_part(t)] > LAYERS[_part(m)] and (m, t) not in ALLOWED_UPWARD
+    ]
     assert upward == []
 
 

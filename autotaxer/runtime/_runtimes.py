@@ -13,6 +13,18 @@ from typing import Any
 #: group (None = the default group) -> its runtime
 RUNTIMES: dict[Any, Any] = {}
 _FACTORY: list[Callable[[Any, Any], Any]] = []
+#: the recorder of a warm-up's recording step while it runs (``autotaxer.warmup``), else empty
+_RECORDER: list[Any] = []
+
+
+def current_recorder() -> Any:
+    """The recorder every runtime reports its decisions to while a warm-up records, or None."""
+    return _RECORDER[0] if _RECORDER else None
+
+
+def set_recorder(recorder: Any) -> None:
+    """Report decisions to ``recorder`` from now on (None: stop)."""
+    _RECORDER[:] = [] if recorder is None else [recorder]
 
 
 def install(factory: Callable[[Any, Any], Any]) -> None:

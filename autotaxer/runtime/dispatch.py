@@ -52,7 +52,7 @@ import torch
 from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
-from ._runtimes import get_runtime, init, install, runtime_for, shutdown
+from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
 from .autograd import FUNCTIONS as AUTOGRAD
 from .autograd import SAVING
 from .custom_op import compiled_dispatch
@@ -109,6 +109,11 @@ class RuntimeConfig:
     ``symm_mem``: the backend torch's symmetric memory runs in this process, one a process: ``"cuda"``
     (torch's fused ops and PyTorch's async TP; the default) or ``"nccl"`` (NCCL's symmetric BSP forms);
     None keeps ``$AUTOTAXER_SYMM_MEM``.
+    ``tune_misses``: seconds a key with no tuned record may be tuned at its first call, every rank of the
+    group taking part (:mod:`autotaxer.tuner.in_group`), before that call is served its winner; None
+    (default): never. A key ``torch.compile`` first meets while tracing is not (``autotaxer.warmup`` is).
+    ``tune_misses_total_s``: the most seconds this runtime spends so. Trials and winners go to ``db_url``
+    (default: the default database, which is then also a table source).
     """
 
     heap_size: int = 1 << 30
@@ -127,6 +132,8 @@ class RuntimeConfig:
     first_call_timeout_s: float = 30.0
     check_calls: bool = False
     symm_mem: str | None = None
+    tune_misses: float | None = None
+    tune_misses_total_s: float = 600.0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
@@ -144,7 +151,7 @@ class RuntimeConfig:
             )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
-        for name in ("peer_timeout_s", "first_call_timeout_s"):
+        for name in ("peer_timeout_s", "first_call_timeout_s", "tune_misses", "tune_misses_total_s"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
@@ -161,10 +168,16 @@ class RuntimeConfig:
 
         return float(self.peer_timeout_s) if self.peer_timeout_s is not None else timeout_from_env()
 
+    def tuning_db_url(self) -> str:
+        """The database that tuning in the model's own processes writes (``db_url``, else the default)."""
+        from ..storage import default_url
+
+        return self.db_url or default_url()
+
     def table_sources(self) -> TableSources:
         return TableSources(
             paths=tuple(str(p) for p in self.tables) if not isinstance(self.tables, str) else self.tables,
-            db_url=self.db_url,
+            db_url=self.tuning_db_url() if self.tune_misses is not None else self.db_url,
             use_env=self.env_tables,
             use_shipped=self.shipped_tables,
             strict=self.strict,
@@ -291,6 +304,8 @@ class Runtime:
         #: waits on peers that gave up (read on every call: the alarm word against what was expected)
         self._watch: Any = IDLE
         self._checking = self.config.check_calls
+        self._traced: set[ProblemKey] = set()  # keys decided while torch.compile traced (decide_call)
+        self._inline: Any = None  # tunes a miss at its first call (RuntimeConfig.tune_misses)
         self._misses_path = None
         if self.config.persist_misses:
             self._misses_path = self.config.misses_path or str(default_misses_path())
@@ -467,10 +482,15 @@ class Runtime:
 
         if self.table is None:
             self.load(device)
-        return self._decide(get_op(op), tensors, layout)[1]
+        key, decision = self._decide(get_op(op), tensors, layout, tracing=True)
+        self._traced.add(key)
+        return decision
 
-    def _decide(self, opobj: Any, tensors: tuple, layout: dict[str, Any]) -> tuple[ProblemKey, Decision]:
-        """The key of a call and the decision every rank agreed on (a miss is noted); collective."""
+    def _decide(
+        self, opobj: Any, tensors: tuple, layout: dict[str, Any], tracing: bool = False
+    ) -> tuple[ProblemKey, Decision]:
+        """The key of a call and the decision every rank agreed on (a miss is noted; with ``tune_misses``
+        tuned, unless ``torch.compile`` is ``tracing``: no trial runs inside a trace); collective."""
         key, decision, error, exc = None, None, None, None
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         try:
@@ -494,6 +514,11 @@ class Runtime:
             decision = self._agree(opobj.name, key, decision, error, exc, grad)
         elif exc is not None:
             raise exc
+        recorder = current_recorder()
+        if recorder is not None:  # a warm-up's recording step: misses are served BSP and noted
+            decision = recorder.note(self, opobj, key, decision)
+        elif decision.is_miss and self.config.tune_misses is not None and not tracing:
+            decision = self._tune_inline(opobj, key, decision)
         self._decisions[key] = decision
         if decision.is_miss:
             self._note_miss(key, decision)
@@ -564,10 +589,13 @@ class Runtime:
         """Drop the plans and workspaces of (op, variant, key) whose waits on peers gave up: their flags
         and epochs no longer match the peers', and dispatch no longer serves them here."""
         failed = self._watch.failed
-        if not failed:
-            return
+        if failed:
+            self._drop_plans(lambda plan: (plan.key.op, plan.decision.variant, plan.key.text) in failed)
+
+    def _drop_plans(self, doomed: Any) -> None:
+        """Drop every plan ``doomed(plan)`` is true of, with its hot entries and workspace."""
         for sig, plan in list(self._plans.items()):
-            if (plan.key.op, plan.decision.variant, plan.key.text) in failed:
+            if doomed(plan):
                 del self._plans[sig]
                 for hot in [h for h, p in self._hot.items() if p is plan]:
                     del self._hot[hot]
@@ -575,6 +603,68 @@ class Runtime:
                 for wkey, ws in list(self._workspaces.items()):
                     if ws is plan.workspace:
                         del self._workspaces[wkey]
+
+    # -- tuning in the model's processes (autotaxer.warmup, tune_misses) ----------------------------
+    def forget(self, keys: Any) -> None:
+        """Decide ``keys`` again at their next call (their decisions, plans and workspaces are dropped).
+        Every rank must forget the same keys: the next call's decision is agreed again."""
+        keys = set(keys)
+        for key in keys:
+            self._decisions.pop(key, None)
+        self._drop_plans(lambda plan: plan.key in keys)
+
+    def install_records(self, records: Any, origin: str) -> None:
+        """Serve ``records`` (winners tuned in this group, the same on every rank) from their keys' next
+        call: they join the table as records of ``origin`` and their keys are forgotten."""
+        from ..records import timing_of
+
+        keys = []
+        for rec in records:
+            if self.config.timing is None or timing_of(rec.env) == self.config.timing:
+                self.table.records[rec.key] = rec
+                self.table.origins[rec.key] = origin
+                keys.append(rec.key)
+        self.forget(keys)
+
+    def use_database(self, url: str) -> None:
+        """Make ``url`` this runtime's database (a table source below explicit tables); collective. When
+        the table changes, every decision is made again."""
+        import dataclasses
+
+        if self.config.db_url == url and self.table is not None:
+            return
+        self.config = dataclasses.replace(self.config, db_url=url)
+        if self.table is None:
+            return
+        old = self.table.digest
+        self.table = self._agreed_table()
+        if self.table.digest != old:
+            self.forget(set(self._decisions) | {p.key for p in self._plans.values()})
+
+    def traced(self, key: ProblemKey) -> bool:
+        """Whether ``key`` was decided while ``torch.compile`` traced (a graph may hold that decision)."""
+        return key in self._traced
+
+    def decide_key(self, key: ProblemKey) -> Decision:
+        """The decision ``key`` gets from this runtime's table now (local: nothing agreed or cached)."""
+        from ..ops import get_op
+
+        return decide(
+            self.table.records, key, get_op(key.op), self.ctx.target, math.log(self.config.max_m_ratio),
+            self.config.min_nearest_speedup,
+        )  # fmt: skip
+
+    def decided_keys(self) -> list[ProblemKey]:
+        """Every key decided so far (by a first call, or while ``torch.compile`` traced)."""
+        return list(self._decisions)
+
+    def _tune_inline(self, opobj: Any, key: ProblemKey, decision: Decision) -> Decision:
+        """``tune_misses``: tune ``key`` now, every rank taking part, and decide it again; collective."""
+        from ..tuner.in_group import InlineTuner  # the one upward import (tests/test_layers.py)
+
+        if self._inline is None:
+            self._inline = InlineTuner(self.config)
+        return self.decide_key(key) if self._inline.tune(self, key) else decision
 
     def _refuse(self, op: str, error: str) -> None:
         """Raise ``TypeError`` for a call whose arguments are not what dispatch takes, on every rank: the

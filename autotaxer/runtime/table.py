@@ -151,6 +151,8 @@ def _read_database(url: str) -> list[Any]:
     except MissingDatabase:  # nothing tuned there yet: no records (nothing is created)
         return []
     try:
+        if db.current_revision() is None:  # another process is creating it right now: nothing tuned yet
+            return []
         return list(db.winners())
     finally:
         db.close()

@@ -11,23 +11,24 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, and_, create_engine, event, insert, inspect, select, update
+from sqlalchemy import Engine, create_engine, event, insert, inspect, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from .._problem import ProblemKey
 from ..records import WinnerRecord, timing_of, to_utc
-from . import _migrate
+from . import _claims, _migrate
+from ._claims import Claim
 from ._url import DatabaseError, MissingDatabase, default_url
-from .models import VERSION_TABLE, WinnerRow
+from .models import VERSION_TABLE, WinnerRow, key_match
 
 #: Seconds a writer waits for SQLite's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -75,6 +76,8 @@ def open_database(url: str | None = None, upgrade: bool = True, read_only: bool 
     except BaseException:
         db.close()
         raise
+    if path is not None and path.exists():
+        _KNOWN_SQLITE.add(str(path.resolve()))  # SQLite now (made so, or checked): never read raw again
     return db
 
 
@@ -218,6 +221,24 @@ class Database:
         with self.session_scope() as session:
             return bool(session.execute(_WINNERS.delete().where(_key_clause(key))).rowcount)
 
+    # -- claims: one tuner at a time per key (``._claims``) -------------------------------------------
+    def claim(self, key: ProblemKey, owner: str, abandoned: Callable[[Claim], bool]) -> Claim:
+        """Take the claim on ``key`` for ``owner`` if it is free, ``owner``'s or ``abandoned``; the claim
+        as it stands after the attempt (its ``owner`` says who tunes ``key``)."""
+        return _claims.acquire(self, key, owner, abandoned)
+
+    def renew_claim(self, key: ProblemKey, owner: str) -> bool:
+        """Refresh ``owner``'s heartbeat on ``key``; False when the claim is no longer ``owner``'s."""
+        return _claims.renew(self, key, owner)
+
+    def release_claim(self, key: ProblemKey, owner: str) -> bool:
+        """Drop ``owner``'s claim on ``key``; True when there was one."""
+        return _claims.release(self, key, owner)
+
+    def claim_of(self, key: ProblemKey) -> Claim | None:
+        """Who tunes ``key`` now, or None."""
+        return _claims.holder(self, key)
+
     def optuna_storage(self):
         """Optuna's RDB storage on the same database (its tables sit beside autotaxer's).
 
@@ -277,15 +298,45 @@ class Database:
             return
         import fcntl
 
-        with path.open("rb") as f:  # flock is advisory and separate from SQLite's own (fcntl) locks
-            fcntl.flock(f, fcntl.LOCK_EX)
+        fd, lock = _lock_handle(path)
+        with lock:  # the threads of this process (flock does not tell them apart: one descriptor)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # advisory, and separate from SQLite's own (fcntl) locks
             try:
                 yield
             finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+#: Descriptors of SQLite files this process flocks (:meth:`Database._schema_lock`), never closed: closing
+#: any descriptor of a database file drops every POSIX lock this process's SQLite connections hold on it
+#: (sqlite.org/howtocorrupt.html, 2.2), and in WAL mode another process that then finds itself the last
+#: user deletes the WAL these connections still read ("file is not a database").
+_LOCK_FDS: dict[str, tuple[int, Any]] = {}
+#: SQLite files this process has already found to be SQLite: their header is not read (opened and
+#: closed) again while its connections may hold locks, for the same reason.
+_KNOWN_SQLITE: set[str] = set()
+
+
+def _lock_handle(path: Path) -> tuple[int, Any]:
+    """This process's descriptor of ``path`` for flock, and a lock for its threads (opened once per file;
+    the descriptors of files since deleted or replaced are closed: no lock of a live file is dropped)."""
+    import threading
+
+    for name, (fd, _) in list(_LOCK_FDS.items()):
+        try:
+            gone = os.fstat(fd).st_ino != os.stat(name).st_ino
+        except OSError:  # deleted
+            gone = True
+        if gone:
+            os.close(fd)
+            del _LOCK_FDS[name]
+    name = str(path.resolve())
+    if name not in _LOCK_FDS:
+        _LOCK_FDS[name] = (os.open(name, os.O_RDONLY), threading.Lock())
+    return _LOCK_FDS[name]
 
 
 def _sqlite_file(parsed) -> Path | None:
@@ -332,16 +383,18 @@ def _precheck_sqlite_file(path: Path, read_only: bool = False) -> None:
         raise DatabaseError(f"{path}: is a directory, not a database file")
     if not path.exists() or path.stat().st_size == 0:
         return
-    try:
-        with path.open("rb") as f:
-            header = f.read(len(_SQLITE_MAGIC))
-    except OSError as e:
-        raise DatabaseError(f"{path}: cannot read: {e.strerror or e}") from None
-    if header != _SQLITE_MAGIC:
-        raise DatabaseError(
-            f"{path}: not an SQLite database (corrupt or another kind of file); it was left untouched. "
-            "Move it away or pass another --db."
-        )
+    known = str(path.resolve())
+    if known not in _KNOWN_SQLITE:  # see _KNOWN_SQLITE: read once, before this process connects
+        try:
+            with path.open("rb") as f:
+                header = f.read(len(_SQLITE_MAGIC))
+        except OSError as e:
+            raise DatabaseError(f"{path}: cannot read: {e.strerror or e}") from None
+        if header != _SQLITE_MAGIC:
+            raise DatabaseError(
+                f"{path}: not an SQLite database (corrupt or another kind of file); it was left untouched. "
+                "Move it away or pass another --db."
+            )
     # A writer's check: not mode=ro, since a read-only connection to a WAL database leaves -wal/-shm
     # files behind; query_only guarantees no write, and closing removes the (empty) WAL files again.
     # A read's check opens it the way the read will (mode=ro, immutable where nothing can write).
@@ -365,6 +418,7 @@ def _precheck_sqlite_file(path: Path, read_only: bool = False) -> None:
         con.close()
     _migrate.check_known(revs, str(path))
     _check_owned(tables, tuple(revs), str(path))
+    _KNOWN_SQLITE.add(known)
 
 
 #: Tables that mark a database as autotaxer's (with its version table).
@@ -458,15 +512,7 @@ def _create_engine(url: str, sqlite: bool, creator: Any = None) -> Engine:
 
 
 def _key_clause(key: ProblemKey):
-    c = _WINNERS.c
-    return and_(
-        c.op == key.op,
-        c.gpu_model == key.gpu_model,
-        c.world_size == key.world_size,
-        c.dtype == key.dtype,
-        c.shape == key.shape_text,
-        c.layout == key.layout_text,
-    )
+    return key_match(_WINNERS, key)
 
 
 def _row_values(rec: WinnerRecord) -> dict[str, Any]:

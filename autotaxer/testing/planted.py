@@ -7,6 +7,7 @@ They are registered ONLY when the environment has ``AUTOTAXER_PLANTED_VARIANTS=1
   ``gather_dim=0`` only, so a run over both layouts hangs, and relaunches its group, once.
 - ``planted_crash``: rank 1 kills itself with SIGSEGV inside ``run``.
 - ``planted_wrong``: fast and wrong (writes zeros): it would win every race if validation let it.
+- ``planted_raise``: rank 1 raises ``RuntimeError`` inside ``run`` (a candidate failing on one rank).
 - ``planted_never_signal``: rank 0 (the only rank at world size 1) records in its watch slot what a kernel
   whose wait on rank 1's flag gave up records (``kernels/common/watch.py``), as if rank 1 never signalled.
 """
@@ -66,6 +67,13 @@ class PlantedWrong(_Planted):
     name = "planted_wrong"
 
 
+class PlantedRaise(_Planted):
+    name = "planted_raise"
+
+    def _fault(self) -> None:
+        raise RuntimeError("planted_raise: this candidate fails on rank 1")
+
+
 class PlantedNeverSignal(_Planted):
     name = "planted_never_signal"
 
@@ -88,7 +96,7 @@ class PlantedNeverSignal(_Planted):
 
 
 VARIANTS = (
-    [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedNeverSignal()]
+    [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedRaise(), PlantedNeverSignal()]
     if os.environ.get(ENV_VAR) == "1"
     else []
 )

@@ -23,6 +23,9 @@ from .worker import RankReply, TrialRequest, WorkerState, execute_trial
 
 #: Exit code of a rank ended by the watchdog (the launcher restarts the group).
 WATCHDOG_EXIT = 17
+#: What rank 0 sends while it waits for something else than a trial (another process's winner): the
+#: followers' broadcast completes and they wait again, so no collective outlives the group's timeout.
+KEEP_ALIVE = "keep-alive"
 
 
 @dataclass(frozen=True)
@@ -78,14 +81,24 @@ def init_launched(launch: LaunchEnv, device: str) -> Any:
 
 
 class LaunchedGroup:
-    """Rank 0's executor inside a launch: broadcast the trial, run it here too, gather the replies."""
+    """Rank 0's executor inside a launch: broadcast the trial, run it here too, gather the replies.
 
-    def __init__(self, ctx: Any) -> None:
+    ``group``: the process group (None: the default one) whose other ranks run :func:`follow`.
+    ``exit_on_timeout``: when a trial outlives its timeout the watchdog records it failed and ends the
+    process (``autotaxer tune`` inside torchrun: the launcher restarts the group); False (a model's own
+    ranks tuning, :mod:`.in_group`): it only records the trial failed, so no later run
+    tries that configuration again. ``before_trial`` is called before each trial (a claim's heartbeat).
+    """
+
+    def __init__(self, ctx: Any, group: Any = None, exit_on_timeout: bool = True) -> None:
         self.state = WorkerState(ctx)
+        self.group = group
+        self.exit_on_timeout = exit_on_timeout
         self.launches = 1
         self.launch_s = 0.0
         #: Called with the reason when the watchdog fires, before the process exits (records the trial).
         self.on_abort: Callable[[str], None] | None = None
+        self.before_trial: Callable[[], None] | None = None
 
     def ensure_started(self) -> None:
         pass
@@ -95,19 +108,27 @@ class LaunchedGroup:
     ) -> list[RankReply]:
         import torch.distributed as dist
 
+        if self.before_trial is not None:
+            self.before_trial()
         timer = threading.Timer(timeout_s, self._expire, args=(timeout_s,))
         timer.daemon = True
         timer.start()
         try:
-            dist.broadcast_object_list([req], src=0)
+            if self.state.ctx.world_size == 1:  # nobody to send it to (a group of one, or no process group)
+                return [execute_trial(self.state, req)]
+            dist.broadcast_object_list([req], src=group_root(self.group), group=self.group)
             reply = execute_trial(self.state, req)
             replies: list[Any] = [None] * self.state.ctx.world_size
-            dist.gather_object(reply, replies, dst=0)
+            dist.gather_object(reply, replies, dst=group_root(self.group), group=self.group)
         finally:
             timer.cancel()
         return replies
 
     def _expire(self, timeout_s: float) -> None:
+        if not self.exit_on_timeout:
+            if self.on_abort is not None:
+                self.on_abort(f"timeout: no result after {timeout_s:g} s (watchdog)")
+            return
         reason = (
             f"timeout: no result after {timeout_s:g} s (watchdog; exiting so the launcher restarts the group)"
         )
@@ -117,27 +138,49 @@ class LaunchedGroup:
         finally:
             os._exit(WATCHDOG_EXIT)
 
-    def stop(self) -> None:
-        """Release the followers and leave the process group."""
+    def keep_alive(self) -> None:
+        """Tell the followers rank 0 is still there (between trials, while it waits)."""
         import torch.distributed as dist
 
-        dist.broadcast_object_list([None], src=0)
-        leave()
+        if self.state.ctx.world_size > 1:
+            dist.broadcast_object_list([KEEP_ALIVE], src=group_root(self.group), group=self.group)
+
+    def stop(self, leave_group: bool = True) -> None:
+        """Release the followers (their :func:`follow` returns) and, with ``leave_group``, leave the group."""
+        import torch.distributed as dist
+
+        if self.state.ctx.world_size > 1:
+            dist.broadcast_object_list([None], src=group_root(self.group), group=self.group)
+        self.state.cached.clear()
+        if leave_group:
+            leave()
 
 
-def follow(ctx: Any) -> None:
-    """Loop of ranks > 0: run each broadcast trial until rank 0 sends None."""
+def group_root(group: Any) -> int:
+    """The global rank of ``group``'s rank 0 (0 for the default group)."""
+    import torch.distributed as dist
+
+    return 0 if group is None else dist.get_global_rank(group, 0)
+
+
+def follow(ctx: Any, group: Any = None, leave_group: bool = True) -> None:
+    """Loop of ranks > 0: run each broadcast trial (:data:`KEEP_ALIVE`: none) until rank 0 sends None (then,
+    with ``leave_group``, tear the process group down)."""
     import torch.distributed as dist
 
     state = WorkerState(ctx)
+    root = group_root(group)
     while True:
         box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=root, group=group)
         if box[0] is None:
-            leave()
+            if leave_group:
+                leave()
             return
+        if box[0] == KEEP_ALIVE:
+            continue
         reply = execute_trial(state, box[0])
-        dist.gather_object(reply, None, dst=0)
+        dist.gather_object(reply, None, dst=root, group=group)
 
 
 def leave() -> None:

@@ -46,7 +46,7 @@ from .study import (
     split_params,
     suggest,
 )
-from .worker import RankReply, TrialRequest
+from .worker import PEER_RAISED, RankReply, TrialRequest
 
 
 class Executor(Protocol):
@@ -116,8 +116,9 @@ def trial_seed(base: int | None, number: int) -> int:
 def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float, float]:
     """(failure, median_us, rel_err, timing_s) over all ranks."""
     errors = [r.error for r in replies if r.error]
-    # a rank whose wait on a peer gave up names the silent peer; its peers only see the agreed failure
-    errors.sort(key=lambda e: "PeerTimeoutError" not in e)
+    # a rank whose wait on a peer gave up names the silent peer, and a rank that raised names its error;
+    # its peers only see the agreed failure
+    errors.sort(key=lambda e: (PEER_RAISED in e, "PeerTimeoutError" not in e))
     rel = max((r.rel_err for r in replies if not math.isnan(r.rel_err)), default=math.nan)
     timing = max(r.timing_s for r in replies)
     if errors:
@@ -198,7 +199,7 @@ class _ShapeTuner:
         c = counts(study)
         self.reporter.shape_start(self.index, self.n_shapes, self.key.text, target, finished(c))
         deadline = None if cfg.timeout_s is None else t_shape + cfg.timeout_s
-        asks, note = 0, ""
+        asks, note, cut_short = 0, "", False
         max_asks = 20 * target + 100  # pruned trials cost milliseconds, but a space may be mostly invalid
         while True:
             c = counts(study)
@@ -209,6 +210,7 @@ class _ShapeTuner:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 note = f"stopped by --timeout {cfg.timeout_s:g} s"
+                cut_short = True
                 break
             if asks >= max_asks:
                 note = f"stopped after {asks} asks: most of the space is invalid"
@@ -218,7 +220,7 @@ class _ShapeTuner:
         waited = self._await_baseline_elsewhere(study, deadline)
         if waited:
             note = (note + "; " if note else "") + waited
-        self._store_winner(study, final=True)
+        self._store_winner(study, final=True, partial=cut_short)
         c = counts(study)
         best = best_trial(study)
         bsp = best_bsp(study, self.space)
@@ -267,6 +269,8 @@ class _ShapeTuner:
             ]
             if not running or time.monotonic() >= limit:
                 break
+            if hasattr(self.executor, "keep_alive"):  # followers in one collective must not time out
+                self.executor.keep_alive()
             time.sleep(0.2)
             slept = True
         return f"waited {time.monotonic() - t0:.1f} s for another tuner's trials" if slept else ""
@@ -382,10 +386,12 @@ class _ShapeTuner:
             )
         )
 
-    def _store_winner(self, study: Any, final: bool) -> None:
-        """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count."""
+    def _store_winner(self, study: Any, final: bool, partial: bool = True) -> None:
+        """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count.
+        ``partial``: the search has not ended (while it runs, or its time ran out): stamped in the record's
+        environment (``env["search"]``), so a later run resumes it."""
         from .._target import software_versions
-        from ..records import WinnerRecord
+        from ..records import WinnerRecord, is_partial
         from ..runtime.kernel_hash import kernel_source_hash
 
         best = best_trial(study)
@@ -397,6 +403,8 @@ class _ShapeTuner:
         form = fastest_form(study, self.op.fallback_forms(self.target))
         if form is not None:  # what dispatch serves untuned keys near this one
             env["fastest_form"] = form
+        if partial or not final:
+            env["search"] = "partial"
         record = WinnerRecord(
             key=self.key,
             variant=variant,
@@ -414,7 +422,7 @@ class _ShapeTuner:
             self.db.upsert_winner(record)
             return
         stored = self.db.get_winner(self.key)
-        fields = lambda r: (r.variant, r.params, r.median_us, r.bsp_us, r.trials)
+        fields = lambda r: (r.variant, r.params, r.median_us, r.bsp_us, r.trials, is_partial(r.env))
         same = stored is not None and fields(stored) == fields(record)
         if not same:  # a stored time no faster than ours is this study's (or worse): refresh the counts
             self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)

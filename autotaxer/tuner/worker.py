@@ -20,6 +20,9 @@ from typing import Any
 from .._problem import ProblemKey
 from ..measure import TimingConfig
 
+#: The error of a rank whose trial ended because another rank's raised (that rank names the cause).
+PEER_RAISED = "another rank raised (its error names the cause)"
+
 
 @dataclass(frozen=True)
 class TrialRequest:
@@ -66,24 +69,40 @@ class WorkerState:
 
 
 def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
-    """Run ``req`` on this rank (collective over ``state.ctx.group``)."""
-    from ..measure import check_variant, max_over_ranks, time_variant
+    """Run ``req`` on this rank (collective over ``state.ctx.group``).
+
+    Preparing and validating run first on every rank, then the ranks agree, in one collective, on the
+    worst error and on whether any rank raised: a rank that raised (a candidate that fails on one rank
+    only) still takes part, so its peers leave the trial with it instead of waiting for it in the next
+    collective, and every rank takes the same branch.
+    """
+    from ..measure import check_variant, maxes_over_ranks, time_variant
     from ..ops import get_op
 
     ctx = state.ctx
     t0 = time.perf_counter()
+    raised: tuple[Exception, str] | None = None
     try:
         op = get_op(req.op)
         variant = op.variants[req.variant]
         ws = state.workspace(variant, req.key, req.params)
         err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws)
+    except Exception as exc:  # reported after the ranks agreed (below)
+        raised, err = (exc, traceback.format_exc()), math.inf
+    try:
         gave_up = peer_timeout(ctx)  # a kernel's wait on a peer that gave up (check_variant synchronised)
-        err = max_over_ranks(math.inf if gave_up else err, ctx)  # every rank takes the same branch
+        err, any_raised = maxes_over_ranks([math.inf if gave_up else err, float(raised is not None)], ctx)
+        if raised is not None:
+            raise raised[0]
         tol = op.tolerance(req.key)
         if gave_up is not None:
             state.cached.clear()  # its flags and epochs no longer match the peers'
             return RankReply(ctx.rank, rel_err=err, tolerance=tol, elapsed_s=time.perf_counter() - t0,
                              error=f"rank {ctx.rank}: {gave_up}")  # fmt: skip
+        if any_raised:
+            state.cached.clear()
+            elapsed = time.perf_counter() - t0
+            return RankReply(ctx.rank, elapsed_s=elapsed, error=f"rank {ctx.rank}: {PEER_RAISED}")
         if not err <= tol:  # NaN fails too
             return RankReply(
                 ctx.rank,
@@ -124,7 +143,7 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
             ctx.rank,
             elapsed_s=time.perf_counter() - t0,
             error=f"rank {ctx.rank}: {type(exc).__name__}: {first_line}",
-            detail=traceback.format_exc(),
+            detail=raised[1] if raised is not None and exc is raised[0] else traceback.format_exc(),
             fatal=_device_broken(ctx),
         )
 

@@ -24,7 +24,7 @@ def test_doctor_json_on_this_machine(tmp_path):
     assert report["iris"]["allocator"] in ("vmem_chunked", "torch")
     runner.invoke(app, ["db", "upgrade", "--db", url])
     report = json.loads(runner.invoke(app, ["doctor", "--db", url, "--format", "json"]).output)
-    assert (report["database"]["revision"], report["database"]["status"]) == ("0001", "ok")
+    assert (report["database"]["revision"], report["database"]["status"]) == ("0002", "ok")
 
 
 def test_doctor_human_reports_allocator_choice_and_bad_database(tmp_path):

@@ -47,10 +47,10 @@ def test_help_and_db_upgrade(tmp_path):
     url = f"sqlite:///{tmp_path}/new.sqlite"
     result = invoke("db", "upgrade", "--db", url)
     assert result.exit_code == 0, result.output
-    assert "revision 0001, up to date" in result.output
+    assert "revision 0002, up to date" in result.output
     assert (tmp_path / "new.sqlite").is_file()
     result = invoke("db", "current", "--db", url, "--format", "json")
-    assert json.loads(result.output) == {"url": url, "revision": "0001", "head": "0001", "up_to_date": True}
+    assert json.loads(result.output) == {"url": url, "revision": "0002", "head": "0002", "up_to_date": True}
 
 
 def test_db_from_environment(tmp_path):

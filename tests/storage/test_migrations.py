@@ -27,7 +27,7 @@ def _autotaxer_tables(name, type_, parent_names):
 
 def test_single_head():
     assert _migrate.script_directory().get_heads() == [_migrate.head_revision()]
-    assert _migrate.head_revision() == "0001"
+    assert _migrate.head_revision() == "0002"
 
 
 def test_upgrade_head_matches_models(url):
@@ -41,6 +41,10 @@ def test_upgrade_head_matches_models(url):
             uniques = insp.get_unique_constraints("autotaxer_winners")
             checks = {c["name"] for c in insp.get_check_constraints("autotaxer_winners")}
             pk = insp.get_pk_constraint("autotaxer_winners")
+            claims = insp.get_unique_constraints("autotaxer_claims")
+    assert [(u["name"], u["column_names"]) for u in claims] == [
+        ("uq_autotaxer_claims_key", ["op", "gpu_model", "world_size", "dtype", "shape", "layout"])
+    ]
     assert [(u["name"], u["column_names"]) for u in uniques] == [
         ("uq_autotaxer_winners_key", ["op", "gpu_model", "world_size", "dtype", "shape", "layout"])
     ]
@@ -58,7 +62,7 @@ def test_models_differ_from_an_empty_database_is_detected(tmp_path):
     engine = create_engine(f"sqlite:///{tmp_path}/empty.sqlite")
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"include_name": _autotaxer_tables})
-        assert [d[0] for d in compare_metadata(ctx, Base.metadata)] == ["add_table"]
+        assert [d[0] for d in compare_metadata(ctx, Base.metadata)] == ["add_table", "add_table"]
     engine.dispose()
 
 
@@ -76,11 +80,25 @@ def test_downgrade_base_then_upgrade_with_data(url):
         assert "autotaxer_winners" not in tables
         assert {"studies", "alembic_version"} <= tables  # Optuna's tables are not autotaxer's to drop
     with open_database(url) as db:
-        assert db.current_revision() == "0001"
+        assert db.current_revision() == "0002"
         assert db.winners() == []
         db.upsert_winner(make_record(32))
         assert [r.key["M"] for r in db.winners()] == [32]
         assert optuna.load_study(study_name="keep-me", storage=db.optuna_storage()).study_name == "keep-me"
+
+
+def test_a_0001_database_with_data_upgrades_to_claims(url):
+    """A database of the first schema (winners only) keeps its winners and gains the claims table."""
+    with open_database(url) as db:
+        db.upsert_winner(make_record(16))
+        with db.engine.begin() as conn:
+            _migrate.downgrade(conn, "0001")
+        assert db.current_revision() == "0001"
+        assert "autotaxer_claims" not in inspect(db.engine).get_table_names()
+    with open_database(url) as db:
+        assert db.current_revision() == "0002"
+        assert [r.key["M"] for r in db.winners()] == [16]
+        assert db.claim_of(make_record(16).key) is None
 
 
 def test_open_without_upgrade_leaves_schema_alone(url):

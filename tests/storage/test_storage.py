@@ -41,7 +41,7 @@ def test_open_default_creates_parent_dir(monkeypatch, tmp_path):
     monkeypatch.delenv("AUTOTAXER_DB", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     with open_database() as database:
-        assert database.current_revision() == "0001"
+        assert database.current_revision() == "0002"
     assert (tmp_path / "data" / "autotaxer" / "tuning.sqlite").is_file()
 
 
@@ -172,7 +172,7 @@ def test_optuna_shares_the_database(url, db):
     db.upsert_winner(make_record())
     db.close()
     with open_database(url) as again:
-        assert again.current_revision() == "0001" and len(again.winners()) == 1
+        assert again.current_revision() == "0002" and len(again.winners()) == 1
         with again.engine.connect() as conn:
             tables = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")}
             optuna_rev = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()

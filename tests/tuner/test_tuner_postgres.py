@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from _factories import race_for_claim
 
 from autotaxer._problem import ProblemKey
 from autotaxer.testing import free_port
@@ -151,3 +152,46 @@ def test_two_tuners_share_one_postgres_database(postgres_url: str, tmp_path: Pat
             assert winner.median_us == best and winner.trials == finished
     finally:
         db.close()
+
+
+@pytest.mark.slow
+def test_a_fleet_on_one_postgres_database_tunes_each_key_once(postgres_url: str, tmp_path: Path) -> None:
+    """Processes racing for one key's claim (exactly one wins), then two model launches warming up the
+    same keys at once (each key tuned by one of them, the other waits for it); `export` makes a table of
+    what the fleet tuned."""
+    import json
+
+    import optuna
+    from typer.testing import CliRunner
+
+    from autotaxer.cli import app
+    from autotaxer.storage import open_database
+    from autotaxer.table_file import read_table
+    from autotaxer.testing.warmup_launch import start
+
+    claims = race_for_claim(postgres_url, _key(99), [f"h{i}:1" for i in range(4)])
+    assert all(status == "ok" for status, _, _ in claims), claims
+    assert len({holder for _, _, holder in claims}) == 1  # everyone was told the same one owner
+    assert sum(me == holder for _, me, holder in claims) == 1
+
+    launches = [start(postgres_url, "40,56", tmp_path / f"{n}.json", tmp_path) for n in ("a", "b")]
+    for p in [p for launch in launches for p in launch]:
+        assert p.wait(timeout=300) == 0, p.communicate()[1][-3000:]
+    reports = [json.loads((tmp_path / f"{n}.json").read_text()) for n in ("a", "b")]
+    keys = [k for k in reports[0]["served"]]
+    assert len(keys) == 4 and set(reports[1]["served"]) == set(keys)
+    with open_database(postgres_url) as db:
+        storage = db.optuna_storage()
+        for key in keys:
+            tuned = [
+                r for rep in reports for r in rep["results"] if r["key"] == key and r["status"] == "tuned"
+            ]
+            assert len(tuned) == 1, (key, reports)
+            trials = optuna.load_study(study_name=key, storage=storage).get_trials()
+            assert len({t.user_attrs.get("owner") for t in trials if t.state.name != "WAITING"}) == 1
+    table = tmp_path / "fleet.json"
+    result = CliRunner().invoke(
+        app, ["export", "--db", postgres_url, "--out", str(table), "--world-size", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert set(keys) <= {r.key.text for r in read_table(table)}

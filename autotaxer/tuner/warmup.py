@@ -1,0 +1,182 @@
+"""``autotaxer.warmup(step, *args, budget_s=...)``: tune, on the machine a model runs on, what it calls.
+
+On a machine no shipped table covers (another GPU, world size or hidden size), every key misses and
+dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
+
+1. it runs ``step(*args)`` once, eagerly (compiled functions too), serving BSP for every key without an
+   exact record and recording every key dispatch decides on any group (both ops, every layout, forward
+   and backward);
+2. it tunes the keys that missed, and those whose search stopped short in an earlier launch, collectively
+   on each group's ranks (:mod:`.in_group`: the tuner's trials, validation, timing and consensus;
+   rank 0 writes trials and winners to the runtime's database), within ``budget_s`` in all and
+   ``key_budget_s`` per key, printing a line per key on rank 0;
+3. every rank serves the winners from the next call; a graph that ``torch.compile`` traced with one of
+   those keys is dropped so the next call traces the winner.
+
+A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
+rank calls it, with the same step. Call it first, before capturing CUDA graphs: it drops the plans and
+workspaces of the keys it tunes (a graph that replays them would read freed buffers), and a step replayed
+from a graph never reaches dispatch to be seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._problem import ProblemKey
+from ..runtime._runtimes import RUNTIMES, set_recorder
+from ..runtime.lookup import FALLBACK, Decision
+from .in_group import KeyResult, TuningBudget, tune_in_group
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    """What a warm-up did: one result per key it tuned or tried to, the keys the step dispatched, and how
+    long the step and the tuning took (seconds, this rank's clock)."""
+
+    results: tuple[KeyResult, ...]
+    seen: int
+    step_s: float
+    tuning_s: float
+
+    @property
+    def tuned(self) -> list[KeyResult]:
+        """Keys tuned now or found tuned by another process: served their winner from now on."""
+        return [r for r in self.results if r.status != "skipped"]
+
+
+class _Recorder:
+    """Notes every key a runtime decides while the step runs, and serves BSP for the misses."""
+
+    def __init__(self) -> None:
+        self.seen: dict[Any, dict[ProblemKey, Decision]] = {}  # runtime -> key -> its decision
+
+    def note(self, rt: Any, opobj: Any, key: ProblemKey, decision: Decision) -> Decision:
+        self.seen.setdefault(rt, {}).setdefault(key, decision)
+        if not decision.is_miss:
+            return decision
+        base = opobj.baseline()
+        return Decision(base.name, base.default_params(key, rt.ctx.target), FALLBACK, math.inf)
+
+
+def warmup(
+    step: Callable[..., Any],
+    *args: Any,
+    budget_s: float = 180.0,
+    key_budget_s: float | None = None,
+    db_url: str | None = None,
+    trials: int = 32,
+    trial_timeout_s: float = 120.0,
+    fleet_wait_s: float = 60.0,
+    seed_nearby: bool = True,
+    variants: tuple[str, ...] | None = None,
+    progress: bool = True,
+) -> WarmupReport:
+    """Run ``step(*args)`` once and tune the keys it dispatched that have no tuned record; collective.
+
+    ``budget_s``: seconds of tuning in all; ``key_budget_s``: at most per key (default: what is left
+    shared by the keys left); ``db_url``: the database trials and winners go to (default: the runtime's
+    ``db_url``, else the default database; it becomes a table source of the runtime); ``trials``: at
+    most per key; ``trial_timeout_s``: a trial running longer is recorded failed; ``fleet_wait_s``: how
+    long to wait for a key another process is tuning (it is served as before when the wait ends);
+    ``seed_nearby``: start each search from the nearest tuned configurations; ``variants``: the variants
+    to try besides the BSP forms (default: each op's default space); ``progress``: a line per key on
+    rank 0 (stderr). Returns the same report on every rank.
+    """
+    budget = TuningBudget(
+        budget_s, key_budget_s, trials, trial_timeout_s, fleet_wait_s, seed_nearby,
+        tuple(variants) if variants is not None else None,
+    )  # fmt: skip
+    budget.validate()
+    if not callable(step):
+        raise TypeError(f"step: expected a callable, got {type(step).__name__}")
+    for rt in _ordered(RUNTIMES.values()):  # read (and then write) the database from the first call on
+        rt.use_database(db_url or rt.config.tuning_db_url())
+        rt.forget([k for k in rt.decided_keys() if _to_tune(rt, k)])  # decided again, and seen, in the step
+    recorder = _Recorder()
+    t0 = time.monotonic()
+    set_recorder(recorder)
+    try:
+        with _eager():
+            step(*args)
+    finally:
+        set_recorder(None)
+        for rt, seen in recorder.seen.items():
+            rt.forget(seen)  # the recording's BSP decisions go; the next call decides again
+    step_s = time.monotonic() - t0
+    results: list[KeyResult] = []
+    for rt in _ordered(recorder.seen):
+        rt.use_database(db_url or rt.config.tuning_db_url())  # a runtime the step created
+        keys = [k for k in recorder.seen[rt] if _to_tune(rt, k)]
+        if not keys:
+            continue
+        left = max(0.0, budget.budget_s - (time.monotonic() - t0 - step_s))
+        out = sys.stderr if progress and rt.ctx.rank == 0 else None
+        done, _ = tune_in_group(rt, keys, _with_total(budget, left), out)
+        results.extend(done)
+        _retrace(rt, [ProblemKey.from_text(r.key) for r in done if r.status != "skipped"], out)
+    seen = sum(len(s) for s in recorder.seen.values())
+    return WarmupReport(tuple(results), seen, step_s, time.monotonic() - t0 - step_s)
+
+
+def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:
+    from dataclasses import replace
+
+    return replace(budget, budget_s=total_s)
+
+
+def _to_tune(rt: Any, key: ProblemKey) -> bool:
+    """A key with no exact record, or whose record came from this runtime's database with its search cut
+    short (time ran out, or a process was killed): tuned, or resumed."""
+    from ..records import is_partial
+
+    if rt.decide_key(key).is_miss:
+        return True
+    rec = rt.table.records.get(key)
+    return is_partial(rec.env) and rt.table.origins.get(key) == rt.config.tuning_db_url()
+
+
+def _ordered(runtimes: Any) -> list[Any]:
+    """Runtimes in the order of their groups' names: every rank tunes its groups in the same order, so
+    ranks in two groups never wait for each other in different ones."""
+    return sorted(runtimes, key=lambda rt: _group_name(rt.group))
+
+
+def _group_name(group: Any) -> str:
+    import torch.distributed as dist
+
+    if group is not None:
+        return group.group_name
+    return dist.group.WORLD.group_name if dist.is_available() and dist.is_initialized() else ""
+
+
+@contextlib.contextmanager
+def _eager():
+    """Run ``torch.compile``'d functions eagerly (their calls reach dispatch and are seen), where torch
+    can (``torch.compiler.set_stance``, torch 2.6+)."""
+    import torch
+
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None:
+        yield
+        return
+    with stance("force_eager"):
+        yield
+
+
+def _retrace(rt: Any, keys: list[ProblemKey], out: Any) -> None:
+    """Drop ``torch.compile``'s graphs when one traced a tuned key before the warm-up (it holds the old
+    decision); the next call traces again with the winner."""
+    if not any(rt.traced(k) and rt.decide_key(k).variant != "bsp" for k in keys):
+        return
+    import torch
+
+    torch._dynamo.reset()
+    if out is not None:
+        print("autotaxer: torch.compile's graphs were reset to trace the tuned keys", file=out, flush=True)

@@ -1,0 +1,94 @@
+"""``autotaxer.warmup`` in one process with no process group (world size 1, CPU), its arguments and
+``RuntimeConfig``'s tuning fields refused by name, and a database it cannot write named on failure."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import autotaxer
+from autotaxer.tuner.in_group import GroupTuningError, KeyResult
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setenv("AUTOTAXER_DB", f"sqlite:///{tmp_path}/default.sqlite")
+    config = autotaxer.RuntimeConfig(
+        db_url=f"sqlite:///{tmp_path}/w.sqlite", shipped_tables=False, env_tables=False, persist_misses=False
+    )
+    yield autotaxer.init(config)
+    from autotaxer.runtime.dispatch import shutdown
+
+    shutdown()
+
+
+def _step():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.randn(16, 8, generator=gen), torch.randn(8, 8, generator=gen)
+    return (lambda: autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)), a @ b
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"budget_s": -1}, "budget_s: must be a finite number of seconds >= 0"),
+        ({"budget_s": math.nan}, "budget_s"),
+        ({"key_budget_s": 0}, "key_budget_s: must be a finite number of seconds > 0"),
+        ({"trial_timeout_s": math.inf}, "trial_timeout_s"),
+        ({"fleet_wait_s": -0.5}, "fleet_wait_s"),
+        ({"trials": 0}, "trials: must be an integer >= 1"),
+        ({"variants": ("cpu_chunked", "no_such_variant")}, "variants: unknown no_such_variant"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name_before_anything_runs(kwargs, message) -> None:
+    ran = []
+    with pytest.raises(ValueError, match=message):
+        autotaxer.warmup(lambda: ran.append(1), **kwargs)
+    assert ran == []
+    with pytest.raises(TypeError, match="step: expected a callable, got str"):
+        autotaxer.warmup("not a step")
+
+
+@pytest.mark.parametrize("field", ["tune_misses", "tune_misses_total_s"])
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan])
+def test_runtime_config_refuses_a_tuning_budget_by_name(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: must be a finite number of seconds > 0"):
+        autotaxer.RuntimeConfig(**{field: value}).validate()
+
+
+def test_one_rank_warms_up_serves_the_winner_and_tunes_nothing_the_second_time(runtime) -> None:
+    step, expected = _step()
+    report = autotaxer.warmup(step, budget_s=120, trials=2, variants=("cpu_chunked",), progress=False)
+    (result,) = report.results
+    assert result.key == "ag_gemm|cpu|1|fp32|M=16,N=8,K=8|gather_dim=0" and result.status == "tuned"
+    assert result.ran == 2 and result.reached_at in (1, 2) and result.speedup > 0
+    assert (step() - expected).abs().max().item() < 1e-4
+    (decision,) = runtime.decisions().values()
+    assert (decision.variant, decision.source) == (result.variant, "exact")
+    again = autotaxer.warmup(step, budget_s=120, trials=2, variants=("cpu_chunked",), progress=False)
+    assert again.results == () and again.seen == 0  # served from its plan: nothing to decide or tune
+
+
+def test_a_database_it_cannot_write_is_named(runtime, tmp_path) -> None:
+    (tmp_path / "a_file").write_text("")
+    url = f"sqlite:///{tmp_path}/a_file/w.sqlite"
+    step, expected = _step()
+    with pytest.raises(GroupTuningError, match=f"^{url}: "):
+        autotaxer.warmup(step, db_url=url, budget_s=60, variants=("cpu_chunked",), progress=False)
+    assert (step() - expected).abs().max().item() < 1e-4  # the model goes on, served as before
+
+
+def test_a_key_results_line_names_key_winner_speed_trials_and_seconds() -> None:
+    key = "ag_gemm|nvidia-h100-80gb-hbm3|4|bf16|M=256,N=8192,K=8192|gather_dim=0,b_layout=nk"
+    tuned = KeyResult(key, "tuned", "push", {}, 50.0, 65.0, trials=12, ran=12, failed=1, seconds=21.04)
+    assert tuned.line(2, 8) == (
+        "  [2/8] ag_gemm bf16 M=256 N=8192 K=8192 gd=0 nk: push 1.30× the fastest BSP form "
+        "(12 trial(s) run, 1 failed, 21.0 s)"
+    )
+    skipped = KeyResult(key, "skipped", note="budget spent")
+    assert skipped.line(8, 8).endswith("not tuned (budget spent); served as before")
+    assert skipped.speedup is None
