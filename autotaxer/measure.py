@@ -192,7 +192,7 @@ def warm_up(ctx: RunContext, seconds: float | None = None) -> None:
         _all_gather(shard, gathered, ctx)
         torch.matmul(a, a)
         _synchronize(ctx)
-        if _max_over_ranks(time.perf_counter() - t0, ctx) >= budget:
+        if _min_over_ranks(time.perf_counter() - t0, ctx) >= budget:  # every rank has spent the budget
             break
     _barrier(ctx)
     ctx.warmed_up = True
@@ -273,13 +273,21 @@ def _synchronize(ctx: RunContext) -> None:
 
 
 def _max_over_ranks(value: float, ctx: RunContext) -> float:
+    return _reduce_over_ranks(value, ctx, "MAX")
+
+
+def _min_over_ranks(value: float, ctx: RunContext) -> float:
+    return _reduce_over_ranks(value, ctx, "MIN")
+
+
+def _reduce_over_ranks(value: float, ctx: RunContext, op: str) -> float:
     if ctx.world_size == 1 or not _dist_active():
         return float(value)
     import torch
     import torch.distributed as dist
 
     t = torch.tensor([float(value)], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=ctx.group)
     return float(t.item())
 
 

@@ -80,11 +80,23 @@ def _layer_against_reference(ctx, comm: str, compiled: bool) -> dict:
     return {"errors": errors, "breaks": breaks, "problems": (called, listed)}
 
 
+def _every_case(ctx) -> dict:
+    """Every (comm, compiled) case in turn, in one spawned group (spawning one costs seconds)."""
+    return {(comm, compiled): _layer_against_reference(ctx, comm, compiled)
+            for comm in ("autotaxer", "plain") for compiled in (False, True)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def layer_results() -> list[dict]:
+    """Per rank, ``{(comm, compiled): results}`` of :func:`_layer_against_reference`."""
+    return run_ranks(_every_case, 2, "cpu", timeout=900)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("comm", ["autotaxer", "plain"])
-def test_sharded_layer_matches_the_unsharded_layer(comm: str, compiled: bool) -> None:
-    for per_rank in run_ranks(_layer_against_reference, 2, "cpu", args=(comm, compiled), timeout=600):
+def test_sharded_layer_matches_the_unsharded_layer(comm: str, compiled: bool, layer_results) -> None:
+    for per_rank in (r[(comm, compiled)] for r in layer_results):
         assert max(per_rank["errors"].values()) < 1e-5, per_rank["errors"]
         assert per_rank["breaks"] == 0
         if comm == "autotaxer" and not compiled:  # every problem the step dispatched, and only those

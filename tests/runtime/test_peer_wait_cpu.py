@@ -9,9 +9,6 @@ naming the op, the variant, the key and rank 1."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -32,13 +29,9 @@ _NEVER_SIGNAL = textwrap.dedent(
 
 
 @pytest.mark.emulated
-def test_never_signal_emulated_ranks_end_with_the_named_error() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", _NEVER_SIGNAL], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    found = {r["kind"]: r for r in map(json.loads, proc.stdout.splitlines())}
+def test_never_signal_emulated_ranks_end_with_the_named_error(interpreter_worker) -> None:
+    out = interpreter_worker.run(_NEVER_SIGNAL, timeout=600)  # the tests' interpreter process
+    found = {r["kind"]: r for r in map(json.loads, out.splitlines())}
     assert set(found) == {"push", "pull", "gemm_rs", "flash_decode", "signal"}
     expected = {"push": ("ag_gemm", "push"), "pull": ("ag_gemm", "pull"), "gemm_rs": ("gemm_rs", "push"),
                 "flash_decode": ("flash_decode", "fused"), "signal": ("ag_gemm", "copy_engine")}  # fmt: skip
