@@ -31,6 +31,7 @@ from torch import nn
 
 from ..functional import _world_size, resolve_group
 from ..nn import ColumnParallelLinear, RowParallelLinear
+from ..runtime.custom_op import functional_collective
 
 #: The ways a :class:`TPLlamaLayer` communicates.
 COMMS = ("autotaxer", "plain", "none")
@@ -62,14 +63,6 @@ class LlamaConfig:
                 raise ValueError(
                     f"{name}: {getattr(self, name)} is not divisible by the world size {world_size}"
                 )
-
-
-def _funcol(name: str) -> Any:
-    """PyTorch's differentiable functional collective ``name`` (``all_gather`` / ``reduce_scatter``) of
-    one tensor: ``*_single_autograd`` where torch has it, ``*_tensor_autograd`` before."""
-    import torch.distributed._functional_collectives as funcol
-
-    return getattr(funcol, f"{name}_single_autograd", None) or getattr(funcol, f"{name}_tensor_autograd")
 
 
 def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
@@ -218,7 +211,7 @@ class TPLlamaLayer(nn.Module):
         if self.comm == "autotaxer":
             return layer(x)
         if self.comm == "plain":
-            return F.linear(_funcol("all_gather")(x, 0, self._group()), layer.weight)
+            return F.linear(functional_collective("all_gather")(x, 0, self._group()), layer.weight)
         return F.linear(x.repeat(self.world_size, *([1] * (x.dim() - 1))), layer.weight)
 
     def _row(self, x: torch.Tensor, layer: RowParallelLinear) -> torch.Tensor:
@@ -226,7 +219,7 @@ class TPLlamaLayer(nn.Module):
             return layer(x)
         y = F.linear(x, layer.weight)
         if self.comm == "plain":
-            return _funcol("reduce_scatter")(y, "sum", 0, self._group())
+            return functional_collective("reduce_scatter")(y, "sum", 0, self._group())
         return y[: y.shape[0] // self.world_size]
 
     def _group(self) -> Any:

@@ -133,7 +133,7 @@ def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: tor
         if _world_size(ctx.group_name) == 1:
             return full, None
         group = _collective_name(ctx.group_name)
-        return _funcol("reduce_scatter")(full.contiguous(), "sum", ctx.gather_dim, group), None
+        return functional_collective("reduce_scatter")(full.contiguous(), "sum", ctx.gather_dim, group), None
 
     needs = ctx.needs_input_grad[:2]
     return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter), None, None)
@@ -181,7 +181,7 @@ gemm_rs.register_autograd(_gemm_rs_backward, setup_context=_gemm_rs_setup)
 _COMPILED = {"ag_gemm": "gather_dim", "gemm_rs": "scatter_dim"}
 
 
-def _funcol(name: str) -> Any:
+def functional_collective(name: str) -> Any:
     """PyTorch's functional collective ``name`` (``all_gather`` / ``reduce_scatter``) of one tensor,
     differentiable: ``*_single_autograd`` where torch has it, ``*_tensor_autograd`` before."""
     import torch.distributed._functional_collectives as funcol
@@ -227,9 +227,9 @@ def _bsp_graph(op: str, a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -
     """BSP as plain PyTorch writes it, traceable and differentiable: ``(output, gathered A or None)``."""
     group = _collective_name(name)
     if op == "ag_gemm":
-        gathered = _funcol("all_gather")(a.contiguous(), dim, group)
+        gathered = functional_collective("all_gather")(a.contiguous(), dim, group)
         return _product(gathered, b), gathered
-    return _funcol("reduce_scatter")(_product(a, b), "sum", dim, group), None
+    return functional_collective("reduce_scatter")(_product(a, b), "sum", dim, group), None
 
 
 def compiled_saving(a: torch.Tensor, b: torch.Tensor, gather_dim: int, group: Any) -> tuple[Any, Any]:
