@@ -9,7 +9,7 @@ and answers, per ``op/variant``:
 and per launch scenario (a shipped record of a Triton variant), every kernel launch its launcher makes,
 recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name left out),
 the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and 16-byte
-alignment; scalars by value; constexprs are in the PTX).
+alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in the PTX).
 Nothing needs a GPU: tensors are CPU tensors that are never read, and kernels compile without a driver.
 Self-contained on purpose: it must run against an older tree that does not have it.
 """
@@ -89,6 +89,13 @@ def _describe(value: Any) -> Any:
     return repr(type(value).__name__)
 
 
+def _leaves(value: Any) -> list[Any]:
+    """``value``'s leaves in order when it is a tuple (nested and named ones too), else ``[value]``."""
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
 @functools.cache
 def _sm90() -> Any:
     """:mod:`autotaxer.tools.sm90` of this tool's own tree (loaded by path: the tree under test may not
@@ -120,8 +127,10 @@ class _Recorder:
         self.launches.append({
             "grid": list(grid) if isinstance(grid, tuple) else grid,
             "options": options,
-            # constexprs are compiled into the PTX; the runtime arguments are compared here
-            "args": [_describe(v) for p, v in zip(fn.params, bound, strict=True) if not p.is_constexpr],
+            # constexprs are compiled into the PTX; the runtime arguments are compared here, a tuple
+            # argument leaf by leaf (the kernel receives its leaves as separate parameters)
+            "args": [_describe(v) for p, v in zip(fn.params, bound, strict=True) if not p.is_constexpr
+                     for v in _leaves(v)],
             "ptx": hashlib.sha256(ptx.encode()).hexdigest(),
         })  # fmt: skip
 

@@ -72,8 +72,8 @@ def _base_tree(repo: Path, rev: str, into: Path) -> Path:
 def _fingerprint(request: dict[str, Any], tree: Path | None, cwd: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
-    if tree is not None:
-        env["PYTHONPATH"] = str(tree)
+    if tree is not None:  # the tree first; a PYTHONPATH given (e.g. another Triton) stays after it
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [sys.executable, "-P", str(_FINGERPRINT)], input=json.dumps(request), capture_output=True,
         text=True, env=env, cwd=cwd,

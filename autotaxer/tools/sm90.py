@@ -1,8 +1,7 @@
 """Compile the fused ag_gemm kernels for Hopper (sm_90) without a GPU and report what the K loop became.
 
 The launch arguments come from the real launcher's argument builder (``ag_gemm.fused._launch_args``);
-they are specialised exactly as Triton's JIT does at launch (an integer equal to 1 becomes a
-constant, integers and pointers divisible by 16 get ``tt.divisibility=16``), then compiled
+they are bound and specialised by Triton's own JIT binder (:func:`compile_for_hopper`), then compiled
 for ``GPUTarget("cuda", 90, 32)``. Per kernel it prints the shared memory Triton allocates
 (``metadata.shared``), registers and local memory per thread (``cuobjdump`` on the cubin; the ptxas
 bundled with Triton chooses them, so they match a GPU run of the same Triton: triton 3.6 here gives the
@@ -33,49 +32,30 @@ class _Recorder:
         return lambda *args, **kw: self.launches.append((grid, args, kw))
 
 
-def _specialise(fn, args, kwargs):
-    """``(signature, constexprs, attrs, options)`` as the JIT would derive them for this launch (parameters
-    in ``do_not_specialize``/``do_not_specialize_on_alignment`` are left unspecialised, as there)."""
-    from triton._C.libtriton import native_specialize_impl
-    from triton.backends.compiler import BaseBackend
-
-    options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
-    names = fn.arg_names
-    values = dict(zip(names, args, strict=False))
-    values.update(kwargs)
-    sig, consts, attrs = {}, {}, {}
-    for i, name in enumerate(names):
-        value = values[name]
-        if fn.params[i].is_constexpr:
-            sig[name] = "constexpr"
-            consts[name] = value
-            continue
-        param = fn.params[i]
-        specialize = not getattr(param, "do_not_specialize", False)
-        align = not getattr(param, "do_not_specialize_on_alignment", False)
-        ty, attr = native_specialize_impl(BaseBackend, value, False, specialize, align)
-        if ty == "constexpr":
-            sig[name] = "constexpr"
-            consts[name] = attr
-        else:
-            sig[name] = ty
-            if attr == "D":
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, consts, attrs, options
-
-
 def compile_for_hopper(fn, args, kwargs):
     """Compile ``fn`` (a Triton or Gluon kernel) for sm_90 as launched with ``args``/``kwargs``; returns
-    the compiled kernel."""
+    the compiled kernel.
+
+    The arguments are bound and specialised by Triton's own JIT binder (an integer equal to 1 becomes a
+    constant, integers and pointers divisible by 16 get ``tt.divisibility=16``, tuples leaf by leaf;
+    ``do_not_specialize`` honoured), exactly as a launch does, only against the sm_90 back end instead of
+    the current device."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from triton.compiler import ASTSource, make_backend
     from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+    from triton.runtime.jit import create_function_from_signature
 
-    sig, consts, attrs, options = _specialise(fn, args, dict(kwargs))
+    target = GPUTarget("cuda", 90, 32)
+    backend = make_backend(target)
+    kwargs = dict(kwargs)
+    bound, specialization, options = create_function_from_signature(fn.signature, fn.params, backend)(
+        *args, **kwargs
+    )
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
     source = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
-    src = source(fn, sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    src = source(fn, signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=target, options=options.__dict__)
 
 
 def _resources(cubin: bytes) -> dict:

@@ -125,3 +125,11 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
         "restamped": "measured: bench/results/x",
     }
     assert bsp == {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}}  # unchanged: untouched
+
+
+def test_tuple_arguments_are_compared_leaf_by_leaf() -> None:
+    """A kernel that takes its pointers as one tuple receives them as separate parameters: the recorded
+    arguments are the leaves, in order, so grouping a signature does not read as a changed launch."""
+    assert fingerprint._leaves(((1, 2), 3, (4, (5,)))) == [1, 2, 3, 4, 5]
+    assert fingerprint._leaves(7) == [7]
+    assert fingerprint._leaves(()) == []
