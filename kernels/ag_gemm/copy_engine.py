@@ -12,13 +12,8 @@ Schedule of one call on rank ``r`` (0 SMs for communication):
   wins at small M where each GEMM is bound by reading all of ``B``; finally tell every peer that its
   data in this rank's inbox has been consumed, and join the side stream.
 
-Flags are raised and awaited either by :mod:`signal`'s 1-program Triton kernels against a
-device-resident epoch (portable) or by CUDA stream memory operations (NVIDIA, token protocol). Both
-are CUDA-graph replay safe: nothing the host decides differs from call to call.
-
-Inboxes are single-buffered: the "consumed" flag is what stops a peer that is one call ahead from
-overwriting data still being read. One channel (inbox arena, flags, epoch, side stream) exists per Iris
-heap and signalling back end; Iris never frees heap memory, so the arena grows and is reused.
+The channel (inbox arena, flags, epoch, side stream) and how flags are raised and awaited are
+:mod:`..common.channel`'s, shared with every copy-engine schedule of both ops.
 """
 
 from __future__ import annotations
@@ -27,69 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common import signal as sig
-
-#: Most chunks per peer shard (flag slots per source rank).
-MAX_CHUNKS = 16
-BACKENDS = ("triton", "memop")
-
-
-class Channel:
-    """Per-heap, per-back-end state shared by every copy-engine workspace (collective to create)."""
-
-    def __init__(self, iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> None:
-        import torch
-        import torch.distributed as dist
-
-        if backend not in BACKENDS:
-            raise ValueError(f"signal: unknown back end {backend!r} (expected one of {', '.join(BACKENDS)})")
-        self.iris = iris_ctx
-        self.backend = backend
-        self.rank = rank
-        self.world_size = world_size
-        self.group = group
-        # data[src, chunk]: set by src when its chunk has landed here. done[src]: set by src when it has
-        # consumed everything this rank sent it in the last call (its inbox may be overwritten).
-        self.data = iris_ctx.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
-        self.done = iris_ctx.zeros(world_size, dtype=torch.int32)
-        if backend == "memop":
-            self.done.fill_(1)  # token protocol: the peer's inbox starts free
-        self.epoch = torch.zeros(1, dtype=torch.int32, device=self.data.device)
-        self.side = torch.cuda.Stream(device=self.data.device)
-        self.fork = torch.cuda.Event()
-        self.join = torch.cuda.Event()
-        #: the watch slot bounding the waits of the call under way (set by each launcher as it starts)
-        self.watch: Any = None
-        self._arena: Any = None
-        torch.cuda.synchronize()
-        dist.barrier(group=group)
-
-    def arena(self, nbytes: int) -> Any:
-        """A heap byte buffer of at least ``nbytes`` (collective when it has to grow)."""
-        import torch
-        import torch.distributed as dist
-
-        if self._arena is None or self._arena.numel() < nbytes:
-            size = max(nbytes, 1 << 20)
-            size = 1 << (size - 1).bit_length()  # powers of two bound what the growth leaks
-            self._arena = self.iris.zeros(size, dtype=torch.uint8)
-            torch.cuda.synchronize()
-            dist.barrier(group=self.group)
-        return self._arena
-
-    def remote(self, ptr: int, peer: int) -> int:
-        """``ptr`` (in this rank's heap) translated to ``peer``'s copy, as mapped in this process."""
-        return int(self.iris.heap.translate(int(ptr), self.rank, peer))
-
-
-_CHANNELS: dict[tuple[int, str], Channel] = {}  # bounded: one per (heap, back end)
-
-
-def get_channel(iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> Channel:
-    """The channel of ``iris_ctx`` for ``backend``, created (collectively) on first use."""
-    key = (id(iris_ctx), backend)
-    if key not in _CHANNELS:
-        _CHANNELS[key] = Channel(iris_ctx, backend, rank, world_size, group)
-    return _CHANNELS[key]
+from ..common.channel import MAX_CHUNKS, Channel, _await, _raise, peer_order
+from ..common.channel import get_channel as get_channel  # the variants' import (their records' code)
 
 
 @dataclass(frozen=True)
@@ -127,16 +61,6 @@ def split_rows(rows: int, chunks: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def peer_order(rank: int, world_size: int, order: str) -> tuple[int, ...]:
-    """Peers in consumption order: ``rotated`` (r+1, r+2, ...) or ``reverse`` (r-1, r-2, ...)."""
-    steps = range(1, world_size)
-    if order == "rotated":
-        return tuple((rank + s) % world_size for s in steps)
-    if order == "reverse":
-        return tuple((rank - s) % world_size for s in steps)
-    raise ValueError(f"order: expected 'rotated' or 'reverse', got {order!r}")
-
-
 def make_plan(
     channel: Channel,
     *,
@@ -171,31 +95,6 @@ def make_plan(
         remote_data=tuple((p, channel.remote(data0, p)) for p in peers),
         remote_done=tuple((p, channel.remote(done, p)) for p in peers),
     )
-
-
-# -- signalling, per back end ------------------------------------------------------------------------
-
-
-def _raise(ch: Channel, addr: int, stream: Any) -> None:
-    if ch.backend == "memop":
-        sig.memop_write(addr, 1, stream)
-    else:
-        sig.signal(sig.Int32Ptr(addr), ch.epoch)
-
-
-def _await(ch: Channel, flag: Any, stream: Any, offset: int = 0) -> None:
-    """Wait on a local flag element (``data[src, chunk]`` or ``done[src]``), bounded by the watch slot of
-    the call under way (``ch.watch``); the memop back end hands the token back (writes 0)."""
-    at = (flag.data_ptr() - ch.data.data_ptr()) // 4
-    if 0 <= at < ch.data.numel():
-        peer, index = divmod(at, MAX_CHUNKS)
-    else:  # done[peer]: this rank's data in the peer's inbox was consumed
-        peer, index = (flag.data_ptr() - ch.done.data_ptr()) // 4, -1
-    if ch.backend == "memop":
-        sig.memop_wait_eq(flag.data_ptr(), 1, stream, ch.watch, peer, index)
-        sig.memop_write(flag.data_ptr(), 0, stream)
-    else:
-        sig.wait(flag, ch.epoch, offset=offset, watch=ch.watch, peer=peer, index=index)
 
 
 def _send(ch: Channel, plan: Plan, a_shard: Any) -> None:

@@ -14,10 +14,9 @@ Schedule of one call on rank ``r`` (0 SMs for communication):
   that its slot may be overwritten, and join the lanes.
 
 The partials travel in the input dtype, as NCCL's reduce-scatter of BSP's GEMM output does. Flags,
-tokens, the inbox arena and the epoch are ``ag_gemm``'s copy-engine channel
-(:mod:`autotaxer.kernels.ag_gemm.copy_engine`): the same protocol, one channel per heap and signalling
-back end, shared by every copy-engine call of either op. CUDA-graph safe: nothing the host decides
-differs from call to call.
+tokens, the inbox arena and the epoch are the copy-engine channel (:mod:`..common.channel`): the same
+protocol, one channel per heap and signalling back end, shared by every copy-engine call of either op.
+CUDA-graph safe: nothing the host decides differs from call to call.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..ag_gemm import copy_engine as ce
+from ..common import channel as ce
 from ..common import signal as sig
 from ..common.lanes import lane_streams, peer_lanes
 

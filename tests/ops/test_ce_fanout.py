@@ -5,7 +5,7 @@ built against a stand-in channel, and the variant's pruning. (The copies themsel
 from __future__ import annotations
 
 import pytest
-from autotaxer.kernels.ag_gemm.copy_engine import peer_order
+from autotaxer.kernels.common.channel import peer_order
 from autotaxer.kernels.ag_gemm.experimental.ce_fanout import make_fanout_plan, peer_lanes, peer_runs
 
 from autotaxer._problem import ProblemKey
@@ -124,7 +124,7 @@ class _HeapChannel:
 
     def __init__(self, rank: int, world_size: int, ranks: list) -> None:
         import torch
-        from autotaxer.kernels.ag_gemm.copy_engine import MAX_CHUNKS
+        from autotaxer.kernels.common.channel import MAX_CHUNKS
 
         self.rank, self.world_size, self.ranks = rank, world_size, ranks
         self.data = torch.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
@@ -258,6 +258,7 @@ def _patch_transport(monkeypatch, *modules) -> None:
     import time
 
     import autotaxer.kernels.ag_gemm.copy_engine as ce
+    import autotaxer.kernels.common.channel as channel
     import autotaxer.kernels.common.signal as sig
     import torch
 
@@ -272,10 +273,11 @@ def _patch_transport(monkeypatch, *modules) -> None:
         for row in range(height):
             ctypes.memmove(dst + row * dst_pitch, src + row * src_pitch, width)
 
-    monkeypatch.setattr(ce, "_await", _await)
-    monkeypatch.setattr(
-        ce, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
-    )
+    for module in (channel, ce):  # ag_gemm's schedules call the channel's helpers by the names they import
+        monkeypatch.setattr(module, "_await", _await)
+        monkeypatch.setattr(
+            module, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
+        )
     monkeypatch.setattr(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
     for module in modules:
         monkeypatch.setattr(

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._problem import ProblemKey, Target, torch_dtype
+from ..._problem import ProblemKey, Target
 from .._base import Params, RunContext, Variant, Workspace
+from .._copy_engine import channel_buffers, transport_error, transport_unavailable
 from ._op import GemmRs, out_shape
 
 _STREAMS = (1, 2, 4, 8)
+#: Seed configurations, tried first: every owner on a stream of its own (``"each"``), then one stream;
+#: stream memops.
+SEEDS: dict[str, Any] = {"streams": ("each", 1), "base": {"signal": "memop"}}
 
 
 class CopyEngineVariant(Variant):
@@ -26,71 +30,51 @@ class CopyEngineVariant(Variant):
     device_types = frozenset({"cuda"})
 
     def unavailable_reason(self, target: Target) -> str | None:
-        from ..ag_gemm.copy_engine import CopyEngineVariant as AgCopyEngine
-
-        return AgCopyEngine().unavailable_reason(target)
+        return super().unavailable_reason(target) or transport_unavailable(self.name, target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        from ..ag_gemm._lanes import _streams_reason
+        from autotaxer.kernels.common.lanes import _streams_reason
 
         streams = tuple(s for s in _STREAMS if _streams_reason(s, key.world_size - 1) is None)
         return {"streams": streams, "signal": ("memop", "triton")}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Every owner on a stream of its own, then one stream; stream memops."""
+        """Every owner on a stream of its own, then one stream (:data:`SEEDS`)."""
         space = self.search_space(key, target)["streams"]
-        return [{"streams": s, "signal": "memop"} for s in dict.fromkeys((space[-1], 1))]
+        streams = dict.fromkeys(space[-1] if s == "each" else s for s in SEEDS["streams"])
+        return [{"streams": s, **SEEDS["base"]} for s in streams]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from autotaxer.kernels.common.lanes import _streams_reason
+
         missing = {"streams", "signal"} - set(params)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
-        if key.world_size < 2:
-            return "copy_engine needs at least 2 ranks"
-        from ..ag_gemm._lanes import _streams_reason
-
-        reason = _streams_reason(params["streams"], key.world_size - 1)
-        if reason is not None:
-            return reason
-        if params["signal"] not in ("memop", "triton"):
-            return f"signal: unknown back end {params['signal']!r}"
-        if params["signal"] == "memop":
-            from autotaxer.kernels.common.signal import memop_available
-
-            reason = memop_available()
-            if reason is not None:
-                return f"signal=memop: {reason}"
-        if key.dtype not in ("bf16", "fp16"):
-            return f"dtype: copy_engine supports bf16 and fp16, not {key.dtype}"
-        return None
+        return transport_error(self.name, key, params["signal"]) or _streams_reason(
+            params["streams"], key.world_size - 1
+        )
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels.ag_gemm.copy_engine import get_channel
-        from autotaxer.kernels.common.lanes import lane_streams
         from autotaxer.kernels.gemm_rs.copy_engine import make_rs_plan
 
         GemmRs().validate(key)
         reason = self.check(key, ctx.target, params)
         if reason is not None:
             raise ValueError(f"copy_engine: {reason}")
-        dtype = torch_dtype(key.dtype)
-        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
-        plan = make_rs_plan(
-            channel, m=key["M"], n=key["N"], scatter_dim=key["scatter_dim"],
-            elem=torch.empty((), dtype=dtype).element_size(), streams=params["streams"],
-        )  # fmt: skip
-        lane_streams(channel, len(plan.lanes))  # created now, not inside a CUDA-graph capture
+
+        def plan(channel: Any, elem: int) -> Any:
+            return make_rs_plan(
+                channel, m=key["M"], n=key["N"], scatter_dim=key["scatter_dim"], elem=elem,
+                streams=params["streams"],
+            )  # fmt: skip
+
+        buffers = channel_buffers(self.name, key, params, ctx, plan)
         mo, no = out_shape(key)
-        buffers = {
-            "channel": channel,
-            "plan": plan,
-            "inbox": channel.arena(0).view(dtype),
-            "staging": torch.empty((ctx.world_size - 1, mo, no), dtype=dtype, device=ctx.device),
-            "ready": [torch.cuda.Event() for _ in range(ctx.world_size - 1)],
-        }
-        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
+        dtype = buffers["inbox"].dtype
+        buffers["staging"] = torch.empty((ctx.world_size - 1, mo, no), dtype=dtype, device=ctx.device)
+        buffers["ready"] = [torch.cuda.Event() for _ in range(ctx.world_size - 1)]
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:

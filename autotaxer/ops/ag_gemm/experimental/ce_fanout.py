@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from autotaxer.kernels.common.lanes import _streams_reason
+
 from ...._problem import ProblemKey, Target, torch_dtype
 from ..._base import Params, RunContext, Variant, Workspace
-from .._lanes import _streams_reason
 from ..copy_engine import CopyEngineVariant
 
 _STREAMS = (8, 4, 2, 1)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...._problem import ProblemKey, Target, torch_dtype
+from autotaxer.kernels.common.lanes import _streams_reason
+
+from ...._problem import ProblemKey, Target
 from ..._base import Params, RunContext, Variant, Workspace
-from .._lanes import _streams_reason
+from ..._copy_engine import channel_buffers
 from ..copy_engine import CopyEngineVariant
 
 _STREAMS = (8, 4, 2, 1)
@@ -88,25 +90,22 @@ class CeGroupedVariant(Variant):
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels.ag_gemm.copy_engine import get_channel
         from autotaxer.kernels.ag_gemm.experimental.ce_grouped import make_grouped_plan
-        from autotaxer.kernels.common.lanes import lane_streams
 
         reason = self.check(key, ctx.target, params)
         if reason is not None:
             raise ValueError(f"ce_grouped: {reason}")
-        dtype = torch_dtype(key.dtype)
-        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
-        plan = make_grouped_plan(
-            channel, m=key["M"], k=key["K"], gather_dim=key["gather_dim"],
-            elem=torch.empty((), dtype=dtype).element_size(), streams=params["streams"],
-            group=params["group"], fp32_accumulate=params["accumulate"] == "fp32",
-        )  # fmt: skip
-        lane_streams(channel, len(plan.lanes))  # created now, not inside a CUDA-graph capture
-        buffers: dict[str, Any] = {"channel": channel, "plan": plan, "inbox": channel.arena(0).view(dtype)}
-        if plan.base.fp32_accumulate:
+
+        def plan(channel: Any, elem: int) -> Any:
+            return make_grouped_plan(
+                channel, m=key["M"], k=key["K"], gather_dim=key["gather_dim"], elem=elem,
+                streams=params["streams"], group=params["group"],
+                fp32_accumulate=params["accumulate"] == "fp32",
+            )  # fmt: skip
+
+        buffers = channel_buffers(self.name, key, params, ctx, plan)
+        if buffers["plan"].base.fp32_accumulate:
             buffers["acc"] = torch.empty((key["M"], key["N"]), dtype=torch.float32, device=ctx.device)
-        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
