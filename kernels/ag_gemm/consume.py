@@ -13,11 +13,11 @@ from .protocol import wait_segment
 
 
 @triton.jit
-def k_segments(n_kc, kcw, Ks, WHOLE_K: tl.constexpr):
+def k_segments(chunks, Ks, WHOLE_K: tl.constexpr):
     """``(loops, span)``: K loops per tile (segment) and the columns each covers (``WHOLE_K``: one loop
     over the whole shard, after waiting for every K chunk)."""
-    loops = n_kc
-    span = kcw
+    loops = chunks.n_kc
+    span = chunks.kcw
     if WHOLE_K:
         loops = 1
         span = Ks
@@ -25,17 +25,16 @@ def k_segments(n_kc, kcw, Ks, WHOLE_K: tl.constexpr):
 
 
 @triton.jit
-def tile_group(Ms, GATHER_DIM: tl.constexpr, BLOCK_M: tl.constexpr, GROUP_M: tl.constexpr,
-               WHOLE_K: tl.constexpr, GROUP_ACROSS: tl.constexpr = False):  # fmt: skip
+def tile_group(Ms, LAYOUT: tl.constexpr, TILES: tl.constexpr):
     """The grouped order's group size: gather_dim=0 tiles of one group stay inside one shard (else a
     group waits on two ranks); ``WHOLE_K``: all data lands at once, and a wider group reads B fewer
     times. ``GROUP_ACROSS``: ``GROUP_M`` over the gathered M, groups spanning shards: where a shard is one
     tile row (8 ranks, M=1024), a group of one row reads B once per row tile."""
-    group = GROUP_M
-    if GATHER_DIM == 0:
-        if not WHOLE_K:
-            if not GROUP_ACROSS:
-                group = tl.minimum(group, tl.maximum(Ms // BLOCK_M, 1))
+    group = TILES.GROUP_M
+    if LAYOUT.GATHER_DIM == 0:
+        if not TILES.WHOLE_K:
+            if not TILES.GROUP_ACROSS:
+                group = tl.minimum(group, tl.maximum(Ms // TILES.BLOCK_M, 1))
     return group
 
 
@@ -96,47 +95,22 @@ def consume_tiles(
     first_tile,
     num_consumers,
     queue_ptr,
-    a_ptr,
+    io,
     inbox_ptr,
-    b_ptr,
-    c_ptr,
     flags_ptr,
     watch_ptr,
     ok,
     rank,
     epoch,
-    M,
-    N,
-    K,
-    Ms,
-    Ks,
-    rcw,
-    n_rc,
-    kcw,
-    n_kc,
-    stride_am,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    GATHER_DIM: tl.constexpr,
-    WORLD_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    EVEN_N: tl.constexpr,
-    ALIGNED: tl.constexpr,
-    PREFETCH_K: tl.constexpr = 0,
-    B_ROW_MAJOR: tl.constexpr = True,
-    WHOLE_K: tl.constexpr = False,
-    DYNAMIC: tl.constexpr = False,
-    GROUP_ACROSS: tl.constexpr = False,
+    sizes,
+    chunks,
+    strides,
+    LAYOUT: tl.constexpr,
+    TILES: tl.constexpr,
 ):
     """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
 
-    Tile ``first_tile`` first, then every ``num_consumers``-th tile after it, or (``DYNAMIC``) tile
+    Tile ``first_tile`` first, then every ``num_consumers``-th tile after it, or (not ``WHOLE_K``) tile
     ``num_consumers + q`` for each value ``q`` drawn from the relaxed atomic counter ``queue_ptr`` (the
     caller folds the counter's value at the call's start into ``num_consumers``), so programs that start
     late (producers done with their chunks) take whatever is left. gather_dim=0
@@ -151,7 +125,7 @@ def consume_tiles(
 
     Local rows / K-slice come straight from the user's tensor; peers' from this rank's inbox slot
     ``inbox_ptr`` (``(WORLD_SIZE, Ms, Ks)``, slot ``src`` holds ``src``'s shard), guarded by the
-    flags ``flags_ptr`` (``(WORLD_SIZE, n_rc, n_kc)``). A is addressed as ``a_ptr + row_off + k``
+    flags ``flags_ptr`` (``(WORLD_SIZE, n_rc, n_kc)``). A is addressed as ``io.a + row_off + k``
     with ``row_off`` chosen by selects, never by a branch: a branch-yielded offset loses its alignment
     hint, A's loads then fall back to 2-byte accesses the software pipeline cannot issue as
     ``cp.async``, and the MMA runs synchronously (measured: gather_dim=1 at 8x the GEMM's time).
@@ -159,82 +133,95 @@ def consume_tiles(
     Waits give up after the bound of the watch slot ``watch_ptr`` (``ok`` 0: one did, later ones poll once;
     ``kernels/common/watch.py``).
     """
-    ELEM: tl.constexpr = a_ptr.dtype.element_ty.primitive_bitwidth // 8
+    BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
+    BLOCK_N: tl.constexpr = TILES.BLOCK_N
+    ELEM: tl.constexpr = io.a.dtype.element_ty.primitive_bitwidth // 8
     VEC: tl.constexpr = 16 // ELEM
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    num_pid_m = tl.cdiv(sizes.M, TILES.BLOCK_M)
+    num_pid_n = tl.cdiv(sizes.N, TILES.BLOCK_N)
+    offs_k = tl.arange(0, TILES.BLOCK_K)
     # the inbox slot as an element offset from A: one address expression serves local and peers' rows
-    inbox = (tl.cast(inbox_ptr, tl.int64) - tl.cast(a_ptr, tl.int64)) // ELEM
+    inbox = (tl.cast(inbox_ptr, tl.int64) - tl.cast(io.a, tl.int64)) // ELEM
     # gather_dim=0: start at the first row tile holding local rows, then the next ranks' rows.
-    first_local_m = (rank * Ms) // BLOCK_M
-    loops, span = k_segments(n_kc, kcw, Ks, WHOLE_K)
-    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K, GROUP_ACROSS)
+    first_local_m = (rank * sizes.Ms) // TILES.BLOCK_M
+    loops, span = k_segments(chunks, sizes.Ks, TILES.WHOLE_K)
+    group = tile_group(sizes.Ms, LAYOUT, TILES)
     tile_id = first_tile
     while tile_id < num_pid_m * num_pid_n:
-        next_tile = next_tile_of(tile_id, num_consumers, queue_ptr, DYNAMIC)
-        pid_m, pid_n = tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, GATHER_DIM)
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        mask_n = offs_n < N
-        rows = tl.where(offs_m < M, offs_m, M - 1).to(tl.int64)
-        first_row = pid_m * BLOCK_M
-        last_row = tl.minimum(first_row + BLOCK_M, M) - 1
-        b_cols = b_ptr + offs_n[None, :] * stride_bn
+        next_tile = next_tile_of(tile_id, num_consumers, queue_ptr, not TILES.WHOLE_K)
+        pid_m, pid_n = tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, LAYOUT.GATHER_DIM)
+        offs_m = pid_m * TILES.BLOCK_M + tl.arange(0, TILES.BLOCK_M)
+        offs_n = pid_n * TILES.BLOCK_N + tl.arange(0, TILES.BLOCK_N)
+        mask_n = offs_n < sizes.N
+        rows = tl.where(offs_m < sizes.M, offs_m, sizes.M - 1).to(tl.int64)
+        first_row = pid_m * TILES.BLOCK_M
+        last_row = tl.minimum(first_row + TILES.BLOCK_M, sizes.M) - 1
+        b_cols = io.b + offs_n[None, :] * strides.bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if GATHER_DIM == 0:
-            owner = rows // Ms
-            lrow = rows - owner * Ms
-            row_off = tl.where(owner == rank, lrow * stride_am, inbox + rows * Ks)
-            if ALIGNED:  # every row starts on 16 bytes; in this function, since the hint marks
+        if LAYOUT.GATHER_DIM == 0:
+            owner = rows // sizes.Ms
+            lrow = rows - owner * sizes.Ms
+            row_off = tl.where(owner == rank, lrow * strides.am, inbox + rows * sizes.Ks)
+            if LAYOUT.ALIGNED:  # every row starts on 16 bytes; in this function, since the hint marks
                 row_off = tl.multiple_of(row_off, VEC)  # the op defining the value (none for an argument)
-            src_lo = first_row // Ms
-            src_hi = last_row // Ms
-            if PREFETCH_K > 0:
+            src_lo = first_row // sizes.Ms
+            src_hi = last_row // sizes.Ms
+            if TILES.PREFETCH_K > 0:
                 if src_lo != rank or src_hi != rank:  # this tile waits for peers' rows: meanwhile
                     prefetch_b_rows(
-                        b_ptr, pid_n, N, K, stride_bk, stride_bn, PREFETCH_K, BLOCK_N, B_ROW_MAJOR
-                    )
+                        io.b, pid_n, sizes.N, sizes.K, strides.bk, strides.bn, TILES.PREFETCH_K,
+                        TILES.BLOCK_N, LAYOUT.B_ROW_MAJOR,
+                    )  # fmt: skip
             # One K loop per tile (a second call site would double the pipeline's shared memory):
             # K chunk by K chunk, waiting only for peers' rows (WHOLE_K: every chunk first, then one
             # loop over K); tiles of local rows never wait.
             for kc in range(0, loops):
-                k_lo = kc * kcw
-                k_hi = tl.minimum(k_lo + span, K)
+                k_lo = kc * chunks.kcw
+                k_hi = tl.minimum(k_lo + span, sizes.K)
                 for src in range(src_lo, src_hi + 1):
                     if src != rank:
-                        lo = tl.maximum(first_row - src * Ms, 0)
-                        hi = tl.minimum(last_row - src * Ms, Ms - 1)
+                        lo = tl.maximum(first_row - src * sizes.Ms, 0)
+                        hi = tl.minimum(last_row - src * sizes.Ms, sizes.Ms - 1)
                         ok = wait_segment(
-                            flags_ptr, epoch, src, lo, hi, kc, rcw, n_rc, n_kc, watch_ptr, ok, WHOLE_K
+                            flags_ptr, epoch, src, lo, hi, kc, chunks, watch_ptr, ok, TILES.WHOLE_K
                         )
-                a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
-                b_ptrs = b_cols + (k_lo + offs_k)[:, None] * stride_bk
+                a_ptrs = io.a + row_off[:, None] + (k_lo + offs_k)[None, :]
+                b_ptrs = b_cols + (k_lo + offs_k)[:, None] * strides.bk
                 acc = mma_k_range(
-                    acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
-                )
+                    acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, strides.bk, mask_n, TILES.BLOCK_K, LAYOUT.EVEN_K,
+                    LAYOUT.EVEN_N,
+                )  # fmt: skip
         else:
             # gather_dim=1: the local K-slice first, then the peers' slices in rank-rotated order.
-            for step in range(0, WORLD_SIZE):
-                src = rotate(rank, step, WORLD_SIZE)
+            for step in range(0, LAYOUT.WORLD_SIZE):
+                src = rotate(rank, step, LAYOUT.WORLD_SIZE)
                 local = src == rank
-                base = tl.where(local, 0, inbox + tl.cast(src, tl.int64) * Ms * Ks)
-                row_stride = tl.cast(tl.where(local, stride_am, Ks), tl.int64)
+                base = tl.where(local, 0, inbox + tl.cast(src, tl.int64) * sizes.Ms * sizes.Ks)
+                row_stride = tl.cast(tl.where(local, strides.am, sizes.Ks), tl.int64)
                 row_off = base + rows * row_stride
-                if ALIGNED:
+                if LAYOUT.ALIGNED:
                     row_off = tl.multiple_of(row_off, VEC)
                 for kc in range(0, loops):
-                    k_lo = kc * kcw
-                    k_hi = tl.minimum(k_lo + span, Ks)
+                    k_lo = kc * chunks.kcw
+                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
                     if not local:
                         ok = wait_segment(
-                            flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
-                            WHOLE_K,
-                        )  # fmt: skip
-                    a_ptrs = a_ptr + row_off[:, None] + (k_lo + offs_k)[None, :]
-                    b_ptrs = b_cols + (src * Ks + k_lo + offs_k)[:, None] * stride_bk
+                            flags_ptr,
+                            epoch,
+                            src,
+                            first_row,
+                            last_row,
+                            kc,
+                            chunks,
+                            watch_ptr,
+                            ok,
+                            TILES.WHOLE_K,
+                        )
+                    a_ptrs = io.a + row_off[:, None] + (k_lo + offs_k)[None, :]
+                    b_ptrs = b_cols + (src * sizes.Ks + k_lo + offs_k)[:, None] * strides.bk
                     acc = mma_k_range(
-                        acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, stride_bk, mask_n, BLOCK_K, EVEN_K, EVEN_N
-                    )
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+                        acc, a_ptrs, b_ptrs, k_lo, k_hi, 1, strides.bk, mask_n, TILES.BLOCK_K, LAYOUT.EVEN_K,
+                        LAYOUT.EVEN_N,
+                    )  # fmt: skip
+        store_tile(io.c, acc, offs_m, offs_n, sizes.M, sizes.N, strides.cm, strides.cn)
         tile_id = next_tile

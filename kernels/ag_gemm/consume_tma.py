@@ -32,99 +32,105 @@ def consume_tiles_tma(
     first_tile,
     num_consumers,
     queue_ptr,
-    a_ptr,
+    io,
     inbox_ptr,
-    b_ptr,
-    c_ptr,
     flags_ptr,
     watch_ptr,
     ok,
     rank,
     epoch,
-    M,
-    N,
-    K,
-    Ms,
-    Ks,
-    rcw,
-    n_rc,
-    kcw,
-    n_kc,
-    stride_am,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    GATHER_DIM: tl.constexpr,
-    WORLD_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    B_ROW_MAJOR: tl.constexpr,
-    WHOLE_K: tl.constexpr,
-    DYNAMIC: tl.constexpr,
-    GROUP_ACROSS: tl.constexpr = False,
+    sizes,
+    chunks,
+    strides,
+    LAYOUT: tl.constexpr,
+    TILES: tl.constexpr,
 ):
-    """``push``'s consumer (``consume.consume_tiles``: the same tile order, queue and waits)
+    """``push``'s consumer (``consume.consume_tiles``: the same arguments, tile order, queue and waits)
     with TMA loads. gather_dim=0 requires ``Ms % BLOCK_M == 0`` (a tile's rows have one owner)."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    first_local_m = (rank * Ms) // BLOCK_M
-    loops, span = k_segments(n_kc, kcw, Ks, WHOLE_K)
-    group = tile_group(Ms, GATHER_DIM, BLOCK_M, GROUP_M, WHOLE_K, GROUP_ACROSS)
-    if GATHER_DIM == 0:
-        b_desc = b_descriptor(b_ptr, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_ROW_MAJOR)
-    slot_elems = tl.cast(Ms, tl.int64) * Ks
+    BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
+    BLOCK_N: tl.constexpr = TILES.BLOCK_N
+    BLOCK_K: tl.constexpr = TILES.BLOCK_K
+    num_pid_m = tl.cdiv(sizes.M, TILES.BLOCK_M)
+    num_pid_n = tl.cdiv(sizes.N, TILES.BLOCK_N)
+    first_local_m = (rank * sizes.Ms) // TILES.BLOCK_M
+    loops, span = k_segments(chunks, sizes.Ks, TILES.WHOLE_K)
+    group = tile_group(sizes.Ms, LAYOUT, TILES)
+    if LAYOUT.GATHER_DIM == 0:
+        b_desc = b_descriptor(
+            io.b, sizes.K, sizes.N, strides.bk, strides.bn, TILES.BLOCK_K, TILES.BLOCK_N, LAYOUT.B_ROW_MAJOR
+        )
+    slot_elems = tl.cast(sizes.Ms, tl.int64) * sizes.Ks
     tile_id = first_tile
     while tile_id < num_pid_m * num_pid_n:
-        next_tile = next_tile_of(tile_id, num_consumers, queue_ptr, DYNAMIC)
-        pid_m, pid_n = tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, GATHER_DIM)
-        first_row = pid_m * BLOCK_M
-        last_row = tl.minimum(first_row + BLOCK_M, M) - 1
-        off_n = pid_n * BLOCK_N
+        next_tile = next_tile_of(tile_id, num_consumers, queue_ptr, not TILES.WHOLE_K)
+        pid_m, pid_n = tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, LAYOUT.GATHER_DIM)
+        first_row = pid_m * TILES.BLOCK_M
+        last_row = tl.minimum(first_row + TILES.BLOCK_M, sizes.M) - 1
+        off_n = pid_n * TILES.BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if GATHER_DIM == 0:
-            src = first_row // Ms
+        if LAYOUT.GATHER_DIM == 0:
+            src = first_row // sizes.Ms
             local = src == rank
-            base = tl.where(local, a_ptr, inbox_ptr + src.to(tl.int64) * slot_elems)
-            stride = tl.where(local, stride_am, Ks).to(tl.int64)
-            a_desc = tl.make_tensor_descriptor(base, [Ms, K], [stride, 1], [BLOCK_M, BLOCK_K])
-            a_row = first_row - src * Ms
+            base = tl.where(local, io.a, inbox_ptr + src.to(tl.int64) * slot_elems)
+            stride = tl.where(local, strides.am, sizes.Ks).to(tl.int64)
+            a_desc = tl.make_tensor_descriptor(base, [sizes.Ms, sizes.K], [stride, 1], [BLOCK_M, BLOCK_K])
+            a_row = first_row - src * sizes.Ms
             for kc in range(0, loops):
-                k_lo = kc * kcw
-                k_hi = tl.minimum(k_lo + span, K)
+                k_lo = kc * chunks.kcw
+                k_hi = tl.minimum(k_lo + span, sizes.K)
                 if not local:
-                    last = a_row + BLOCK_M - 1
+                    last = a_row + TILES.BLOCK_M - 1
                     ok = wait_segment(
-                        flags_ptr, epoch, src, a_row, last, kc, rcw, n_rc, n_kc, watch_ptr, ok, WHOLE_K
+                        flags_ptr, epoch, src, a_row, last, kc, chunks, watch_ptr, ok, TILES.WHOLE_K
                     )
-                acc = tma_k_range(acc, a_desc, a_row, b_desc, 0, off_n, k_lo, k_hi, BLOCK_K, B_ROW_MAJOR)
+                acc = tma_k_range(
+                    acc, a_desc, a_row, b_desc, 0, off_n, k_lo, k_hi, TILES.BLOCK_K, LAYOUT.B_ROW_MAJOR
+                )
         else:
-            for step in range(0, WORLD_SIZE):
-                src = rotate(rank, step, WORLD_SIZE)
+            for step in range(0, LAYOUT.WORLD_SIZE):
+                src = rotate(rank, step, LAYOUT.WORLD_SIZE)
                 local = src == rank
-                base = tl.where(local, a_ptr, inbox_ptr + tl.cast(src, tl.int64) * slot_elems)
-                stride = tl.where(local, stride_am, Ks).to(tl.int64)
-                a_desc = tl.make_tensor_descriptor(base, [M, Ks], [stride, 1], [BLOCK_M, BLOCK_K])
+                base = tl.where(local, io.a, inbox_ptr + tl.cast(src, tl.int64) * slot_elems)
+                stride = tl.where(local, strides.am, sizes.Ks).to(tl.int64)
+                a_desc = tl.make_tensor_descriptor(base, [sizes.M, sizes.Ks], [stride, 1], [BLOCK_M, BLOCK_K])
                 # B's rows of this K-slice only, so a ragged slice reads zeros past its end
-                if B_ROW_MAJOR:
-                    b_base = b_ptr + tl.cast(src, tl.int64) * Ks * stride_bk
+                if LAYOUT.B_ROW_MAJOR:
+                    b_base = io.b + tl.cast(src, tl.int64) * sizes.Ks * strides.bk
                 else:
-                    b_base = b_ptr + tl.cast(src, tl.int64) * Ks
-                b_desc = b_descriptor(b_base, Ks, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_ROW_MAJOR)
+                    b_base = io.b + tl.cast(src, tl.int64) * sizes.Ks
+                b_desc = b_descriptor(
+                    b_base, sizes.Ks, sizes.N, strides.bk, strides.bn, TILES.BLOCK_K, TILES.BLOCK_N,
+                    LAYOUT.B_ROW_MAJOR,
+                )  # fmt: skip
                 for kc in range(0, loops):
-                    k_lo = kc * kcw
-                    k_hi = tl.minimum(k_lo + span, Ks)
+                    k_lo = kc * chunks.kcw
+                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
                     if not local:
                         ok = wait_segment(
-                            flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
-                            WHOLE_K,
-                        )  # fmt: skip
+                            flags_ptr,
+                            epoch,
+                            src,
+                            first_row,
+                            last_row,
+                            kc,
+                            chunks,
+                            watch_ptr,
+                            ok,
+                            TILES.WHOLE_K,
+                        )
                     acc = tma_k_range(
-                        acc, a_desc, first_row, b_desc, 0, off_n, k_lo, k_hi, BLOCK_K, B_ROW_MAJOR
+                        acc,
+                        a_desc,
+                        first_row,
+                        b_desc,
+                        0,
+                        off_n,
+                        k_lo,
+                        k_hi,
+                        TILES.BLOCK_K,
+                        LAYOUT.B_ROW_MAJOR,
                     )
-        offs_m = first_row + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+        offs_m = first_row + tl.arange(0, TILES.BLOCK_M)
+        offs_n = off_n + tl.arange(0, TILES.BLOCK_N)
+        store_tile(io.c, acc, offs_m, offs_n, sizes.M, sizes.N, strides.cm, strides.cn)
         tile_id = next_tile

@@ -18,6 +18,7 @@ from ..common.gemm import validate_tiles
 from ..common.tiles import ChunkGeometry, chunk_geometry
 from ..common.tma import Scratch, scratch_allocator
 from ..common.watch import unnamed_slot
+from .args import Buffers, Chunks, Io, Layout, Moves, Programs, Sizes, Strides, Tiles
 from .fused_kernel import fused_ag_gemm_kernel
 
 #: The one fused kernel; ``PULL`` (constexpr) picks the producers' transport, ``TMA`` the consumer.
@@ -194,20 +195,27 @@ def _launch_args(
     if watch is None:
         watch = unnamed_slot(sync.device)
     values = dict(
-        a_ptr=a_shard, b_ptr=b, c_ptr=out, inbox_ptr=buf, flags_ptr=flags, sync_ptr=sync,
-        heap_bases=heap_bases, watch_ptr=watch, rank=rank, M=m, N=n, K=k, Ms=ms, Ks=ks,
-        rcw=geo.row_width, n_rc=geo.n_row, kcw=geo.col_width, n_kc=geo.n_col,
-        stride_am=a_shard.stride(0), stride_bk=b.stride(0), stride_bn=b.stride(1),
-        stride_cm=out.stride(0), stride_cn=out.stride(1),
-        num_producers=producers, num_consumers=consumers,
-        WORLD_SIZE=world_size, GATHER_DIM=gather_dim,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        P_ROWS=p_rows, P_COLS=_pow2_at_most(max(geo.col_width, 16), _COPY_ELEMS // p_rows),
-        EVEN_K=ks % config.block_k == 0, EVEN_N=n % config.block_n == 0, ALIGNED=aligned,
-        STEPS=_PHASES[phase],
-        PREFETCH_K=config.prefetch_k, B_ROW_MAJOR=b.stride(1) == 1, WHOLE_K=producers == 0,
-        PULL=how == "pull", TMA=tma, GROUP_ACROSS=bool(config.group_across), PUSH_ORDER=config.push_order,
-        RELEASE_EACH=bool(config.release_each),
+        io=Io(a_shard, b, out),
+        bufs=Buffers(buf, flags, sync, heap_bases, watch),
+        rank=rank,
+        sizes=Sizes(m, n, k, ms, ks),
+        chunks=Chunks(geo.row_width, geo.n_row, geo.col_width, geo.n_col),
+        strides=Strides(a_shard.stride(0), b.stride(0), b.stride(1), out.stride(0), out.stride(1)),
+        programs=Programs(producers, consumers),
+        LAYOUT=Layout(
+            WORLD_SIZE=world_size, GATHER_DIM=gather_dim, B_ROW_MAJOR=b.stride(1) == 1,
+            EVEN_K=ks % config.block_k == 0, EVEN_N=n % config.block_n == 0, ALIGNED=aligned,
+        ),
+        TILES=Tiles(
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+            WHOLE_K=producers == 0, GROUP_ACROSS=bool(config.group_across), PREFETCH_K=config.prefetch_k,
+            TMA=tma,
+        ),
+        MOVES=Moves(
+            P_ROWS=p_rows, P_COLS=_pow2_at_most(max(geo.col_width, 16), _COPY_ELEMS // p_rows),
+            STEPS=_PHASES[phase], PULL=how == "pull", PUSH_ORDER=config.push_order,
+            RELEASE_EACH=bool(config.release_each),
+        ),
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(values):
@@ -230,9 +238,10 @@ def _specialization(a_shard, b, out) -> tuple:
 
 
 class _CompiledLaunch:
-    """One compiled kernel with its grid and arguments; a call swaps in the per-call tensors and
-    launches through the compiled kernel's own launcher, skipping Triton's argument binding and
-    specialisation (tens of microseconds for ~40 arguments). ``scratch``: the TMA consumer's allocator."""
+    """One compiled kernel with its grid and arguments; a call swaps in the per-call tensors (the first
+    argument, :class:`.args.Io`) and launches through the compiled kernel's own launcher, skipping Triton's
+    argument binding and specialisation (tens of microseconds for ~40 arguments). ``scratch``: the TMA
+    consumer's allocator."""
 
     __slots__ = ("runner", "args", "scratch")
 
@@ -243,7 +252,7 @@ class _CompiledLaunch:
 
     def __call__(self, a_shard: Any, b: Any, out: Any) -> None:
         args = self.args
-        args[0], args[1], args[2] = a_shard, b, out
+        args[0] = (a_shard, b, out)  # the compiled launcher reads the group's fields in order
         try:
             if self.scratch is None:
                 self.runner(*args)
@@ -251,7 +260,7 @@ class _CompiledLaunch:
                 with scratch_allocator(self.scratch):
                     self.runner(*args)
         finally:
-            args[0] = args[1] = args[2] = None  # hold no user tensor between calls
+            args[0] = None  # hold no user tensor between calls
 
 
 def launch(
@@ -291,12 +300,14 @@ def launch(
         phase=phase, tma=tma is not None and tma(), watch=watch,
     )  # fmt: skip
     scratch = None
-    if args[KERNEL.arg_names.index("TMA")]:  # the device-made descriptors' scratch, kept with the launches
+    if args[
+        KERNEL.arg_names.index("TILES")
+    ].TMA:  # the device-made descriptors' scratch, kept with the launches
         scratch = cache.setdefault("tma_scratch", Scratch()) if cache is not None else Scratch()
     with scratch_allocator(scratch):
         handle = KERNEL[(grid,)](*args, **options)
     if fast and hasattr(handle, "run") and len(cache) < 64:  # a compiled kernel (not the interpreter)
-        cache[spec] = _CompiledLaunch(handle, grid, [None, None, None, *args[3:]], scratch)
+        cache[spec] = _CompiledLaunch(handle, grid, [None, *args[1:]], scratch)
     return out
 
 
@@ -304,8 +315,8 @@ def fused_launcher(how: str) -> Callable[..., Any]:
     """The public launcher of the fused kernel with transport ``how`` (``ag_gemm_push``, ``ag_gemm_pull``)."""
     if how not in TRANSPORTS:
         raise ValueError(f"how: must be one of {', '.join(TRANSPORTS)}, got {how!r}")
-    if KERNEL.arg_names[:3] != ["a_ptr", "b_ptr", "c_ptr"]:  # the per-call slots of _CompiledLaunch
-        raise TypeError(f"{KERNEL.__name__}: the first parameters must be a_ptr, b_ptr, c_ptr")
+    if KERNEL.arg_names[0] != "io":  # the per-call slot of _CompiledLaunch
+        raise TypeError(f"{KERNEL.__name__}: the first parameter must be io (the call's tensors)")
 
     def ag_gemm(**kwargs: Any) -> Any:
         return launch(how, **kwargs)

@@ -56,13 +56,13 @@ from ..common.watch import spin_one, spin_until
 
 @triton.jit
 def begin_call(
-    sync_ptr, flags_ptr, inbox_ptr, Ms, Ks, n_rc, n_kc, grid, WORLD_SIZE: tl.constexpr, COUNT: tl.constexpr
+    sync_ptr, flags_ptr, inbox_ptr, sizes, chunks, grid, WORLD_SIZE: tl.constexpr, COUNT: tl.constexpr
 ):
     """``(epoch, flags, inbox)``: this call's epoch and its parity slot of the flags and of the inbox."""
     epoch = epoch_begin(sync_ptr, grid, COUNT)
     parity = epoch % 2
-    flags = flags_ptr + parity * (WORLD_SIZE * n_rc * n_kc)
-    inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * Ms) * Ks
+    flags = flags_ptr + parity * (WORLD_SIZE * chunks.n_rc * chunks.n_kc)
+    inbox = inbox_ptr + parity.to(tl.int64) * (WORLD_SIZE * sizes.Ms) * sizes.Ks
     return epoch, flags, inbox
 
 
@@ -71,13 +71,13 @@ WAIT_WIDTH = tl.constexpr(16)
 
 
 @triton.jit
-def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok):
+def wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok):
     """Wait for the row chunks of ``src`` covering shard rows ``first_row..last_row`` in K chunk ``kc``, at
     most the watch slot's bound; returns ``ok`` (0 once a wait of this program gave up)."""
-    rc_hi = last_row // rcw
-    for rc0 in range(first_row // rcw, rc_hi + 1, WAIT_WIDTH):
+    rc_hi = last_row // chunks.rcw
+    for rc0 in range(first_row // chunks.rcw, rc_hi + 1, WAIT_WIDTH):
         rcs = rc0 + tl.arange(0, WAIT_WIDTH)
-        idx = (src * n_rc + rcs) * n_kc + kc
+        idx = (src * chunks.n_rc + rcs) * chunks.n_kc + kc
         ok = spin_until(flags_ptr + idx, rcs <= rc_hi, epoch, watch_ptr, src, idx, ok)
     return ok
 
@@ -87,11 +87,11 @@ WAIT_ALL_WIDTH = tl.constexpr(64)
 
 
 @triton.jit
-def wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc, watch_ptr, ok):
+def wait_all_k(flags_ptr, epoch, src, first_row, last_row, chunks, watch_ptr, ok):
     """Wait for every K chunk of the row chunks of ``src`` covering shard rows ``first_row..last_row``:
     their flags (``[src, rc, kc]``, K chunk fastest) are one contiguous run. Bounded as :func:`wait_rows`."""
-    lo = (src * n_rc + first_row // rcw) * n_kc
-    hi = (src * n_rc + last_row // rcw) * n_kc + n_kc - 1
+    lo = (src * chunks.n_rc + first_row // chunks.rcw) * chunks.n_kc
+    hi = (src * chunks.n_rc + last_row // chunks.rcw) * chunks.n_kc + chunks.n_kc - 1
     for f0 in range(lo, hi + 1, WAIT_ALL_WIDTH):
         fs = f0 + tl.arange(0, WAIT_ALL_WIDTH)
         ok = spin_until(flags_ptr + fs, fs <= hi, epoch, watch_ptr, src, fs, ok)
@@ -99,40 +99,33 @@ def wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc, watc
 
 
 @triton.jit
-def wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok,
-                 WHOLE_K: tl.constexpr):  # fmt: skip
+def wait_segment(
+    flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok, WHOLE_K: tl.constexpr
+):
     """A consumer's wait before K segment ``kc`` of ``src``'s shard rows ``first_row..last_row``: that K
     chunk's flags, or (``WHOLE_K``: one segment) every K chunk's; returns ``ok`` (:func:`wait_rows`)."""
     if WHOLE_K:
-        ok = wait_all_k(flags_ptr, epoch, src, first_row, last_row, rcw, n_rc, n_kc, watch_ptr, ok)
+        ok = wait_all_k(flags_ptr, epoch, src, first_row, last_row, chunks, watch_ptr, ok)
     else:
-        ok = wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, rcw, n_rc, n_kc, watch_ptr, ok)
+        ok = wait_rows(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok)
     return ok
 
 
 @triton.jit
 def copy_chunk(
-    src_ptr,
-    src_off,
-    src_stride,
-    dst_ptr,
-    dst_off,
-    r0,
-    r1,
-    k0,
-    k1,
-    Ks,
-    ALIGNED: tl.constexpr,
-    P_ROWS: tl.constexpr,
-    P_COLS: tl.constexpr,
+    src_ptr, src_off, src_stride, dst_ptr, dst_off, box, Ks, ALIGNED: tl.constexpr, MOVES: tl.constexpr
 ):
-    """Copy rows ``r0..r1``, columns ``k0..k1`` of a shard into an inbox slot (row stride ``Ks``).
+    """Copy rows ``r0..r1``, columns ``k0..k1`` (``box``, half-open) of a shard into an inbox slot (row
+    stride ``Ks``), ``MOVES.P_ROWS x MOVES.P_COLS`` elements at a time.
 
     Element ``(r, k)`` is read at ``src_ptr + src_off + r * src_stride + k`` and written at
     ``dst_ptr + dst_off + r * Ks + k``; the scalar offsets carry a peer's heap translation, so one
     helper serves local staging, remote stores (push) and remote loads (pull), all 16-byte vectors
     when ``ALIGNED``.
     """
+    r0, r1, k0, k1 = box
+    P_ROWS: tl.constexpr = MOVES.P_ROWS
+    P_COLS: tl.constexpr = MOVES.P_COLS
     VEC: tl.constexpr = 128 // src_ptr.dtype.element_ty.primitive_bitwidth
     for r in range(r0, r1, P_ROWS):
         rows = r + tl.arange(0, P_ROWS)
@@ -150,13 +143,14 @@ def copy_chunk(
 
 
 @triton.jit
-def chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw):
-    """Rows ``r0..r1`` and columns ``k0..k1`` (half-open) of chunk number ``chunk`` (K-chunk major)."""
-    kc = chunk // n_rc
-    rc = chunk % n_rc
-    r0 = rc * rcw
-    k0 = kc * kcw
-    return rc, kc, r0, tl.minimum(r0 + rcw, Ms), k0, tl.minimum(k0 + kcw, Ks)
+def chunk_bounds(chunk, sizes, chunks):
+    """``(rc, kc, box)`` of chunk number ``chunk`` (K-chunk major): its row and K chunk and its rows
+    ``r0..r1`` and columns ``k0..k1`` (half-open), ``box = (r0, r1, k0, k1)``."""
+    kc = chunk // chunks.n_rc
+    rc = chunk % chunks.n_rc
+    r0 = rc * chunks.rcw
+    k0 = kc * chunks.kcw
+    return rc, kc, (r0, tl.minimum(r0 + chunks.rcw, sizes.Ms), k0, tl.minimum(k0 + chunks.kcw, sizes.Ks))
 
 
 @triton.jit
@@ -179,24 +173,14 @@ def produce_chunks(
     inbox_ptr,
     flags_ptr,
     heap_bases,
+    watch_ptr,
     rank,
     epoch,
-    Ms,
-    Ks,
-    rcw,
-    n_rc,
-    kcw,
-    n_kc,
+    sizes,
+    chunks,
     stride_am,
-    watch_ptr,
-    WORLD_SIZE: tl.constexpr,
-    ALIGNED: tl.constexpr,
-    P_ROWS: tl.constexpr,
-    P_COLS: tl.constexpr,
-    STEPS: tl.constexpr,
-    PULL: tl.constexpr,
-    PUSH_ORDER: tl.constexpr = 0,
-    RELEASE_EACH: tl.constexpr = False,
+    LAYOUT: tl.constexpr,
+    MOVES: tl.constexpr,
 ):
     """Move chunks ``pid, pid + movers, ...`` of the local shard (K-chunk major), each followed by a CTA
     barrier and one release (system scope) of its flag at ``epoch``.
@@ -211,41 +195,42 @@ def produce_chunks(
     there instead of after the copies to every peer. Returns ``ok`` (pull's waits are bounded by the
     watch slot, :func:`~..common.watch.spin_one`): 0 once one gave up.
     """
+    WORLD_SIZE: tl.constexpr = LAYOUT.WORLD_SIZE
+    ALIGNED: tl.constexpr = LAYOUT.ALIGNED
     ok = 1
-    slot_elems = tl.cast(Ms, tl.int64) * Ks
+    slot_elems = tl.cast(sizes.Ms, tl.int64) * sizes.Ks
     own = tl.cast(rank, tl.int64) * slot_elems  # this rank's slot in every inbox
-    if STEPS & 1:
+    n_rc = chunks.n_rc
+    n_kc = chunks.n_kc
+    Ks = sizes.Ks
+    if MOVES.STEPS & 1:
         for chunk in range(pid, n_rc * n_kc, movers):
-            rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
+            rc, kc, box = chunk_bounds(chunk, sizes, chunks)
             flag = flags_ptr + (rank * n_rc + rc) * n_kc + kc
-            if PULL:
-                copy_chunk(a_ptr, 0, stride_am, inbox_ptr, own, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS)
+            if MOVES.PULL:
+                copy_chunk(a_ptr, 0, stride_am, inbox_ptr, own, box, Ks, ALIGNED, MOVES)
                 tl.debug_barrier()  # all of this CTA's stores precede the single release below
                 tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
-            elif RELEASE_EACH:
+            elif MOVES.RELEASE_EACH:
                 for i in tl.static_range(1, WORLD_SIZE):
-                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    peer = push_peer(rank, i, WORLD_SIZE, MOVES.PUSH_ORDER)
                     dst = own + heap_delta(inbox_ptr, rank, peer, heap_bases)
-                    copy_chunk(
-                        a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
-                    )
+                    copy_chunk(a_ptr, 0, stride_am, inbox_ptr, dst, box, Ks, ALIGNED, MOVES)
                     tl.debug_barrier()  # all of this CTA's stores to the peer precede its release
                     iris.atomic_xchg(flag, epoch, rank, peer, heap_bases, sem="release", scope="sys")
             else:
                 for i in tl.static_range(1, WORLD_SIZE):
-                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    peer = push_peer(rank, i, WORLD_SIZE, MOVES.PUSH_ORDER)
                     dst = own + heap_delta(inbox_ptr, rank, peer, heap_bases)
-                    copy_chunk(
-                        a_ptr, 0, stride_am, inbox_ptr, dst, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
-                    )
+                    copy_chunk(a_ptr, 0, stride_am, inbox_ptr, dst, box, Ks, ALIGNED, MOVES)
                 tl.debug_barrier()  # all of this CTA's stores precede the single release below
                 for i in tl.static_range(1, WORLD_SIZE):
-                    peer = push_peer(rank, i, WORLD_SIZE, PUSH_ORDER)
+                    peer = push_peer(rank, i, WORLD_SIZE, MOVES.PUSH_ORDER)
                     iris.atomic_xchg(flag, epoch, rank, peer, heap_bases, sem="release", scope="sys")
-    if PULL:
-        if STEPS & 2:
+    if MOVES.PULL:
+        if MOVES.STEPS & 2:
             for chunk in range(pid, n_rc * n_kc, movers):
-                rc, kc, r0, r1, k0, k1 = chunk_bounds(chunk, Ms, Ks, rcw, n_rc, kcw)
+                rc, kc, box = chunk_bounds(chunk, sizes, chunks)
                 for i in tl.static_range(1, WORLD_SIZE):
                     src = (rank + i) % WORLD_SIZE
                     idx = (src * n_rc + rc) * n_kc + kc
@@ -255,9 +240,7 @@ def produce_chunks(
                     ok = spin_one(theirs, epoch, watch_ptr, src, idx, ok)
                     slot = tl.cast(src, tl.int64) * slot_elems
                     remote = slot + heap_delta(inbox_ptr, rank, src, heap_bases)
-                    copy_chunk(
-                        inbox_ptr, remote, Ks, inbox_ptr, slot, r0, r1, k0, k1, Ks, ALIGNED, P_ROWS, P_COLS
-                    )
+                    copy_chunk(inbox_ptr, remote, Ks, inbox_ptr, slot, box, Ks, ALIGNED, MOVES)
                     tl.debug_barrier()  # all of this CTA's stores precede the single release below
                     tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
     return ok

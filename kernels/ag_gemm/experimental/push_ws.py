@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..args import Io
 from ..fused import KERNEL, FusedConfig, _CompiledLaunch, _launch_args, _specialization
 from ..push import ag_gemm_push
 from .ws import KERNEL as ws_kernel
@@ -71,21 +72,22 @@ class PushWsCall:
             phase="producers", watch=watch,
         )  # fmt: skip
         named = dict(zip(KERNEL.arg_names, args, strict=True))
+        programs = named["programs"]
         #: what ``sync[0]`` grows by per call (``push``'s grid, from which its kernel derives the epoch)
-        self.arrivals = named["num_producers"] + named["num_consumers"]
+        self.arrivals = programs.producers + programs.consumers
         #: what ``sync[1]`` (``push``'s tile queue) grows by per call of ``push``'s kernel, kept in step here
-        self.draws = queue_draws(config, out, named["num_producers"])
+        self.draws = queue_draws(config, out, programs.producers)
         self.ws = ws_config(config)
         self.consumer_grid, cargs, self.consumer_options = ws_launch_args(
             a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, arrivals=self.arrivals,
             rank=rank, world_size=world_size, gather_dim=gather_dim,
-            geometry=(named["rcw"], named["n_rc"], named["kcw"], named["n_kc"]), config=self.ws,
+            geometry=tuple(named["chunks"]), config=self.ws,
             grid=num_sms - config.comm_sms, heap_bases=None if config.comm_sms else heap_bases,
             forward=transport == "forward", watch=watch,
         )  # fmt: skip
         #: no producer kernel: the consumer's CTAs move the shard first (``comm_sms=0``)
         self.in_kernel = config.comm_sms == 0
-        self.args = [None, None, None, *args[3:]]  # push's kernel: a_ptr, b_ptr, c_ptr first, per call
+        self.args = [None, *args[1:]]  # push's kernel: the call's tensors (``io``) first, per call
         # the consumer's a_desc and b_desc are rebuilt per call from these (layouts computed once, no
         # user tensor kept: the templates' base is a stand-in)
         self.a_template = dataclasses.replace(cargs[0], base=_Placeholder(a_shard.dtype))
@@ -116,7 +118,7 @@ class PushWsCall:
             return
         if not self.in_kernel:
             g = self.grid
-            compiled = KERNEL.warmup(a_shard, b, out, *self.args[3:], grid=(g,), **self.options)
+            compiled = KERNEL.warmup(Io(a_shard, b, out), *self.args[1:], grid=(g,), **self.options)
             self._producers = _CompiledLaunch(compiled, g, self.args)  # push's launch, tensors swapped in
         self._bind_consumer(a_shard, b, out)
         try:
@@ -207,9 +209,9 @@ def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size,
         rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
         phase="producers", watch=watch,
     )  # fmt: skip
-    named = dict(zip(KERNEL.arg_names, args, strict=True))
-    arrivals = named["num_producers"] + named["num_consumers"]
-    draws = queue_draws(config, out, named["num_producers"])
+    programs = dict(zip(KERNEL.arg_names, args, strict=True))["programs"]
+    arrivals = programs.producers + programs.consumers
+    draws = queue_draws(config, out, programs.producers)
     count_call(sync, arrivals, draws)
     ag_gemm_push(
         a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=rank,
