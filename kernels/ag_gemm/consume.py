@@ -50,6 +50,19 @@ def next_tile_of(tile_id, num_consumers, queue_ptr, DYNAMIC: tl.constexpr):
 
 
 @triton.jit
+def k_segment(kc, span, k_end, chunks, local, src, first_row, last_row, call, ok, WHOLE_K: tl.constexpr):
+    """``(k_lo, k_hi, ok)``: the K columns of segment ``kc`` (``span`` wide, up to ``k_end``), once the
+    chunks of ``src``'s rows ``first_row..last_row`` they read have landed (no wait for ``local`` rows;
+    :func:`.protocol.wait_segment`, bounded by the watch slot of ``call``)."""
+    _, _, flags_ptr, watch_ptr, _, epoch = call
+    k_lo = kc * chunks.kcw
+    k_hi = tl.minimum(k_lo + span, k_end)
+    if not local:
+        ok = wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok, WHOLE_K)
+    return k_lo, k_hi, ok
+
+
+@triton.jit
 def tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, GATHER_DIM: tl.constexpr):
     """``(pid_m, pid_n)`` of tile ``tile_id`` in grouped order; gather_dim=0 starts at the first row
     tile holding local rows, then the next ranks' rows."""
@@ -91,25 +104,12 @@ def prefetch_b_rows(b_ptr, pid_n, N, K, stride_bk, stride_bn, ROWS: tl.constexpr
 
 
 @triton.jit
-def consume_tiles(
-    first_tile,
-    num_consumers,
-    queue_ptr,
-    io,
-    inbox_ptr,
-    flags_ptr,
-    watch_ptr,
-    ok,
-    rank,
-    epoch,
-    sizes,
-    chunks,
-    strides,
-    LAYOUT: tl.constexpr,
-    TILES: tl.constexpr,
-):
+def consume_tiles(first_tile, num_consumers, call, ok, io, sizes, chunks, strides, LAYOUT: tl.constexpr,
+                  TILES: tl.constexpr):  # fmt: skip
     """The consumer (GEMM) side: persistent loop over output tiles, waiting per chunk for peers' A.
 
+    ``call`` is this call's state: ``(queue_ptr, inbox_ptr, flags_ptr, watch_ptr, rank, epoch)``, the
+    inbox and flags at the call's parity slot; the other groups are the kernel's (:mod:`.args`).
     Tile ``first_tile`` first, then every ``num_consumers``-th tile after it, or (not ``WHOLE_K``) tile
     ``num_consumers + q`` for each value ``q`` drawn from the relaxed atomic counter ``queue_ptr`` (the
     caller folds the counter's value at the call's start into ``num_consumers``), so programs that start
@@ -137,6 +137,7 @@ def consume_tiles(
     BLOCK_N: tl.constexpr = TILES.BLOCK_N
     ELEM: tl.constexpr = io.a.dtype.element_ty.primitive_bitwidth // 8
     VEC: tl.constexpr = 16 // ELEM
+    queue_ptr, inbox_ptr, flags_ptr, watch_ptr, rank, epoch = call
     num_pid_m = tl.cdiv(sizes.M, TILES.BLOCK_M)
     num_pid_n = tl.cdiv(sizes.N, TILES.BLOCK_N)
     offs_k = tl.arange(0, TILES.BLOCK_K)
@@ -202,21 +203,9 @@ def consume_tiles(
                 if LAYOUT.ALIGNED:
                     row_off = tl.multiple_of(row_off, VEC)
                 for kc in range(0, loops):
-                    k_lo = kc * chunks.kcw
-                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
-                    if not local:
-                        ok = wait_segment(
-                            flags_ptr,
-                            epoch,
-                            src,
-                            first_row,
-                            last_row,
-                            kc,
-                            chunks,
-                            watch_ptr,
-                            ok,
-                            TILES.WHOLE_K,
-                        )
+                    k_lo, k_hi, ok = k_segment(
+                        kc, span, sizes.Ks, chunks, local, src, first_row, last_row, call, ok, TILES.WHOLE_K
+                    )
                     a_ptrs = io.a + row_off[:, None] + (k_lo + offs_k)[None, :]
                     b_ptrs = b_cols + (src * sizes.Ks + k_lo + offs_k)[:, None] * strides.bk
                     acc = mma_k_range(

@@ -23,33 +23,19 @@ import triton.language as tl
 from ..common.gemm import store_tile
 from ..common.tiles import rotate
 from ..common.tma import b_descriptor, tma_k_range
-from .consume import k_segments, next_tile_of, tile_at, tile_group
+from .consume import k_segment, k_segments, next_tile_of, tile_at, tile_group
 from .protocol import wait_segment
 
 
 @triton.jit
-def consume_tiles_tma(
-    first_tile,
-    num_consumers,
-    queue_ptr,
-    io,
-    inbox_ptr,
-    flags_ptr,
-    watch_ptr,
-    ok,
-    rank,
-    epoch,
-    sizes,
-    chunks,
-    strides,
-    LAYOUT: tl.constexpr,
-    TILES: tl.constexpr,
-):
-    """``push``'s consumer (``consume.consume_tiles``: the same arguments, tile order, queue and waits)
-    with TMA loads. gather_dim=0 requires ``Ms % BLOCK_M == 0`` (a tile's rows have one owner)."""
+def consume_tiles_tma(first_tile, num_consumers, call, ok, io, sizes, chunks, strides,
+                      LAYOUT: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+    """``push``'s consumer (:func:`.consume.consume_tiles`: the same arguments, tile order, queue and
+    waits) with TMA loads. gather_dim=0 requires ``Ms % BLOCK_M == 0`` (a tile's rows have one owner)."""
     BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
     BLOCK_N: tl.constexpr = TILES.BLOCK_N
     BLOCK_K: tl.constexpr = TILES.BLOCK_K
+    queue_ptr, inbox_ptr, flags_ptr, watch_ptr, rank, epoch = call
     num_pid_m = tl.cdiv(sizes.M, TILES.BLOCK_M)
     num_pid_n = tl.cdiv(sizes.N, TILES.BLOCK_N)
     first_local_m = (rank * sizes.Ms) // TILES.BLOCK_M
@@ -103,21 +89,9 @@ def consume_tiles_tma(
                     LAYOUT.B_ROW_MAJOR,
                 )  # fmt: skip
                 for kc in range(0, loops):
-                    k_lo = kc * chunks.kcw
-                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
-                    if not local:
-                        ok = wait_segment(
-                            flags_ptr,
-                            epoch,
-                            src,
-                            first_row,
-                            last_row,
-                            kc,
-                            chunks,
-                            watch_ptr,
-                            ok,
-                            TILES.WHOLE_K,
-                        )
+                    k_lo, k_hi, ok = k_segment(
+                        kc, span, sizes.Ks, chunks, local, src, first_row, last_row, call, ok, TILES.WHOLE_K
+                    )
                     acc = tma_k_range(
                         acc,
                         a_desc,

@@ -70,14 +70,9 @@ def fused_ag_gemm_kernel(
             first_tile = offset + tl.atomic_add(queue, 1, sem="relaxed", scope="gpu")
         else:
             first_tile = pid - num_producers
+        call = (queue, inbox, flags, bufs.watch, rank, epoch)
         if TILES.TMA:
             tl.static_assert(not MOVES.PULL, "push_tma: push transport only")
-            consume_tiles_tma(
-                first_tile, offset, queue, io, inbox, flags, bufs.watch, ok, rank, epoch, sizes, chunks,
-                strides, LAYOUT, TILES,
-            )  # fmt: skip
+            consume_tiles_tma(first_tile, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
         else:
-            consume_tiles(
-                first_tile, offset, queue, io, inbox, flags, bufs.watch, ok, rank, epoch, sizes, chunks,
-                strides, LAYOUT, TILES,
-            )  # fmt: skip
+            consume_tiles(first_tile, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)

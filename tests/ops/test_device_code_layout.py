@@ -3,29 +3,21 @@
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from autotaxer.runtime.kernel_hash import _imported_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ("ag_gemm", "gemm_rs", "flash_decode")
 
 
 def _imports(path: Path, package: str) -> set[str]:
-    """Absolute names of the modules ``path`` (a module of ``package``) imports, relative ones resolved."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    """Absolute names of the modules ``path`` (a module of ``package``) imports, relative ones resolved
+    (the reading the kernel hash does)."""
+    module = package if path.name == "__init__.py" else f"{package}.{path.stem}"
+    return _imported_modules(module, path)
 
 
 def _modules(folder: Path, package: str):
