@@ -1,4 +1,5 @@
-"""What the Iris-fused variants (``pull``, ``push``) share: search space, pruning, prepare and launch.
+"""What the Iris-fused variants (``pull``, ``push``) share: pruning, prepare and launch (their search space
+and seeds are data in :mod:`._space`).
 
 The launchers are ``autotaxer.kernels.ag_gemm.pull`` / ``ag_gemm_push`` (one kernel); both take a
 :class:`~autotaxer.kernels.ag_gemm.fused.FusedConfig` built from the trial's parameters.
@@ -12,6 +13,7 @@ from ..._problem import ProblemKey, Target, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
 from .._iris_heap import iris_unavailable
 from ._op import AgGemm, shard_shape
+from ._space import fused_seeds, fused_space
 
 #: Shared-memory budget of one CTA (H100/H200: 227 KiB; MI300X: 64 KiB LDS, pruned by the same rule).
 _SMEM_BYTES = {"nvidia": 232448, "amd": 65536}
@@ -37,28 +39,7 @@ class IrisFusedVariant(Variant):
         return super().unavailable_reason(target) or iris_unavailable(self.name)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        small = key["M"] <= 256  # bound by reading B: many narrow tiles, K chunks to start early
-        return {
-            "block_m": (128, 64, 32, 16),
-            "block_n": (64, 128, 256) if small else (256, 128, 64),
-            "block_k": (64, 128, 256) if small else (64, 128),
-            "group_m": (8, 4),
-            "num_warps": (8, 4),
-            # deeper pipelines at small M (B-bound: bytes in flight): 128x128x64 on 4 warps, one H100 at
-            # one rank, M=256: 62.6 against 58.3 us with 4 and 5 stages in one call, 59.0 against 56.9
-            # with 5 and 6 in the next (bench/results/2026-11-25_gemm_core_h100/)
-            "num_stages": (3, 4, 2, 5, 6) if small else (3, 4, 2),
-            "comm_sms": (16, 8, 32, 4, 0),  # 0: every program moves its share, then computes
-            # many row chunks per producer (large M): the first wave's rows land first
-            "row_chunks": (4, 1, 8, 16) if small else (4, 1, 8, 16, 32, 64),
-            "k_chunks": (4, 2, 1, 8) if small else (1, 2, 4, 8),
-            "prefetch_k": (0, 1024) if small and key["gather_dim"] == 0 else (0,),
-            # many peers (one value at 2 ranks, where the orders coincide and a chunk has one peer):
-            # gather_dim=0 groups over the gathered M; push's peer order and per-peer flag release
-            "group_across": (0, 1) if key["gather_dim"] == 0 and key.world_size > 2 else (0,),
-            "push_order": (0, 1) if self.pushes and key.world_size > 2 else (0,),
-            "release_each": (0, 1) if self.pushes and key.world_size > 2 else (0,),
-        }
+        return fused_space(key, self.pushes)
 
     def complete_params(self, params: Params) -> dict[str, Any]:
         """``params`` with the fields added since it was tuned at their defaults (the kernel it ran)."""
@@ -68,67 +49,8 @@ class IrisFusedVariant(Variant):
         return {**{f: defaults[f] for f in ("group_across", "push_order", "release_each")}, **params}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Good starting points by regime (2xH200 sweeps, best first: the tuner may run only the first
-        few): one row tile over all of M at small M (64 wide at gather_dim=0, where deeper searches
-        found narrow tiles best), 128x128 tiles above (they beat 128x256 in the fused kernel at
-        M=1024-4096 on 2xH200). Up to M=256 first the one with no dedicated producers (``comm_sms=0``,
-        its shard cut fine enough that many programs move a piece each), last the same with six pipeline
-        stages (one H100, one rank, M=256: a GEMM core 9% faster than with four); from M=512, where the
-        grid runs more than one wave, first 8-16 dedicated producers that join the GEMM when done, the
-        shard cut in many row chunks so the rows of the first wave land first (2xH200, N=K=8192:
-        1.05-1.14x faster than ``comm_sms=0`` at M=1024-4096)."""
-        m, gd = key["M"], key["gather_dim"]
-
-        def cfg(bm, bn, bk, warps, stages, comm, rc, kc, pf=0):
-            return dict(
-                block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=warps, num_stages=stages,
-                comm_sms=comm, row_chunks=rc, k_chunks=kc, prefetch_k=pf, group_across=0, push_order=0,
-                release_each=0,
-            )  # fmt: skip
-
-        if m <= 64:  # one row tile covering every row: B is read once
-            bm = 16 if m <= 16 else 32 if m <= 32 else 64
-            prefetch = gd == 0 and not target.is_amd  # only gather_dim=0 tiles wait first
-            shard_rows = m // key.world_size if gd == 0 else m
-            return self._many_peers(key, [
-                cfg(bm, 64 if gd == 0 else 128, 128, 4, 4, 0, 4 if shard_rows >= 4 else 1, 8),
-                cfg(bm, 128, 128, 4, 4, 8, 4, 1),
-                cfg(bm, 128, 128, 4, 4, 8, 4, 1, 1024) if prefetch else cfg(bm, 128, 128, 4, 4, 8, 1, 2),
-            ])  # fmt: skip
-        if m <= 256:
-            return self._many_peers(key, [
-                cfg(128, 128, 64, 4, 4, 0, 16, 8),
-                cfg(128, 128, 64, 4, 4, 4, 4, 2),
-                cfg(128, 128, 64, 4, 4, 4, 4, 4),
-                cfg(128, 128, 64, 4, 6, 0, 16, 8),
-            ])  # fmt: skip
-        if m <= 512:
-            return self._many_peers(key, [
-                cfg(128, 128, 64, 4, 4, 16, 16, 1),
-                cfg(128, 128, 64, 4, 4, 0, 16, 8),
-                cfg(128, 128, 64, 4, 4, 4, 4, 2),
-            ])  # fmt: skip
-        return self._many_peers(key, [
-            cfg(128, 128, 64, 4, 4, 16, 64, 1),
-            cfg(128, 128, 64, 4, 4, 8, 64, 1),
-            cfg(128, 256, 64, 8, 3, 16, 64, 1),
-        ])  # fmt: skip
-
-    def _many_peers(self, key: ProblemKey, seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """At 3+ ranks, after the first seed: the same with the many-peer schedule (push in the order the
-        peers read, each peer's flag released after its copy, gather_dim=0 tiles grouped over the whole
-        M) and, where producers are dedicated, twice as many of them (8 ranks: 16 -> 8 producers cost
-        47-94 µs on 8xH200, and each chunk goes to 7 peers)."""
-        if key.world_size <= 2 or not seeds:
-            return seeds
-        first = seeds[0]
-        wide = dict(first, group_across=int(key["gather_dim"] == 0))
-        if self.pushes:
-            wide.update(push_order=1, release_each=1)
-        extra = [wide]
-        if first["comm_sms"]:
-            extra.append(dict(wide, comm_sms=min(2 * first["comm_sms"], 32)))
-        return [first, *extra, *seeds[1:]]
+        """Good starting points by regime, best first (:func:`._space.fused_seeds`)."""
+        return fused_seeds(key, target, self.pushes)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.ag_gemm.fused import FusedConfig, geometry

@@ -18,11 +18,7 @@ from ..._problem import ProblemKey, Target
 from .._base import Params, RunContext, Variant, Workspace
 from .._copy_engine import channel_buffers, transport_error, transport_unavailable
 from ._op import GemmRs, out_shape
-
-_STREAMS = (1, 2, 4, 8)
-#: Seed configurations, tried first: every owner on a stream of its own (``"each"``), then one stream;
-#: stream memops.
-SEEDS: dict[str, Any] = {"streams": ("each", 1), "base": {"signal": "memop"}}
+from ._space import copy_engine_seeds, copy_engine_space
 
 
 class CopyEngineVariant(Variant):
@@ -33,16 +29,11 @@ class CopyEngineVariant(Variant):
         return super().unavailable_reason(target) or transport_unavailable(self.name, target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        from autotaxer.kernels.common.lanes import _streams_reason
-
-        streams = tuple(s for s in _STREAMS if _streams_reason(s, key.world_size - 1) is None)
-        return {"streams": streams, "signal": ("memop", "triton")}
+        return copy_engine_space(key)
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Every owner on a stream of its own, then one stream (:data:`SEEDS`)."""
-        space = self.search_space(key, target)["streams"]
-        streams = dict.fromkeys(space[-1] if s == "each" else s for s in SEEDS["streams"])
-        return [{"streams": s, **SEEDS["base"]} for s in streams]
+        """Every owner on a stream of its own, then one stream (:data:`._space.CE_SEEDS`)."""
+        return copy_engine_seeds(key)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.common.lanes import _streams_reason

@@ -19,6 +19,7 @@ from ..._target import tma_unavailable
 from .._base import Params, RunContext, Variant, Workspace
 from .._iris_heap import iris_unavailable
 from ._op import GemmRs, out_shape
+from ._space import FUSED_SEEDS, FUSED_SPACE
 
 #: Shared-memory budget of one CTA (H100/H200).
 _SMEM_BYTES = 232448
@@ -37,22 +38,11 @@ class PushVariant(Variant):
         return super().unavailable_reason(target) or iris_unavailable(self.name)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        return {
-            "block_m": (128, 64),
-            "block_n": (128, 256, 64),
-            "block_k": (64, 128),
-            "group_m": (8, 4),
-            "num_warps": (4, 8),
-            "num_stages": (3, 4),
-            "num_programs": (0,),
-        }
+        return dict(FUSED_SPACE)
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """The persistent GEMM's usual tiles: 128x128 on 4 warps, then 128x256 on 8 (large N)."""
-        base = dict(
-            block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4, num_programs=0
-        )
-        return [base, dict(base, block_n=256, num_warps=8, num_stages=3)]
+        """The persistent GEMM's usual tiles (:data:`._space.FUSED_SEEDS`)."""
+        return [dict(seed) for seed in FUSED_SEEDS]
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.common.gemm import register_error, smem_error
