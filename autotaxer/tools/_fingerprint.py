@@ -6,7 +6,8 @@ and answers, per ``op/variant``:
 - ``hash``: the tree's ``kernel_source_hash`` (what records are stamped with);
 - ``code``: sha256 over the sorted normalized top-level statements of the modules the hash covers,
   imports and docstrings left out (equal for two trees that only move code between modules);
-and per launch scenario (a shipped record of a Triton variant), every kernel launch its launcher makes,
+and per launch scenario (a shipped record of a Triton variant: ``ag_gemm``'s fused ones, ``flash_decode``'s),
+every kernel launch its launcher makes,
 recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name left out),
 the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and 16-byte
 alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in the PTX).
@@ -196,6 +197,40 @@ def _fused_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
     names[f"ag_gemm_{variant}"](**tensors, **common)
 
 
+def _flash_decode_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
+    """The launches of ``flash_decode``'s ``fused`` or ``bsp`` (its GPU path: the split-KV kernel, then the
+    combine of the gathered partials) for a shipped record's key and params, rank 0. The large tensors are
+    meta tensors (shapes, strides and dtype, no memory: a 512k context of 32 rows is 16 GiB of K)."""
+    import torch
+
+    b, h, hkv, d, s = (scenario["shape"][f] for f in ("B", "H", "Hkv", "D", "S"))
+    ws = scenario["world_size"]
+    config = names["DecodeConfig"](**scenario["params"])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[scenario["dtype"]]
+    meta = dict(device="meta")
+    q = torch.empty(b, h, d, dtype=dtype, **meta)
+    k, v = (torch.empty(b, s // ws, hkv, d, dtype=dtype, **meta) for _ in "kv")
+    lengths = torch.empty(b, dtype=torch.int32, **meta)
+    out = torch.empty(b, h, d, dtype=dtype, **meta)
+    if scenario["variant"] == "fused":
+        o_shape, lse_shape = names["inbox_shapes"](b, h, d, ws, config.splits)
+        names["flash_decode_fused"](
+            q, k, v, lengths, out, inbox_o=torch.empty(o_shape, dtype=torch.float32, **meta),
+            inbox_lse=torch.empty(lse_shape, dtype=torch.float32, **meta),
+            flags=torch.empty(names["flag_shape"](b, hkv, ws, config.splits), dtype=torch.int64, **meta),
+            ticket=torch.zeros(1, dtype=torch.int64), heap_bases=torch.zeros(ws, dtype=torch.int64),
+            rank=0, world_size=ws, config=config,
+        )  # fmt: skip
+        return
+    n_o = b * h * config.splits * d
+    send = torch.empty(n_o + b * h * config.splits, dtype=torch.float32, **meta)
+    gathered = torch.empty(ws, send.numel(), dtype=torch.float32, **meta)
+    names["decode_partials"](q, k, v, lengths, send[:n_o], send[n_o:], config=config)
+    names["combine_partials"](
+        gathered, gathered.view(-1)[n_o:], out, world_size=ws, splits=config.splits, stride_rank=send.numel()
+    )
+
+
 def main() -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     os.environ["TRITON_DISABLE_LINE_INFO"] = "1"  # before Triton reads its knobs
@@ -218,7 +253,10 @@ def main() -> None:
         for scenario in request["launches"]:
             before = len(recorder.launches)
             try:
-                _fused_call(names, scenario)
+                if scenario.get("op", "ag_gemm") == "flash_decode":
+                    _flash_decode_call(names, scenario)
+                else:
+                    _fused_call(names, scenario)
                 answer["launches"].append(recorder.launches[before:])
             except Exception as exc:  # noqa: BLE001 - reported per scenario, compared as text
                 answer["launches"].append(f"error: {type(exc).__name__}: {exc}")

@@ -9,8 +9,8 @@ each) and, per variant of the tables' records, decides:
 
 - ``unchanged``: the source hash is the same; nothing to do.
 - ``moved``: the same top-level code (imports and docstrings left out) in other modules.
-- ``same launches``: for every shipped record of a Triton variant (push, pull, push_tma, push_ws,
-  push_ws_fwd: :data:`TRACED`), the launcher
+- ``same launches``: for every shipped record of a Triton variant (``ag_gemm``'s push, pull, push_tma,
+  push_ws, push_ws_fwd; ``flash_decode``'s fused and bsp: :data:`TRACED`), the launcher
   makes the same launches in both trees (grid, options, every argument) and each launched kernel
   compiles to the same PTX for sm_90 (helpers inlined; line information off, the entry's name left
   out), so the GPU runs identical code.
@@ -38,14 +38,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-#: Variants whose records are checked launch by launch (their launchers take a FusedConfig).
-TRACED = ("push", "pull", "push_tma", "push_ws", "push_ws_fwd")
+#: Variants whose records are checked launch by launch, by op (their launches are Triton kernels).
+TRACED = {"ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd"), "flash_decode": ("fused", "bsp")}
 #: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
 REMAPPED = ("kernels", "migrations", "tuning_db")
 _FINGERPRINT = Path(__file__).with_name("_fingerprint.py")
 
 
 def _scenario(record: dict[str, Any]) -> dict[str, Any]:
+    if record["op"] == "flash_decode":
+        return {
+            "op": "flash_decode", "variant": record["variant"], "world_size": record["world_size"],
+            "dtype": record["dtype"], "shape": record["shape"], "params": record["params"],
+        }  # fmt: skip
     return {
         "variant": record["variant"], "world_size": record["world_size"],
         "gather_dim": record["layout"].get("gather_dim", 0),
@@ -103,7 +108,7 @@ def decide(records: list[dict[str, Any]], base: dict[str, Any], now: dict[str, A
     """``op/variant`` -> (verdict, the new hash where records may take it)."""
     traces: dict[str, list[bool]] = defaultdict(list)
     for scenario, old, new in zip(scenarios, base["launches"], now["launches"], strict=True):
-        traces[f"ag_gemm/{scenario['variant']}"].append(difference(old, new) is None)
+        traces[f"{scenario.get('op', 'ag_gemm')}/{scenario['variant']}"].append(difference(old, new) is None)
     verdicts: dict[str, tuple[str, str | None]] = {}
     for name in sorted({f"{r['op']}/{r['variant']}" for r in records}):
         old, new = base["variants"].get(name), now["variants"].get(name)
@@ -139,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted(args.tables.glob("*.json"))
     tables = {f: json.loads(f.read_text(encoding="utf-8")) for f in files}
     records = [r for t in tables.values() for r in t["records"]]
-    traced = [r for r in records if r["op"] == "ag_gemm" and r["variant"] in TRACED]
+    traced = [r for r in records if r["variant"] in TRACED.get(r["op"], ())]
     unique = {json.dumps(_scenario(r), sort_keys=True) for r in traced}
     scenarios = [json.loads(s) for s in sorted(unique)]
     request = {"variants": sorted({(r["op"], r["variant"]) for r in records}), "launches": scenarios}
@@ -161,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         status |= verdict.startswith("changed") and not args.accept_changed
         if verdict == "changed" and args.explain:
             for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):
-                if f"ag_gemm/{scenario['variant']}" == name and (why := difference(a, b)):
+                if f"{scenario.get('op', 'ag_gemm')}/{scenario['variant']}" == name and (
+                    why := difference(a, b)
+                ):
                     print(f"    {json.dumps(scenario, sort_keys=True)}: {why}")
                     break
         accepted = verdict.startswith("changed") and args.accept_changed

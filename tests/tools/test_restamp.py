@@ -133,3 +133,19 @@ def test_tuple_arguments_are_compared_leaf_by_leaf() -> None:
     assert fingerprint._leaves(((1, 2), 3, (4, (5,)))) == [1, 2, 3, 4, 5]
     assert fingerprint._leaves(7) == [7]
     assert fingerprint._leaves(()) == []
+
+
+def test_flash_decode_records_are_traced_by_their_own_op() -> None:
+    """A flash_decode record's scenario names its op, and its launches decide its verdict (not an
+    ag_gemm variant of the same name)."""
+    record = {"op": "flash_decode", "variant": "fused", "world_size": 2, "dtype": "bf16",
+              "shape": {"B": 1, "H": 32, "Hkv": 8, "D": 128, "S": 8192}, "layout": {},
+              "params": {"block_n": 64, "splits": 8, "num_warps": 4, "num_stages": 2}}  # fmt: skip
+    scenario = restamp._scenario(record)
+    assert scenario["op"] == "flash_decode" and scenario["shape"] == record["shape"]
+    base = {"variants": {"flash_decode/fused": {"hash": "f0", "code": "x"}}, "launches": [[_launch()]]}
+    now = {"variants": {"flash_decode/fused": {"hash": "f1", "code": "y"}}, "launches": [[_launch()]]}
+    records = [{"op": "flash_decode", "variant": "fused"}]
+    assert restamp.decide(records, base, now, [scenario]) == {"flash_decode/fused": ("same launches", "f1")}
+    now["launches"] = [[_launch("other ptx")]]
+    assert restamp.decide(records, base, now, [scenario]) == {"flash_decode/fused": ("changed", None)}
