@@ -33,13 +33,12 @@ import triton.language as tl
 
 from ..common.watch import spin_until, unnamed_slot
 from .partials import (
-    LOG2E,
     MAX_PARTIALS,
     DecodeConfig,
-    block_g,
     block_p,
     check_decode_inputs,
     combine_head,
+    kv_args,
     partial_attention,
 )
 
@@ -47,43 +46,13 @@ PHASES = ("all", "produce", "consume")
 
 
 @triton.jit
-def _produce(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    len_ptr,
-    inbox_o_ptr,
-    inbox_lse_ptr,
-    flags_ptr,
-    heap_bases,
-    role,
-    epoch,
-    slot,
-    rank,
-    batch,
-    num_kv_heads,
-    splits,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    qk_scale,
-    WORLD_SIZE: tl.constexpr,
-    GROUP: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-):
-    b, kvh, split, o, lse = partial_attention(
-        q_ptr, k_ptr, v_ptr, len_ptr, role, num_kv_heads, splits, stride_qb, stride_qh, stride_kb,
-        stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, qk_scale, GROUP, BLOCK_G, BLOCK_N, HEAD_DIM,
-        IEEE,
-    )  # fmt: skip
+def _produce(kv, inbox_o_ptr, inbox_lse_ptr, flags_ptr, heap_bases, role, epoch, slot, rank, batch,
+             num_kv_heads, splits, strides, qk_scale, WORLD_SIZE: tl.constexpr,
+             META: tl.constexpr):  # fmt: skip
+    GROUP: tl.constexpr = META.GROUP
+    BLOCK_G: tl.constexpr = META.BLOCK_G
+    HEAD_DIM: tl.constexpr = META.HEAD_DIM
+    b, kvh, split, o, lse = partial_attention(kv, role, num_kv_heads, splits, strides, qk_scale, META)
     num_partials = WORLD_SIZE * splits
     p = rank * splits + split
     offs_g = tl.arange(0, BLOCK_G)
@@ -149,10 +118,7 @@ def _consume(
 
 @triton.jit
 def _flash_decode_fused_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    len_ptr,
+    kv,
     out_ptr,
     inbox_o_ptr,
     inbox_lse_ptr,
@@ -166,25 +132,14 @@ def _flash_decode_fused_kernel(
     splits,
     num_producers,
     grid_size,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
+    strides,
     stride_out_b,
     stride_out_h,
     qk_scale,
     WORLD_SIZE: tl.constexpr,
-    GROUP: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
+    META: tl.constexpr,
     BLOCK_P: tl.constexpr,
     BLOCK_F: tl.constexpr,
-    IEEE: tl.constexpr,
 ):
     ticket = tl.atomic_add(ticket_ptr, 1)  # int64: never wraps in practice
     epoch = ticket // grid_size + 1
@@ -192,15 +147,14 @@ def _flash_decode_fused_kernel(
     slot = epoch % 2
     if role < num_producers:
         _produce(
-            q_ptr, k_ptr, v_ptr, len_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, heap_bases, role, epoch,
-            slot, rank, batch, num_kv_heads, splits, stride_qb, stride_qh, stride_kb, stride_ks, stride_kh,
-            stride_vb, stride_vs, stride_vh, qk_scale, WORLD_SIZE, GROUP, BLOCK_G, BLOCK_N, HEAD_DIM, IEEE,
+            kv, inbox_o_ptr, inbox_lse_ptr, flags_ptr, heap_bases, role, epoch, slot, rank, batch,
+            num_kv_heads, splits, strides, qk_scale, WORLD_SIZE, META,
         )  # fmt: skip
     else:
         _consume(
             out_ptr, inbox_o_ptr, inbox_lse_ptr, flags_ptr, watch_ptr, role - num_producers, epoch, slot,
-            batch, num_kv_heads, splits, stride_out_b, stride_out_h, WORLD_SIZE, GROUP, HEAD_DIM, BLOCK_P,
-            BLOCK_F,
+            batch, num_kv_heads, splits, stride_out_b, stride_out_h, WORLD_SIZE, META.GROUP, META.HEAD_DIM,
+            BLOCK_P, BLOCK_F,
         )  # fmt: skip
 
 
@@ -264,17 +218,15 @@ def flash_decode_fused(
         raise ValueError("ticket: expected one int64 element")
     if tuple(out.shape) != (b, h, d) or out.stride(2) != 1:
         raise ValueError(f"out: expected shape {(b, h, d)} with unit stride along D, got {tuple(out.shape)}")
-    group = h // hkv
     producers = b * hkv * s
     consumers = b * hkv
     grid = {"all": producers + consumers, "produce": producers, "consume": consumers}[phase]
     if watch is None:
         watch = unnamed_slot(ticket.device)
+    kv, strides, qk_scale, meta = kv_args(q, k, v, lengths, config)
     _flash_decode_fused_kernel[(grid,)](
-        q, k, v, lengths, out, inbox_o, inbox_lse, flags, ticket, heap_bases, watch, rank, b, hkv, s,
-        producers, producers + consumers, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), LOG2E / d**0.5,
-        WORLD_SIZE=world_size, GROUP=group, BLOCK_G=block_g(group), BLOCK_N=config.block_n, HEAD_DIM=d,
-        BLOCK_P=block_p(p), BLOCK_F=triton.next_power_of_2(p), IEEE=q.dtype == torch.float32,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        kv, out, inbox_o, inbox_lse, flags, ticket, heap_bases, watch, rank, b, hkv, s, producers,
+        producers + consumers, strides, out.stride(0), out.stride(1), qk_scale, WORLD_SIZE=world_size,
+        META=meta, BLOCK_P=block_p(p), BLOCK_F=triton.next_power_of_2(p), num_warps=config.num_warps,
+        num_stages=config.num_stages,
     )  # fmt: skip

@@ -16,6 +16,7 @@ costs MMA work that the HBM stream hides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import triton
 import triton.language as tl
@@ -48,6 +49,40 @@ class DecodeConfig:
             raise ValueError(f"num_stages: must be in 1..8, got {self.num_stages}")
 
 
+class Kv(NamedTuple):
+    """The decode's inputs, as its kernels take them: ``q (B, H, D)``, ``k``/``v`` ``(B, S_local, Hkv, D)``
+    and the valid ``lengths (B,)``."""
+
+    q: Any
+    k: Any
+    v: Any
+    lengths: Any
+
+
+class KvStrides(NamedTuple):
+    """Strides of ``q`` (row, head), ``k`` and ``v`` (row, position, KV head); ``D`` is unit stride."""
+
+    qb: int
+    qh: int
+    kb: int
+    ks: int
+    kh: int
+    vb: int
+    vs: int
+    vh: int
+
+
+class KvMeta(NamedTuple):
+    """Constexpr: query heads per KV head, the padded query tile, the KV block, the head dim, and whether
+    the dots run in IEEE fp32 (fp32 inputs)."""
+
+    GROUP: int
+    BLOCK_G: int
+    BLOCK_N: int
+    HEAD_DIM: int
+    IEEE: bool
+
+
 def block_g(group: int) -> int:
     """Rows of the query tile: the GQA group padded to a power of two of at least 16 (``tl.dot``)."""
     return max(16, triton.next_power_of_2(group))
@@ -69,48 +104,31 @@ def split_bounds(length, split, splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def partial_attention(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    len_ptr,
-    item,
-    num_kv_heads,
-    splits,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    qk_scale,
-    GROUP: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-):
+def partial_attention(kv, item, num_kv_heads, splits, strides, qk_scale, META: tl.constexpr):
     """Partial attention of work item ``item = (b * num_kv_heads + kvh) * splits + split``: the ``GROUP``
-    query heads of KV head ``kvh`` of row ``b`` over split ``split`` of the row's valid prefix.
+    query heads of KV head ``kvh`` of row ``b`` over split ``split`` of the row's valid prefix (``kv``:
+    :class:`Kv`, ``strides``: :class:`KvStrides`, ``META``: :class:`KvMeta`).
 
     Returns ``(b, kvh, split, o, lse)``: ``o (BLOCK_G, HEAD_DIM)`` fp32 normalised, ``lse (BLOCK_G,)`` in
     base 2; an empty split gives ``o = 0`` and ``lse = -inf``. ``qk_scale`` is ``log2(e) / sqrt(D)``.
     """
+    GROUP: tl.constexpr = META.GROUP  # shapes take constexprs (a group's field is a plain value)
+    BLOCK_G: tl.constexpr = META.BLOCK_G
+    BLOCK_N: tl.constexpr = META.BLOCK_N
+    HEAD_DIM: tl.constexpr = META.HEAD_DIM
     split = item % splits
     bk = item // splits
     b = bk // num_kv_heads
     kvh = bk % num_kv_heads
-    start, end = split_bounds(tl.load(len_ptr + b), split, splits, BLOCK_N)
+    start, end = split_bounds(tl.load(kv.lengths + b), split, splits, BLOCK_N)
     offs_g = tl.arange(0, BLOCK_G)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     b64 = b.to(tl.int64)
-    q_rows = b64 * stride_qb + (kvh * GROUP + offs_g).to(tl.int64) * stride_qh
-    q = tl.load(q_ptr + q_rows[:, None] + offs_d[None, :], mask=(offs_g < GROUP)[:, None], other=0.0)
-    k_base = k_ptr + b64 * stride_kb + kvh.to(tl.int64) * stride_kh
-    v_base = v_ptr + b64 * stride_vb + kvh.to(tl.int64) * stride_vh
+    q_rows = b64 * strides.qb + (kvh * GROUP + offs_g).to(tl.int64) * strides.qh
+    q = tl.load(kv.q + q_rows[:, None] + offs_d[None, :], mask=(offs_g < GROUP)[:, None], other=0.0)
+    k_base = kv.k + b64 * strides.kb + kvh.to(tl.int64) * strides.kh
+    v_base = kv.v + b64 * strides.vb + kvh.to(tl.int64) * strides.vh
     m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     l_sum = tl.zeros((BLOCK_G,), tl.float32)
     acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
@@ -118,8 +136,8 @@ def partial_attention(
         pos = n0 + offs_n
         valid = pos < end
         pos64 = pos.to(tl.int64)
-        k = tl.load(k_base + pos64[:, None] * stride_ks + offs_d[None, :], mask=valid[:, None], other=0.0)
-        if IEEE:
+        k = tl.load(k_base + pos64[:, None] * strides.ks + offs_d[None, :], mask=valid[:, None], other=0.0)
+        if META.IEEE:
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             s = tl.dot(q, tl.trans(k))
@@ -128,8 +146,8 @@ def partial_attention(
         alpha = tl.exp2(m - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_sum = l_sum * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + pos64[:, None] * stride_vs + offs_d[None, :], mask=valid[:, None], other=0.0)
-        if IEEE:
+        v = tl.load(v_base + pos64[:, None] * strides.vs + offs_d[None, :], mask=valid[:, None], other=0.0)
+        if META.IEEE:
             pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
         else:
             pv = tl.dot(p.to(v.dtype), v)
@@ -188,35 +206,13 @@ def combine_head(
 
 
 @triton.jit
-def _split_kv_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    len_ptr,
-    o_ptr,
-    lse_ptr,
-    num_kv_heads,
-    splits,
-    stride_qb,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    qk_scale,
-    GROUP: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    IEEE: tl.constexpr,
-):
+def _split_kv_kernel(kv, o_ptr, lse_ptr, num_kv_heads, splits, strides, qk_scale, META: tl.constexpr):
+    GROUP: tl.constexpr = META.GROUP
+    BLOCK_G: tl.constexpr = META.BLOCK_G
+    HEAD_DIM: tl.constexpr = META.HEAD_DIM
     b, kvh, split, o, lse = partial_attention(
-        q_ptr, k_ptr, v_ptr, len_ptr, tl.program_id(0), num_kv_heads, splits, stride_qb, stride_qh,
-        stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh, qk_scale, GROUP, BLOCK_G,
-        BLOCK_N, HEAD_DIM, IEEE,
-    )  # fmt: skip
+        kv, tl.program_id(0), num_kv_heads, splits, strides, qk_scale, META
+    )
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, HEAD_DIM)
     # partial layout (B, H, splits, D) / (B, H, splits): row = b * H + h
@@ -281,6 +277,18 @@ def check_decode_inputs(q, k, v, lengths) -> tuple[int, int, int, int, int]:
     return b, h, hkv, d, k.shape[1]
 
 
+def kv_args(q, k, v, lengths, config: DecodeConfig) -> tuple[Kv, KvStrides, float, KvMeta]:
+    """The split-KV body's arguments for checked inputs: ``(kv, strides, qk_scale, META)``."""
+    import torch
+
+    h, hkv, d = q.shape[1], k.shape[2], q.shape[2]
+    strides = KvStrides(q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
+                        v.stride(1), v.stride(2))  # fmt: skip
+    meta = KvMeta(GROUP=h // hkv, BLOCK_G=block_g(h // hkv), BLOCK_N=config.block_n, HEAD_DIM=d,
+                  IEEE=q.dtype == torch.float32)  # fmt: skip
+    return Kv(q, k, v, lengths), strides, LOG2E / d**0.5, meta
+
+
 def decode_partials(q, k, v, lengths, o_part, lse_part, *, config: DecodeConfig) -> None:
     """Write this shard's partials: ``o_part (B, H, splits, D)`` fp32, ``lse_part (B, H, splits)`` fp32."""
     import torch
@@ -291,30 +299,16 @@ def decode_partials(q, k, v, lengths, o_part, lse_part, *, config: DecodeConfig)
         raise ValueError(f"o_part: expected contiguous fp32 with {b * h * s * d} elements")
     if lse_part.dtype != torch.float32 or lse_part.numel() != b * h * s or not lse_part.is_contiguous():
         raise ValueError(f"lse_part: expected contiguous fp32 with {b * h * s} elements")
-    group = h // hkv
+    kv, strides, qk_scale, meta = kv_args(q, k, v, lengths, config)
     _split_kv_kernel[(b * hkv * s,)](
-        q,
-        k,
-        v,
-        lengths,
+        kv,
         o_part,
         lse_part,
         hkv,
         s,
-        q.stride(0),
-        q.stride(1),
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        LOG2E / d**0.5,
-        GROUP=group,
-        BLOCK_G=block_g(group),
-        BLOCK_N=config.block_n,
-        HEAD_DIM=d,
-        IEEE=q.dtype == torch.float32,
+        strides,
+        qk_scale,
+        META=meta,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
