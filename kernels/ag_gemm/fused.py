@@ -14,7 +14,7 @@ from typing import Any
 
 import triton
 
-from ..common.gemm import validate_tiles
+from ..common.gemm import TileConfig
 from ..common.tiles import ChunkGeometry, chunk_geometry
 from ..common.tma import Scratch, scratch_allocator
 from ..common.watch import unnamed_slot
@@ -29,8 +29,9 @@ SYNC_WORDS = 2
 
 
 @dataclass(frozen=True)
-class FusedConfig:
-    """Tiles and schedule of a fused ag_gemm kernel.
+class FusedConfig(TileConfig):
+    """Tiles and schedule of a fused ag_gemm kernel: the GEMM's tiles (:class:`TileConfig`), then the
+    producers' schedule.
 
     ``comm_sms`` producer CTAs move the local shard (push: into the peers' inboxes; pull: into the
     local staging buffer, then peers' chunks into the local inbox) in ``row_chunks x k_chunks`` chunks,
@@ -48,12 +49,6 @@ class FusedConfig:
     its copy instead of after the copies to every peer.
     """
 
-    block_m: int = 128
-    block_n: int = 256
-    block_k: int = 64
-    group_m: int = 8
-    num_warps: int = 8
-    num_stages: int = 3
     comm_sms: int = 8
     row_chunks: int = 4
     k_chunks: int = 1
@@ -64,7 +59,7 @@ class FusedConfig:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
-        validate_tiles(self)
+        super().validate()
         for name in ("row_chunks", "k_chunks"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")

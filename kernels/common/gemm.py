@@ -145,8 +145,8 @@ def smem_error(config: Any, elem_bytes: int, budget: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class GemmConfig:
-    """Tile sizes and schedule of the persistent GEMM (``num_programs=0``: one CTA per SM)."""
+class TileConfig:
+    """Tiles and pipeline of a persistent Triton GEMM: the fields every GEMM config here shares."""
 
     block_m: int = 128
     block_n: int = 256
@@ -154,11 +154,21 @@ class GemmConfig:
     group_m: int = 8
     num_warps: int = 8
     num_stages: int = 3
-    num_programs: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
         validate_tiles(self)
+
+
+@dataclass(frozen=True)
+class GemmConfig(TileConfig):
+    """Tile sizes and schedule of the persistent GEMM (``num_programs=0``: one CTA per SM)."""
+
+    num_programs: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        super().validate()
         if self.num_programs < 0:
             raise ValueError(f"num_programs: must be >= 0, got {self.num_programs}")
 
