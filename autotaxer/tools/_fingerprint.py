@@ -6,11 +6,12 @@ and answers, per ``op/variant``:
 - ``hash``: the tree's ``kernel_source_hash`` (what records are stamped with);
 - ``code``: sha256 over the sorted normalized top-level statements of the modules the hash covers,
   imports and docstrings left out (equal for two trees that only move code between modules);
-and per launch scenario (a shipped record of a Triton variant: ``ag_gemm``'s fused ones, ``flash_decode``'s),
-every kernel launch its launcher makes,
-recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name left out),
-the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and 16-byte
-alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in the PTX).
+and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s;
+the copy-engine schedules are traced instead, :func:`_copy_engine_call`), every kernel launch its launcher
+makes, recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name
+left out), the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and
+16-byte alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in
+the PTX).
 Nothing needs a GPU: tensors are CPU tensors that are never read, and kernels compile without a driver.
 Self-contained on purpose: it must run against an older tree that does not have it.
 """
@@ -231,6 +232,184 @@ def _flash_decode_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
     )
 
 
+#: Peers' addresses in the stand-in channel: a local address plus ``peer * _PEER`` (above any real one).
+_PEER = 1 << 56
+#: Tensor calls that only read metadata: not part of a copy-engine schedule's trace.
+_METADATA = {"__get__", "data_ptr", "size", "stride", "dim", "numel", "element_size", "storage_offset",
+             "__len__", "is_contiguous", "__hash__", "__eq__", "__bool__", "__index__",
+             "__int__"}  # fmt: skip
+#: Tensor calls that do device work: recorded with every argument and not run (a schedule's GEMMs are of
+#: full size; only what it launches, in what order and on which stream, is compared).
+_SKIPPED = {"matmul", "mm", "addmm", "addmm_", "copy_", "sum", "add_", "mul_", "fill_", "zero_", "bmm"}
+
+
+class _Schedule:
+    """What a copy-engine schedule issues, in order: copies, flag raises and waits, epoch advances, event
+    records and stream waits, and tensor calls, each with the stream it is issued on; tensors and addresses
+    by the buffer they lie in (named in allocation order) and the offset into it."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.buffers: list[tuple[int, int, str]] = []
+        self.current = "main"
+
+    def buffer(self, t: Any, name: str | None = None) -> Any:
+        name = name or f"alloc{len(self.buffers)}"
+        self.buffers.append((t.data_ptr(), t.numel() * t.element_size(), name))
+        return t
+
+    def where(self, addr: int) -> list[Any]:
+        peer, local = divmod(int(addr), _PEER)
+        for base, nbytes, name in self.buffers:
+            if base <= local < base + max(nbytes, 1):
+                return [peer, name, local - base]
+        return [peer, "unknown", local]  # differs between processes: compares as changed
+
+    def arg(self, value: Any) -> Any:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            return ["tensor", self.where(value.data_ptr()), str(value.dtype), list(value.shape),
+                    list(value.stride())]  # fmt: skip
+        if isinstance(value, (list, tuple)):
+            return [self.arg(v) for v in value]
+        if isinstance(value, slice):
+            return ["slice", self.arg(value.start), self.arg(value.stop), self.arg(value.step)]
+        if isinstance(value, (torch.dtype, torch.device)):
+            return str(value)
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return value
+        return getattr(value, "name", repr(type(value).__name__))
+
+    def add(self, *event: Any) -> None:
+        self.events.append([*event, self.current])
+
+
+def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
+    """The schedule ``copy_engine`` or ``ce_fanout`` issues for a shipped record's key and params on rank 0,
+    through the variant's own ``prepare`` and ``run``, against a stand-in channel on CPU tensors (real
+    shapes, lazily backed; no copy or GEMM runs)."""
+    import contextlib
+
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    from autotaxer._problem import ProblemKey, Target
+    from autotaxer.ops import get_op
+    from autotaxer.ops._base import RunContext
+
+    rec = _Schedule()
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_event(self, event: Any) -> None:
+            rec.add("stream waits", self.name, event.name)
+
+    class Event:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def record(self, stream: Any = None) -> None:
+            rec.add("record", self.name, stream.name if stream is not None else rec.current)
+
+    class Channel:
+        def __init__(self, backend: str, world_size: int) -> None:
+            self.backend, self.rank, self.world_size, self.watch = backend, 0, world_size, None
+            self.data = rec.buffer(torch.zeros(world_size * 16, dtype=torch.int32), "data")
+            self.done = rec.buffer(torch.zeros(world_size, dtype=torch.int32), "done")
+            self.epoch = rec.buffer(torch.zeros(1, dtype=torch.int32), "epoch")
+            self.side, self.fork, self.join = Stream("side"), Event("fork"), Event("join")
+            self._arena: Any = None
+            self.lanes: dict[int, list[Any]] = {}
+
+        def arena(self, nbytes: int) -> Any:
+            if self._arena is None or self._arena.numel() < nbytes:
+                size = 1 << (max(nbytes, 1 << 20) - 1).bit_length()
+                self._arena = rec.buffer(torch.empty(size, dtype=torch.uint8), f"arena{size}")
+            return self._arena
+
+        def remote(self, ptr: int, peer: int) -> int:
+            return int(ptr) + peer * _PEER
+
+    channels: dict[str, Channel] = {}
+
+    def get_channel(iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> Channel:
+        return channels.setdefault(backend, Channel(backend, world_size))
+
+    def lane_streams(ch: Channel, n: int) -> list[Any]:
+        extra = [(Stream(f"lane{i}"), Event(f"lane{i} joined")) for i in range(1, n)]
+        return ch.lanes.setdefault(n, [(ch.side, ch.join), *extra])
+
+    @contextlib.contextmanager
+    def on(stream: Any):
+        before, rec.current = rec.current, stream.name
+        try:
+            yield
+        finally:
+            rec.current = before
+
+    class Record(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", str(func))
+            if name in _METADATA:
+                return func(*args, **kwargs)
+            rec.add("torch", name, rec.arg(list(args)), {k: rec.arg(v) for k, v in sorted(kwargs.items())})
+            if name in _SKIPPED and ("out" in kwargs or name.endswith("_")):
+                return kwargs.get("out", args[0] if args else None)
+            result = func(*args, **kwargs)
+            if name in ("empty", "zeros", "full", "empty_like", "zeros_like"):
+                rec.buffer(result)
+            return result
+
+    patches = {
+        "get_channel": get_channel, "lane_streams": lane_streams,
+        "_await": lambda ch, flag, stream, offset=0: rec.add("await", rec.arg(flag), stream.name, offset),
+        "_raise": lambda ch, addr, stream: rec.add("raise", rec.where(addr), stream.name),
+        "memcpy_async": lambda dst, src, n, stream: rec.add(
+            "copy", rec.where(dst), rec.where(src), n, stream.name),
+        "memcpy2d_async": lambda dst, dp, src, sp, w, h, stream: rec.add(
+            "copy 2d", rec.where(dst), dp, rec.where(src), sp, w, h, stream.name),
+        "advance_epoch": lambda epoch: rec.add("advance epoch", rec.arg(epoch)),
+        "memop_available": lambda: None,
+    }  # fmt: skip
+    _kernel_names()  # every kernel module imported, so each name is patched wherever it is bound
+    saved: list[tuple[Any, str, Any]] = []
+    for module in [m for n, m in sys.modules.items() if n.startswith("autotaxer.kernels") and m is not None]:
+        for attr, fake in patches.items():
+            if callable(getattr(module, attr, None)):
+                saved.append((module, attr, getattr(module, attr)))
+                setattr(module, attr, fake)
+    for attr, fake in (("current_stream", lambda *a: Stream(rec.current)), ("stream", on)):
+        saved.append((torch.cuda, attr, getattr(torch.cuda, attr)))
+        setattr(torch.cuda, attr, fake)
+    try:
+        ws, gd, m, n, k = (scenario[f] for f in ("world_size", "gather_dim", "M", "N", "K"))
+        target = Target("nvidia-h200", "sm_90", scenario["num_sms"], "cuda")
+        key = ProblemKey.make("ag_gemm", target.gpu_model, ws, "bf16", {"M": m, "N": n, "K": k},
+                              {"gather_dim": gd, "b_layout": scenario["b_layout"]})  # fmt: skip
+        ctx = RunContext(rank=0, world_size=ws, device=torch.device("cpu"), target=target)
+        ctx.iris = lambda: None
+        ctx.watch_slot = lambda key, name: type("Slot", (), {"tensor": rec.buffer(torch.zeros(8), "watch")})()
+        shard = (m // ws, k) if gd == 0 else (m, k // ws)
+        a_shard = rec.buffer(torch.empty(shard, dtype=torch.bfloat16), "a")
+        b = torch.empty(k, n, dtype=torch.bfloat16) if scenario["b_layout"] == "kn" else torch.empty(
+            n, k, dtype=torch.bfloat16).t()  # fmt: skip
+        rec.buffer(b, "b")
+        variant = get_op("ag_gemm").variants[scenario["variant"]]
+        with Record():
+            workspace = variant.prepare(key, scenario["params"], ctx)
+            rec.events.append(["run"])
+            variant.run(workspace, (a_shard, b), ctx)
+    finally:
+        for module, attr, value in reversed(saved):
+            setattr(module, attr, value)
+    return [{"schedule": hashlib.sha256(json.dumps(rec.events).encode()).hexdigest(),
+             "events": len(rec.events)}]  # fmt: skip
+
+
 def main() -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     os.environ["TRITON_DISABLE_LINE_INFO"] = "1"  # before Triton reads its knobs
@@ -255,6 +434,9 @@ def main() -> None:
             try:
                 if scenario.get("op", "ag_gemm") == "flash_decode":
                     _flash_decode_call(names, scenario)
+                elif scenario["variant"] in ("copy_engine", "ce_fanout"):
+                    answer["launches"].append(_copy_engine_call(scenario))
+                    continue
                 else:
                     _fused_call(names, scenario)
                 answer["launches"].append(recorder.launches[before:])

@@ -9,11 +9,14 @@ each) and, per variant of the tables' records, decides:
 
 - ``unchanged``: the source hash is the same; nothing to do.
 - ``moved``: the same top-level code (imports and docstrings left out) in other modules.
-- ``same launches``: for every shipped record of a Triton variant (``ag_gemm``'s push, pull, push_tma,
-  push_ws, push_ws_fwd; ``flash_decode``'s fused and bsp: :data:`TRACED`), the launcher
-  makes the same launches in both trees (grid, options, every argument) and each launched kernel
-  compiles to the same PTX for sm_90 (helpers inlined; line information off, the entry's name left
-  out), so the GPU runs identical code.
+- ``same launches``: for every shipped record of a traced variant (:data:`TRACED`), the tree makes the
+  same launches in both trees. Triton variants (``ag_gemm``'s push, pull, push_tma, push_ws, push_ws_fwd;
+  ``flash_decode``'s fused and bsp): their launchers' every launch (grid, options, every argument) and
+  each launched kernel's PTX for sm_90 (helpers inlined; line information off, the entry's name left
+  out), so the GPU runs identical code. Copy-engine variants (``copy_engine``, ``ce_fanout``): the
+  variant's ``prepare`` and ``run`` against a stand-in channel issue the same schedule (every copy, flag
+  raise and wait, epoch advance, event and stream wait, and tensor call with its arguments, in order, on
+  the same streams).
 - ``changed``: neither holds; the records stay stale and need re-tuning.
 - ``stale before``: the record's hash was not the base tree's either.
 
@@ -39,7 +42,10 @@ from pathlib import Path
 from typing import Any
 
 #: Variants whose records are checked launch by launch, by op (their launches are Triton kernels).
-TRACED = {"ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd"), "flash_decode": ("fused", "bsp")}
+TRACED = {
+    "ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd", "copy_engine", "ce_fanout"),
+    "flash_decode": ("fused", "bsp"),
+}
 #: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
 REMAPPED = ("kernels", "migrations", "tuning_db")
 _FINGERPRINT = Path(__file__).with_name("_fingerprint.py")

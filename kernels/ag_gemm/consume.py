@@ -50,19 +50,6 @@ def next_tile_of(tile_id, num_consumers, queue_ptr, DYNAMIC: tl.constexpr):
 
 
 @triton.jit
-def k_segment(kc, span, k_end, chunks, local, src, first_row, last_row, call, ok, WHOLE_K: tl.constexpr):
-    """``(k_lo, k_hi, ok)``: the K columns of segment ``kc`` (``span`` wide, up to ``k_end``), once the
-    chunks of ``src``'s rows ``first_row..last_row`` they read have landed (no wait for ``local`` rows;
-    :func:`.protocol.wait_segment`, bounded by the watch slot of ``call``)."""
-    _, _, flags_ptr, watch_ptr, _, epoch = call
-    k_lo = kc * chunks.kcw
-    k_hi = tl.minimum(k_lo + span, k_end)
-    if not local:
-        ok = wait_segment(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok, WHOLE_K)
-    return k_lo, k_hi, ok
-
-
-@triton.jit
 def tile_at(tile_id, num_pid_m, num_pid_n, group, first_local_m, GATHER_DIM: tl.constexpr):
     """``(pid_m, pid_n)`` of tile ``tile_id`` in grouped order; gather_dim=0 starts at the first row
     tile holding local rows, then the next ranks' rows."""
@@ -203,9 +190,13 @@ def consume_tiles(first_tile, num_consumers, call, ok, io, sizes, chunks, stride
                 if LAYOUT.ALIGNED:
                     row_off = tl.multiple_of(row_off, VEC)
                 for kc in range(0, loops):
-                    k_lo, k_hi, ok = k_segment(
-                        kc, span, sizes.Ks, chunks, local, src, first_row, last_row, call, ok, TILES.WHOLE_K
-                    )
+                    k_lo = kc * chunks.kcw
+                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
+                    if not local:
+                        ok = wait_segment(
+                            flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok,
+                            TILES.WHOLE_K,
+                        )  # fmt: skip
                     a_ptrs = io.a + row_off[:, None] + (k_lo + offs_k)[None, :]
                     b_ptrs = b_cols + (src * sizes.Ks + k_lo + offs_k)[:, None] * strides.bk
                     acc = mma_k_range(

@@ -23,7 +23,7 @@ import triton.language as tl
 from ..common.gemm import store_tile
 from ..common.tiles import rotate
 from ..common.tma import b_descriptor, tma_k_range
-from .consume import k_segment, k_segments, next_tile_of, tile_at, tile_group
+from .consume import k_segments, next_tile_of, tile_at, tile_group
 from .protocol import wait_segment
 
 
@@ -89,9 +89,13 @@ def consume_tiles_tma(first_tile, num_consumers, call, ok, io, sizes, chunks, st
                     LAYOUT.B_ROW_MAJOR,
                 )  # fmt: skip
                 for kc in range(0, loops):
-                    k_lo, k_hi, ok = k_segment(
-                        kc, span, sizes.Ks, chunks, local, src, first_row, last_row, call, ok, TILES.WHOLE_K
-                    )
+                    k_lo = kc * chunks.kcw
+                    k_hi = tl.minimum(k_lo + span, sizes.Ks)
+                    if not local:
+                        ok = wait_segment(
+                            flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok,
+                            TILES.WHOLE_K,
+                        )  # fmt: skip
                     acc = tma_k_range(
                         acc,
                         a_desc,
