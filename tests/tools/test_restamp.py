@@ -92,9 +92,10 @@ def test_decide_restamps_moved_code_and_identical_launches_only() -> None:
 def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path: Path, monkeypatch) -> None:
     import json
 
+    key = {"world_size": 2, "layout": {"gather_dim": 0}, "shape": {"M": 64, "N": 64, "K": 64}, "params": {}}
     table = {"records": [
-        {"op": "ag_gemm", "variant": "copy_engine", "kernel_hash": "e0", "env": {"timing": "eager"}},
-        {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}},
+        {"op": "ag_gemm", "variant": "copy_engine", "kernel_hash": "e0", "env": {"timing": "eager"}, **key},
+        {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}, **key},
     ]}  # fmt: skip
     (tmp_path / "t.json").write_text(json.dumps(table))
     fake = {
@@ -103,14 +104,14 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
                 "ag_gemm/copy_engine": {"hash": "e1", "code": "y"},
                 "ag_gemm/bsp": {"hash": "b0", "code": "c"},
             },
-            "launches": [],
+            "launches": [[{"schedule": "y"}]],  # the copy-engine record's schedule differs too
         },  # noqa: E501
         "base": {
             "variants": {
                 "ag_gemm/copy_engine": {"hash": "e0", "code": "x"},
                 "ag_gemm/bsp": {"hash": "b0", "code": "c"},
             },
-            "launches": [],
+            "launches": [[{"schedule": "x"}]],
         },  # noqa: E501
     }
     monkeypatch.setattr(restamp, "_base_tree", lambda repo, rev, into: "base")
@@ -124,7 +125,7 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
         "timing": "eager",
         "restamped": "measured: bench/results/x",
     }
-    assert bsp == {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}}  # unchanged: untouched
+    assert bsp == {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}, **key}  # untouched
 
 
 def test_tuple_arguments_are_compared_leaf_by_leaf() -> None:
@@ -149,3 +150,19 @@ def test_flash_decode_records_are_traced_by_their_own_op() -> None:
     assert restamp.decide(records, base, now, [scenario]) == {"flash_decode/fused": ("same launches", "f1")}
     now["launches"] = [[_launch("other ptx")]]
     assert restamp.decide(records, base, now, [scenario]) == {"flash_decode/fused": ("changed", None)}
+
+
+def test_copy_engine_schedules_are_traced_and_tell_configurations_apart() -> None:
+    """A copy-engine record's schedule (the variant's prepare and run against a stand-in channel) is the
+    same traced twice, and another configuration of the same key gives another schedule."""
+    scenario = {"variant": "copy_engine", "world_size": 2, "gather_dim": 1, "b_layout": "nk", "M": 256,
+                "N": 512, "K": 1024, "num_sms": 132,
+                "params": {"gather_first": False, "signal": "memop", "chunks": 2, "accumulate": "fp32",
+                           "order": "rotated"}}  # fmt: skip
+    first = fingerprint._copy_engine_call(scenario)
+    assert first == fingerprint._copy_engine_call(scenario) and first[0]["events"] > 20
+    one_chunk = dict(scenario, params=dict(scenario["params"], chunks=1))
+    assert fingerprint._copy_engine_call(one_chunk) != first
+    params = {"streams": 2, "gemms": "range", "signal": "triton", "chunks": 1, "accumulate": "out"}
+    fanout = {**scenario, "variant": "ce_fanout", "world_size": 4, "gather_dim": 0, "params": params}
+    assert fingerprint._copy_engine_call(fanout)[0]["events"] > 20
