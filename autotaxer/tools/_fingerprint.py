@@ -238,6 +238,8 @@ _PEER = 1 << 56
 _METADATA = {"__get__", "data_ptr", "size", "stride", "dim", "numel", "element_size", "storage_offset",
              "__len__", "is_contiguous", "__hash__", "__eq__", "__bool__", "__index__",
              "__int__"}  # fmt: skip
+#: Tensor factories: their buffers are named by shape and dtype, the calls not recorded.
+_FACTORIES = {"empty", "zeros", "full", "ones", "empty_like", "zeros_like"}
 #: Tensor calls that do device work: recorded with every argument and not run (a schedule's GEMMs are of
 #: full size; only what it launches, in what order and on which stream, is compared).
 _SKIPPED = {"matmul", "mm", "addmm", "addmm_", "copy_", "sum", "add_", "mul_", "fill_", "zero_", "bmm"}
@@ -254,13 +256,18 @@ class _Schedule:
         self.current = "main"
 
     def buffer(self, t: Any, name: str | None = None) -> Any:
-        name = name or f"alloc{len(self.buffers)}"
+        """Register ``t``'s memory under ``name`` (default: its shape and dtype, and how many such buffers
+        came before it, so the order of a workspace's allocations does not matter)."""
+        if name is None:
+            kind = f"{list(t.shape)} {t.dtype}"
+            name = f"{kind} #{sum(n.startswith(kind + ' #') for _, _, n in self.buffers)}"
+        self.buffers = [b for b in self.buffers if b[0] != t.data_ptr()]  # a name given later wins
         self.buffers.append((t.data_ptr(), t.numel() * t.element_size(), name))
         return t
 
     def where(self, addr: int) -> list[Any]:
         peer, local = divmod(int(addr), _PEER)
-        for base, nbytes, name in self.buffers:
+        for base, nbytes, name in reversed(self.buffers):  # the latest buffer there (memory is reused)
             if base <= local < base + max(nbytes, 1):
                 return [peer, name, local - base]
         return [peer, "unknown", local]  # differs between processes: compares as changed
@@ -356,13 +363,12 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
             name = getattr(func, "__name__", str(func))
             if name in _METADATA:
                 return func(*args, **kwargs)
+            if name in _FACTORIES:  # allocations (a workspace's, in any order): named, not recorded
+                return rec.buffer(func(*args, **kwargs))
             rec.add("torch", name, rec.arg(list(args)), {k: rec.arg(v) for k, v in sorted(kwargs.items())})
             if name in _SKIPPED and ("out" in kwargs or name.endswith("_")):
                 return kwargs.get("out", args[0] if args else None)
-            result = func(*args, **kwargs)
-            if name in ("empty", "zeros", "full", "empty_like", "zeros_like"):
-                rec.buffer(result)
-            return result
+            return func(*args, **kwargs)
 
     patches = {
         "get_channel": get_channel, "lane_streams": lane_streams,
