@@ -1,9 +1,7 @@
-"""Host side shared by the copy-engine variants of both ops (``ag_gemm``'s ``ce_grouped``, ``gemm_rs``'s
-``copy_engine``): whether the transport runs on a target, the check of the signal back end and dtype,
-and a workspace's channel, lanes and watch slot. Light: no torch, Triton or Iris imports at module level.
-
-``ag_gemm``'s ``copy_engine`` and ``ce_fanout`` keep their own lines for the same checks: their shipped
-records hash their code (``autotaxer/tools/restamp.py``), and a re-tune on GPUs is what changing it costs.
+"""Host side shared by the copy-engine variants of both ops (``ag_gemm``'s ``copy_engine``, ``ce_fanout``,
+``ce_grouped``; ``gemm_rs``'s ``copy_engine``): whether the transport runs on a target, the check of the
+signal back end and dtype, and a workspace's channel, lanes and watch slot. Light: no torch, Triton or Iris
+imports at module level.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..common import signal as sig
-from ..common.channel import MAX_CHUNKS, Channel, _await, _raise, peer_order
+from ..common.channel import MAX_CHUNKS, Channel, _await, _raise, fork_lanes, join_lanes, peer_order
 from ..common.channel import get_channel as get_channel  # the variants' import (their records' code)
 
 
@@ -46,6 +46,11 @@ class Plan:
     @property
     def shard_bytes(self) -> int:
         return self.rows * self.k_shard * self.elem
+
+    @property
+    def lanes(self) -> tuple[tuple[int, ...], ...]:
+        """One lane, the channel's side stream: every peer's copies one after another."""
+        return (self.peers,)
 
 
 def split_rows(rows: int, chunks: int) -> tuple[tuple[int, int], ...]:
@@ -120,6 +125,45 @@ def _inbox_view(plan: Plan, inbox: Any, p: int) -> Any:
     return inbox[p * n : (p + 1) * n].view(plan.rows, plan.k_shard)
 
 
+def gemm_peer_rows(ch: Channel, plan: Plan, inbox: Any, b: Any, out: Any, flags: Any, main: Any) -> None:
+    """``gather_dim=0``: each peer's rows of ``out``, chunk by chunk as its flags come up (one GEMM each)."""
+    import torch
+
+    rows = plan.rows
+    for p in plan.peers:
+        a_p = _inbox_view(plan, inbox, p)
+        for c, (first, n) in enumerate(plan.chunk_rows):
+            _await(ch, flags[p, c : c + 1], main)
+            lo = p * rows + first
+            torch.matmul(a_p[first : first + n], b, out=out[lo : lo + n])
+
+
+def gemm_k_slices(ch: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any, flags: Any,
+                  main: Any) -> None:  # fmt: skip
+    """``gather_dim=1``: the local K-slice's product, then each peer's added chunk by chunk as its flags come
+    up (``plan.fp32_accumulate``: into the fp32 ``acc``, converted into ``out`` at the end)."""
+    import torch
+
+    r, ks = ch.rank, plan.k_shard
+    target = acc if plan.fp32_accumulate else out
+    if plan.fp32_accumulate:
+        torch.mm(a_shard, b[r * ks : (r + 1) * ks], out_dtype=torch.float32, out=target)
+    else:
+        torch.matmul(a_shard, b[r * ks : (r + 1) * ks], out=target)
+    for p in plan.peers:
+        a_p = _inbox_view(plan, inbox, p)
+        b_p = b[p * ks : (p + 1) * ks]
+        for c, (first, n) in enumerate(plan.chunk_rows):
+            _await(ch, flags[p, c : c + 1], main)
+            t = target[first : first + n]
+            if plan.fp32_accumulate:
+                torch.addmm(t, a_p[first : first + n], b_p, out_dtype=torch.float32, out=t)
+            else:
+                t.addmm_(a_p[first : first + n], b_p)
+    if plan.fp32_accumulate:
+        out.copy_(acc)
+
+
 def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None,
                watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the copy-engine schedule; collective.
@@ -131,16 +175,7 @@ def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, o
     import torch
 
     ch, r = channel, channel.rank
-    ch.watch = watch
-    main = torch.cuda.current_stream()
-    if ch.backend == "triton":
-        sig.advance_epoch(ch.epoch)
-    ch.fork.record(main)
-    ch.side.wait_event(ch.fork)
-    with torch.cuda.stream(ch.side):
-        _send(ch, plan, a_shard)
-    ch.join.record(ch.side)
-
+    main, lanes = fork_lanes(ch, plan.lanes, lambda peers, stream: _send(ch, plan, a_shard), watch)
     rows, ks = plan.rows, plan.k_shard
     flags = ch.data.view(ch.world_size, MAX_CHUNKS)
     if plan.gather_dim == 0 and plan.gather_first:
@@ -151,32 +186,8 @@ def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, o
         torch.matmul(inbox[: ch.world_size * rows * ks].view(-1, ks), b, out=out)
     elif plan.gather_dim == 0:
         torch.matmul(a_shard, b, out=out[r * rows : (r + 1) * rows])
-        for p in plan.peers:
-            a_p = _inbox_view(plan, inbox, p)
-            for c, (first, n) in enumerate(plan.chunk_rows):
-                _await(ch, flags[p, c : c + 1], main)
-                lo = p * rows + first
-                torch.matmul(a_p[first : first + n], b, out=out[lo : lo + n])
+        gemm_peer_rows(ch, plan, inbox, b, out, flags, main)
     else:
-        target = acc if plan.fp32_accumulate else out
-        if plan.fp32_accumulate:
-            torch.mm(a_shard, b[r * ks : (r + 1) * ks], out_dtype=torch.float32, out=target)
-        else:
-            torch.matmul(a_shard, b[r * ks : (r + 1) * ks], out=target)
-        for p in plan.peers:
-            a_p = _inbox_view(plan, inbox, p)
-            b_p = b[p * ks : (p + 1) * ks]
-            for c, (first, n) in enumerate(plan.chunk_rows):
-                _await(ch, flags[p, c : c + 1], main)
-                t = target[first : first + n]
-                if plan.fp32_accumulate:
-                    torch.addmm(t, a_p[first : first + n], b_p, out_dtype=torch.float32, out=t)
-                else:
-                    t.addmm_(a_p[first : first + n], b_p)
-        if plan.fp32_accumulate:
-            out.copy_(acc)
-    # This rank has consumed its inbox: peers may overwrite it in their next call.
-    for _, done in plan.remote_done:
-        _raise(ch, done, main)
-    main.wait_event(ch.join)
+        gemm_k_slices(ch, plan, inbox, a_shard, b, out, acc, flags, main)
+    join_lanes(ch, plan.remote_done, main, lanes)  # this rank consumed its inbox: peers may overwrite it
     return out

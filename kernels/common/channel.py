@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import signal as sig
+from .lanes import lane_streams
 
 #: Most chunks per peer shard (flag slots per source rank).
 MAX_CHUNKS = 16
@@ -120,3 +121,34 @@ def _await(ch: Channel, flag: Any, stream: Any, offset: int = 0) -> None:
         sig.memop_write(flag.data_ptr(), 0, stream)
     else:
         sig.wait(flag, ch.epoch, offset=offset, watch=ch.watch, peer=peer, index=index)
+
+
+def fork_lanes(ch: Channel, peer_lanes: tuple[tuple[int, ...], ...], send: Any, watch: Any) -> tuple:
+    """Start a call on ``ch``: its waits bounded by the watch slot ``watch``, the epoch advanced (triton
+    back end), and one side stream per lane of ``peer_lanes`` (:func:`.lanes.lane_streams`: the channel's
+    own first) forked from the caller's stream, on which ``send(peers, stream)`` issues that lane's copies
+    and flags. Returns ``(main, lanes)``: the caller's stream and the lanes' (stream, join event)."""
+    import torch
+
+    ch.watch = watch
+    main = torch.cuda.current_stream()
+    if ch.backend == "triton":
+        sig.advance_epoch(ch.epoch)
+    ch.fork.record(main)
+    lanes = lane_streams(ch, len(peer_lanes))
+    for (stream, join), peers in zip(lanes, peer_lanes, strict=True):
+        stream.wait_event(ch.fork)
+        with torch.cuda.stream(stream):
+            send(peers, stream)
+        join.record(stream)
+    return main, lanes
+
+
+def join_lanes(ch: Channel, remote_done: tuple[tuple[int, int], ...], main: Any, lanes: Any) -> None:
+    """End a call: tell each peer of ``remote_done`` (peer, address of its ``done`` flag for this rank)
+    that this rank has consumed what it sent (it may overwrite its slot here), then join every lane into
+    the caller's stream ``main``."""
+    for _, done in remote_done:
+        _raise(ch, done, main)
+    for _, join in lanes:
+        main.wait_event(join)

@@ -120,8 +120,5 @@ def gemm_rs_ce(
     for s in reversed(plan.owners):  # source r-1 computed this rank's slice first
         ce._await(ch, flags[s, 0:1], main)
     torch.sum(slots, dim=0, out=out)  # fp32 accumulation for bf16/fp16 inputs
-    for _, done in plan.remote_done:  # the sources' slots here are consumed: they may overwrite them
-        ce._raise(ch, done, main)
-    for _, join in lanes:
-        main.wait_event(join)
+    ce.join_lanes(ch, plan.remote_done, main, lanes)  # the sources' slots here are consumed: reusable
     return out

@@ -5,8 +5,8 @@ built against a stand-in channel, and the variant's pruning. (The copies themsel
 from __future__ import annotations
 
 import pytest
-from autotaxer.kernels.common.channel import peer_order
 from autotaxer.kernels.ag_gemm.experimental.ce_fanout import make_fanout_plan, peer_lanes, peer_runs
+from autotaxer.kernels.common.channel import peer_order
 
 from autotaxer._problem import ProblemKey
 from autotaxer._target import Target
@@ -161,31 +161,12 @@ class _Nothing:
 
 
 def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int) -> None:
-    import contextlib
-    import ctypes
     import threading
-    import time
 
-    import autotaxer.kernels.ag_gemm.copy_engine as ce
     import autotaxer.kernels.ag_gemm.experimental.ce_fanout as fan
-    import autotaxer.kernels.common.signal as sig
     import torch
 
-    def _await(ch, flag, stream, offset=0):
-        deadline = time.monotonic() + 20
-        while int(flag[0]) != 1:  # memop protocol: wait for the token, then take it
-            assert time.monotonic() < deadline, f"rank {ch.rank}: a flag was never raised"
-            time.sleep(1e-4)
-        flag[0] = 0
-
-    monkeypatch.setattr(ce, "_await", _await)
-    monkeypatch.setattr(
-        ce, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
-    )
-    monkeypatch.setattr(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
-    monkeypatch.setattr(fan, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)])
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Nothing())
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    _patch_transport(monkeypatch, fan)
 
     m, n, k = 8 * world_size, 24, 16 * world_size
     rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
@@ -279,10 +260,11 @@ def _patch_transport(monkeypatch, *modules) -> None:
             module, "_raise", lambda ch, addr, stream: setattr(ctypes.c_int32.from_address(addr), "value", 1)
         )
     monkeypatch.setattr(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
-    for module in modules:
-        monkeypatch.setattr(
-            module, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)]
-        )
+    for module in (channel, *modules):
+        if hasattr(module, "lane_streams"):
+            monkeypatch.setattr(
+                module, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)]
+            )
         if hasattr(module, "memcpy2d_async"):
             monkeypatch.setattr(module, "memcpy2d_async", _copy2d)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _Nothing())

@@ -177,3 +177,68 @@ def push_tma_seeds(key: ProblemKey, target: Target) -> list[dict[str, Any]]:
     if not seeds:
         return [dict(c, prefetch_k=0) for c in fused_seeds(key, target, pushes=True)]
     return many_peers(key, seeds, pushes=True)
+
+
+# -- the copy-engine schedules (copy_engine, ce_fanout, ce_grouped) ----------------------------------------
+
+#: ``copy_engine``: chunks per peer shard.
+CE_CHUNKS = (1, 2, 4, 8)
+#: Largest M whose ``copy_engine`` seeds wait for every peer and run one GEMM (``gather_first``).
+CE_GATHER_FIRST_M = 256
+#: ``copy_engine`` seeds, the 2xH200 tuning run's usual winners: one chunk (two at large M), stream memops.
+CE_SEEDS = (("memop", 1), ("memop", 2), ("triton", 1))
+#: ``ce_fanout``/``ce_grouped``: side streams the peers are dealt to (at most one per peer counts).
+CE_STREAMS = (8, 4, 2, 1)
+#: ``ce_fanout``: chunks per peer shard (a copy-engine copy costs about 16 µs however small).
+CE_FANOUT_CHUNKS = (1, 2, 4)
+#: ``ce_grouped``: consecutive peers per GEMM.
+CE_GROUPS = (8, 4, 2, 1)
+
+
+def copy_engine_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
+    """``copy_engine``'s space, the most decisive parameter first (a capped sweep spread over the grid then
+    covers it)."""
+    gd = key["gather_dim"]
+    return {
+        "gather_first": (False, True) if gd == 0 else (False,),
+        "signal": ("memop", "triton"),
+        "chunks": CE_CHUNKS,
+        "accumulate": ("out",) if gd == 0 else ("out", "fp32"),
+        "order": ("rotated",) if key.world_size <= 2 else ("rotated", "reverse"),
+    }
+
+
+def copy_engine_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """:data:`CE_SEEDS` at ``key``: up to :data:`CE_GATHER_FIRST_M` at gather_dim=0, one GEMM after every
+    peer's copy."""
+    gather_first = key["gather_dim"] == 0 and key["M"] <= CE_GATHER_FIRST_M
+    return [
+        {"gather_first": gather_first, "signal": s, "chunks": c, "accumulate": "out", "order": "rotated"}
+        for s, c in CE_SEEDS
+    ]
+
+
+def _stream_counts(key: ProblemKey) -> list[int]:
+    """The side-stream counts of :data:`CE_STREAMS` that deal ``key``'s peers differently, most first."""
+    from autotaxer.kernels.common.lanes import _streams_reason
+
+    return [s for s in CE_STREAMS if _streams_reason(s, key.world_size - 1) is None]
+
+
+def ce_fanout_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """Every peer on a stream of its own (up to 8 streams), then half as many streams; one copy per peer,
+    stream memops, one GEMM per run of peers at gather_dim=0."""
+    gemms = "range" if key["gather_dim"] == 0 else "peer"
+    base = {"gemms": gemms, "signal": "memop", "chunks": 1, "accumulate": "out"}
+    return [{"streams": s, **base} for s in _stream_counts(key)[:2]]
+
+
+def ce_grouped_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """Every peer on a stream of its own; GEMMs of half the peers (B read three times, the first GEMM after
+    half the copies), then of every contiguous run. ``bench/cost_model.py`` puts these two first at 8 GPUs
+    (groups of 2 lose there: one more GEMM launch and B read per pair)."""
+    peers = key.world_size - 1
+    half = 1 << max(0, (peers + 1) // 2 - 1).bit_length()  # the power of two covering half the peers
+    every = next(g for g in reversed(CE_GROUPS) if g >= peers)
+    base = {"streams": _stream_counts(key)[0], "signal": "memop", "accumulate": "out"}
+    return [{"group": g, **base} for g in dict.fromkeys((half, every))]

@@ -13,52 +13,31 @@ into the output, ``fp32`` into an fp32 workspace converted at the end) and ``ord
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
-from ..._problem import ProblemKey, Target, torch_dtype
+from ..._problem import ProblemKey, Target
 from .._base import Params, RunContext, Variant, Workspace
-
-_CHUNKS = (1, 2, 4, 8)
+from .._copy_engine import channel_buffers, transport_error, transport_unavailable
+from ._space import copy_engine_seeds, copy_engine_space
 
 
 class CopyEngineVariant(Variant):
+    """``copy_engine``, and the base of ``ag_gemm``'s other copy-engine schedules (``ce_fanout``,
+    ``ce_grouped``), which name their kernel (:meth:`launcher`), resolve their plan (:meth:`plan`) and
+    declare their space; availability, the workspace and the call are shared."""
+
     name = "copy_engine"
     device_types = frozenset({"cuda"})
 
     def unavailable_reason(self, target: Target) -> str | None:
-        reason = super().unavailable_reason(target)
-        if reason is not None:
-            return reason
-        if not target.is_nvidia:
-            return "copy_engine issues peer copies with cuMemcpyAsync (NVIDIA only)"
-        for module in ("cuda.bindings", "iris"):
-            try:
-                found = importlib.util.find_spec(module) is not None
-            except ModuleNotFoundError:
-                found = False
-            if not found:
-                return f"copy_engine needs the {module} package"
-        return None
+        return super().unavailable_reason(target) or transport_unavailable(self.name, target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        gd = key["gather_dim"]
-        # Most decisive parameter first: a capped sweep spread over the grid then covers it.
-        return {
-            "gather_first": (False, True) if gd == 0 else (False,),
-            "signal": ("memop", "triton"),
-            "chunks": _CHUNKS,
-            "accumulate": ("out",) if gd == 0 else ("out", "fp32"),
-            "order": ("rotated",) if key.world_size <= 2 else ("rotated", "reverse"),
-        }
+        return copy_engine_space(key)
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """The 2xH200 tuning run's usual winners: one chunk (two at large M), stream memops."""
-        gather_first = key["gather_dim"] == 0 and key["M"] <= 256
-        return [
-            {"gather_first": gather_first, "signal": s, "chunks": c, "accumulate": "out", "order": "rotated"}
-            for s, c in (("memop", 1), ("memop", 2), ("triton", 1))
-        ]
+        """The 2xH200 tuning run's usual winners (:data:`._space.CE_SEEDS`)."""
+        return copy_engine_seeds(key)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.ag_gemm.copy_engine import MAX_CHUNKS
@@ -67,16 +46,9 @@ class CopyEngineVariant(Variant):
         missing = {"signal", "chunks", "gather_first", "accumulate", "order"} - set(params)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
-        if ws < 2:
-            return "copy_engine needs at least 2 ranks"
-        if params["signal"] not in ("memop", "triton"):
-            return f"signal: unknown back end {params['signal']!r}"
-        if params["signal"] == "memop":
-            from autotaxer.kernels.common.signal import memop_available
-
-            reason = memop_available()
-            if reason is not None:
-                return f"signal=memop: {reason}"
+        reason = transport_error(self.name, key, params["signal"])
+        if reason is not None:
+            return reason
         rows = key["M"] // ws if gd == 0 else key["M"]
         chunks = params["chunks"]
         if not 1 <= chunks <= min(rows, MAX_CHUNKS):
@@ -87,53 +59,49 @@ class CopyEngineVariant(Variant):
             return f"accumulate: {params['accumulate']!r} is not valid for gather_dim={gd}"
         if params["order"] not in ("rotated", "reverse"):
             return f"order: unknown order {params['order']!r}"
-        if key.dtype not in ("bf16", "fp16"):
-            return f"dtype: copy_engine supports bf16 and fp16, not {key.dtype}"
         return None
+
+    def plan(self, channel: Any, elem: int, key: ProblemKey, params: Params) -> Any:
+        """The schedule's plan of a call (collective: may grow the channel's arena)."""
+        from autotaxer.kernels.ag_gemm.copy_engine import make_plan
+
+        return make_plan(
+            channel, m=key["M"], k=key["K"], gather_dim=key["gather_dim"], elem=elem, chunks=params["chunks"],
+            order=params["order"], gather_first=params["gather_first"],
+            fp32_accumulate=params["accumulate"] == "fp32",
+        )  # fmt: skip
+
+    def launcher(self) -> Any:
+        """The schedule's launcher: ``(channel, plan, inbox, a_shard, b, out, acc, watch=) -> out``."""
+        from autotaxer.kernels.ag_gemm.copy_engine import ag_gemm_ce
+
+        return ag_gemm_ce
 
     def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
         import torch
 
-        from autotaxer.kernels.ag_gemm.copy_engine import get_channel, make_plan
-
         reason = self.check(key, ctx.target, params)
         if reason is not None:
-            raise ValueError(f"copy_engine: {reason}")
-        dtype = torch_dtype(key.dtype)
-        elem = torch.empty((), dtype=dtype).element_size()
-        channel = get_channel(ctx.iris(), params["signal"], ctx.rank, ctx.world_size, ctx.group)
-        plan = make_plan(
-            channel,
-            m=key["M"],
-            k=key["K"],
-            gather_dim=key["gather_dim"],
-            elem=elem,
-            chunks=params["chunks"],
-            order=params["order"],
-            gather_first=params["gather_first"],
-            fp32_accumulate=params["accumulate"] == "fp32",
+            raise ValueError(f"{self.name}: {reason}")
+        buffers = channel_buffers(
+            self.name, key, params, ctx, lambda channel, elem: self.plan(channel, elem, key, params)
         )
-        inbox = channel.arena(0).view(dtype)
-        buffers: dict[str, Any] = {"channel": channel, "plan": plan, "inbox": inbox}
-        if plan.fp32_accumulate:
+        if params["accumulate"] == "fp32":
             buffers["acc"] = torch.empty((key["M"], key["N"]), dtype=torch.float32, device=ctx.device)
-        buffers["watch"] = ctx.watch_slot(key, self.name)  # bounds the flag waits, names this site
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
         import torch
-
-        from autotaxer.kernels.ag_gemm.copy_engine import ag_gemm_ce
 
         a_shard, b = inputs
         a_shard = a_shard.contiguous()  # the peer copies move whole rows; B may be kn or nk (vendor GEMMs)
         if out is None:
             out = torch.empty((ws.key["M"], ws.key["N"]), dtype=a_shard.dtype, device=a_shard.device)
         elif not out.is_contiguous():
-            raise ValueError("copy_engine: out must be contiguous")
+            raise ValueError(f"{self.name}: out must be contiguous")
         buf = ws.buffers
         args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
-        return ag_gemm_ce(*args, watch=buf["watch"].tensor)
+        return self.launcher()(*args, watch=buf["watch"].tensor)
 
 
 VARIANTS = [CopyEngineVariant()]

@@ -24,11 +24,13 @@ two schedules may follow one another on one channel. CUDA-graph safe for the sam
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from ...common import signal as sig
-from ...common.lanes import lane_streams, peer_lanes
+from ...common.channel import fork_lanes, join_lanes
+from ...common.lanes import peer_lanes
 from .. import copy_engine as ce
 
 GEMMS = ("range", "peer")
@@ -105,18 +107,8 @@ def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard
     import torch
 
     ch, r, base = channel, channel.rank, plan.base
-    ch.watch = watch
-    main = torch.cuda.current_stream()
-    if ch.backend == "triton":
-        sig.advance_epoch(ch.epoch)
-    ch.fork.record(main)
-    lanes = lane_streams(ch, len(plan.lanes))
-    for (stream, join), peers in zip(lanes, plan.lanes, strict=True):
-        stream.wait_event(ch.fork)
-        with torch.cuda.stream(stream):
-            _send_lane(ch, plan, a_shard, peers, stream)
-        join.record(stream)
-
+    send = functools.partial(_send_lane, ch, plan, a_shard)
+    main, lanes = fork_lanes(ch, plan.lanes, send, watch)
     rows, ks = base.rows, base.k_shard
     n = rows * ks
     flags = ch.data.view(ch.world_size, ce.MAX_CHUNKS)
@@ -131,32 +123,8 @@ def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard
                 run_a = inbox[lo * n : (hi + 1) * n].view(-1, ks)
                 torch.matmul(run_a, b, out=out[lo * rows : (hi + 1) * rows])
         else:
-            for p in base.peers:
-                a_p = ce._inbox_view(base, inbox, p)
-                for c, (first, cnt) in enumerate(base.chunk_rows):
-                    ce._await(ch, flags[p, c : c + 1], main)
-                    lo = p * rows + first
-                    torch.matmul(a_p[first : first + cnt], b, out=out[lo : lo + cnt])
-    else:  # as in copy_engine, kept apart: an edit there would make every copy_engine record stale
-        target = acc if base.fp32_accumulate else out
-        if base.fp32_accumulate:
-            torch.mm(a_shard, b[r * ks : (r + 1) * ks], out_dtype=torch.float32, out=target)
-        else:
-            torch.matmul(a_shard, b[r * ks : (r + 1) * ks], out=target)
-        for p in base.peers:
-            a_p = ce._inbox_view(base, inbox, p)
-            b_p = b[p * ks : (p + 1) * ks]
-            for c, (first, cnt) in enumerate(base.chunk_rows):
-                ce._await(ch, flags[p, c : c + 1], main)
-                t = target[first : first + cnt]
-                if base.fp32_accumulate:
-                    torch.addmm(t, a_p[first : first + cnt], b_p, out_dtype=torch.float32, out=t)
-                else:
-                    t.addmm_(a_p[first : first + cnt], b_p)
-        if base.fp32_accumulate:
-            out.copy_(acc)
-    for _, done in base.remote_done:  # this rank has consumed its inbox: peers may overwrite it
-        ce._raise(ch, done, main)
-    for _, join in lanes:
-        main.wait_event(join)
+            ce.gemm_peer_rows(ch, base, inbox, b, out, flags, main)
+    else:
+        ce.gemm_k_slices(ch, base, inbox, a_shard, b, out, acc, flags, main)
+    join_lanes(ch, base.remote_done, main, lanes)  # this rank consumed its inbox: peers may overwrite it
     return out

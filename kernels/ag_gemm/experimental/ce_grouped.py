@@ -25,12 +25,14 @@ copy-engine schedule may follow one another on one channel; CUDA-graph safe for 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from ...common import signal as sig
+from ...common.channel import fork_lanes, join_lanes
 from ...common.copy2d import memcpy2d_async
-from ...common.lanes import lane_streams, peer_lanes
+from ...common.lanes import peer_lanes
 from .. import copy_engine as ce
 from .ce_fanout import peer_runs
 
@@ -102,18 +104,7 @@ def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_sha
     import torch
 
     ch, r, base = channel, channel.rank, plan.base
-    ch.watch = watch
-    main = torch.cuda.current_stream()
-    if ch.backend == "triton":
-        sig.advance_epoch(ch.epoch)
-    ch.fork.record(main)
-    lanes = lane_streams(ch, len(plan.lanes))
-    for (stream, join), peers in zip(lanes, plan.lanes, strict=True):
-        stream.wait_event(ch.fork)
-        with torch.cuda.stream(stream):
-            _send_lane(ch, plan, a_shard, peers, stream)
-        join.record(stream)
-
+    main, lanes = fork_lanes(ch, plan.lanes, functools.partial(_send_lane, ch, plan, a_shard), watch)
     rows, ks, ws = base.rows, base.k_shard, ch.world_size
     flags = ch.data.view(ws, ce.MAX_CHUNKS)
     if base.gather_dim == 0:
@@ -140,8 +131,5 @@ def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_sha
                 target.addmm_(a_g, b_g)
         if base.fp32_accumulate:
             out.copy_(acc)
-    for _, done in base.remote_done:  # this rank has consumed its inbox: peers may overwrite it
-        ce._raise(ch, done, main)
-    for _, join in lanes:
-        main.wait_event(join)
+    join_lanes(ch, base.remote_done, main, lanes)  # this rank consumed its inbox: peers may overwrite it
     return out
