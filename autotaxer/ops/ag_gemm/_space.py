@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, Target
+from ._op import shard_shape
 
 #: Largest M that is "small": the GEMM is bound by reading B, so many narrow tiles, K chunks to start
 #: early and deeper pipelines (bytes in flight) are worth exploring.
@@ -242,3 +243,66 @@ def ce_grouped_seeds(key: ProblemKey) -> list[dict[str, Any]]:
     every = next(g for g in reversed(CE_GROUPS) if g >= peers)
     base = {"streams": _stream_counts(key)[0], "signal": "memop", "accumulate": "out"}
     return [{"group": g, **base} for g in dict.fromkeys((half, every))]
+
+
+# -- push_ws and push_ws_fwd (experimental: the warp-specialised Gluon consumer) ---------------------------
+
+#: ``push_ws``: choices replacing ``push``'s; comm_sms 0: the consumer CTAs move the shard first (no
+#: producer kernel); the many-peer schedule is ``push``'s kernel's, not the Gluon consumer's.
+PUSH_WS_SPACE: dict[str, tuple[Any, ...]] = {
+    "block_m": (128,),
+    "block_n": (256, 128),
+    "block_k": (64,),
+    "num_warps": (8, 4),
+    "num_stages": (4, 3, 5, 6),
+    "comm_sms": (4, 0, 2, 8, 16),
+    "prefetch_k": (0,),
+    "group_across": (0,),
+    "push_order": (0,),
+    "release_each": (0,),
+}
+#: ``push_ws`` seeds' fields (the others: 128x64 tiles' ``block_m``/``block_k``, :data:`SEED_DEFAULTS`).
+PUSH_WS_FIELDS = ("block_n", "num_warps", "num_stages", "comm_sms", "row_chunks", "k_chunks")
+#: ``push_ws`` seeds up to M=256 and above: four producer CTAs (the consumer keeps one wave of 128 tiles on
+#: 128 SMs; 2xH200, N=K=8192, graph: 4 beat 8 at M = 256-512 and at gather_dim=0 M=1024) pushing 4 row x
+#: 8 K chunks, with 128x128 tiles on two MMA warpgroups up to M=256 and 128x256 tiles above; 16 producers
+#: for the largest shards (gather_dim=1 M=4096: 930 against 1126 us with 4).
+PUSH_WS_SEEDS: tuple[tuple[int | None, tuple[tuple[int, ...], ...]], ...] = (
+    (256, ((128, 8, 5, 4, 4, 8), (128, 4, 6, 4, 4, 8), (128, 8, 5, 8, 4, 8))),
+    (None, ((256, 8, 4, 4, 4, 8), (128, 8, 5, 4, 4, 8), (256, 8, 3, 16, 16, 8))),
+)
+#: ``push_ws_fwd`` seeds' fields: ``push_ws``'s tiles (128x128 on two MMA warpgroups up to M=256, 128x256
+#: above), tile groups of 8 (local and peer tiles reading the same columns of B side by side) or 1 (all
+#: local tiles first); no producers, one flag per 128x64 box.
+PUSH_WS_FWD_FIELDS = ("block_n", "num_warps", "num_stages", "group_m")
+PUSH_WS_FWD_SEEDS: tuple[tuple[int | None, tuple[tuple[int, ...], ...]], ...] = (
+    (256, ((128, 8, 5, 8), (128, 8, 5, 1), (128, 4, 6, 8))),
+    (None, ((256, 8, 4, 8), (256, 8, 4, 1), (128, 8, 5, 8))),
+)
+#: ``push_ws_fwd``'s boxes: one flag per ``FWD_BOX`` of a rank's shard (rows x K columns).
+FWD_BOX = (128, 64)
+
+
+def _ws_seeds(table: tuple[tuple[int | None, tuple[tuple[int, ...], ...]], ...], fields: tuple[str, ...],
+              m: int, **fixed: int) -> list[dict[str, int]]:  # fmt: skip
+    rows = next(rows for largest, rows in table if largest is None or m <= largest)
+    return [{"block_m": 128, "block_k": 64, **SEED_DEFAULTS, **fixed, **dict(zip(fields, r, strict=True))}
+            for r in rows]  # fmt: skip
+
+
+def push_ws_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """:data:`PUSH_WS_SEEDS` at ``key``."""
+    return _ws_seeds(PUSH_WS_SEEDS, PUSH_WS_FIELDS, key["M"])
+
+
+def fwd_boxes(key: ProblemKey) -> tuple[int, int]:
+    """``(row_chunks, k_chunks)`` of ``push_ws_fwd``: the shard's :data:`FWD_BOX` rows and K steps."""
+    rows, cols = shard_shape(key)
+    return -(-rows // FWD_BOX[0]), -(-cols // FWD_BOX[1])
+
+
+def push_ws_fwd_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """:data:`PUSH_WS_FWD_SEEDS` at ``key``: no producers, one flag per box."""
+    row_chunks, k_chunks = fwd_boxes(key)
+    return _ws_seeds(PUSH_WS_FWD_SEEDS, PUSH_WS_FWD_FIELDS, key["M"], comm_sms=0, row_chunks=row_chunks,
+                     k_chunks=k_chunks)  # fmt: skip

@@ -22,6 +22,7 @@ from ...._problem import ProblemKey, Target
 from ...._target import sm_version
 from ..._base import Params
 from .._op import shard_shape
+from .._space import PUSH_WS_SPACE, fwd_boxes, push_ws_fwd_seeds, push_ws_seeds
 from ..push import PushVariant
 
 
@@ -42,44 +43,12 @@ class PushWsVariant(PushVariant):
         return None
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        space = dict(super().search_space(key, target))
-        space.update(
-            block_m=(128,),
-            block_n=(256, 128),
-            block_k=(64,),
-            num_warps=(8, 4),
-            num_stages=(4, 3, 5, 6),
-            comm_sms=(4, 0, 2, 8, 16),  # 0: the consumer CTAs move the shard first (no producer kernel)
-            prefetch_k=(0,),
-            group_across=(0,),  # the many-peer schedule is push's kernel's, not the Gluon consumer's
-            push_order=(0,),
-            release_each=(0,),
-        )
-        return space
+        return {**super().search_space(key, target), **PUSH_WS_SPACE}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Four producer CTAs (the consumer keeps one wave of 128 tiles on 128 SMs; 2xH200, N=K=8192,
-        graph: 4 beat 8 at M = 256-512 and at gather_dim=0 M=1024) pushing 4 row x 8 K chunks, with
-        128x128 tiles on two MMA warpgroups up to M=256 and 128x256 tiles above; 16 producers for the
-        largest shards (gather_dim=1 M=4096: 930 against 1126 us with 4)."""
-
-        fields = ("block_n", "num_warps", "num_stages", "comm_sms", "row_chunks", "k_chunks")
-        rows = [(128, 8, 5, 4, 4, 8), (128, 4, 6, 4, 4, 8), (128, 8, 5, 8, 4, 8)]
-        if key["M"] > 256:
-            rows = [(256, 8, 4, 4, 4, 8), (128, 8, 5, 4, 4, 8), (256, 8, 3, 16, 16, 8)]
-        return [
-            dict(
-                block_m=128,
-                block_k=64,
-                group_m=8,
-                prefetch_k=0,
-                group_across=0,
-                push_order=0,
-                release_each=0,
-                **dict(zip(fields, r, strict=True)),
-            )  # fmt: skip
-            for r in rows
-        ]
+        """Four producers pushing 4 row x 8 K chunks, 128x128 tiles up to M=256, 128x256 above
+        (:data:`._space.PUSH_WS_SEEDS`)."""
+        return push_ws_seeds(key)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         reason = super().check(key, target, params)
@@ -115,20 +84,13 @@ class PushWsFwdVariant(PushWsVariant):
     experimental = True  # opt-in until measured on two GPUs
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        space = dict(super().search_space(key, target))
-        space.update(comm_sms=(0,), group_m=(8, 1), row_chunks=(_row_blocks(key),), k_chunks=(_k_steps(key),))
-        return space
+        row_chunks, k_chunks = fwd_boxes(key)
+        space = {**super().search_space(key, target), "comm_sms": (0,), "group_m": (8, 1)}
+        return {**space, "row_chunks": (row_chunks,), "k_chunks": (k_chunks,)}
 
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """``push_ws``'s tiles (128x128 on two MMA warpgroups up to M=256, 128x256 above), tile groups of 8
-        (local and peer tiles reading the same columns of B side by side) or 1 (all local tiles first)."""
-        fields = ("block_n", "num_warps", "num_stages", "group_m")
-        rows = [(128, 8, 5, 8), (128, 8, 5, 1), (128, 4, 6, 8)]
-        if key["M"] > 256:
-            rows = [(256, 8, 4, 8), (256, 8, 4, 1), (128, 8, 5, 8)]
-        fixed = dict(block_m=128, block_k=64, comm_sms=0, prefetch_k=0, row_chunks=_row_blocks(key),
-                     k_chunks=_k_steps(key), group_across=0, push_order=0, release_each=0)  # fmt: skip
-        return [dict(fixed, **dict(zip(fields, r, strict=True))) for r in rows]
+        """``push_ws``'s tiles, tile groups of 8 or 1 (:data:`._space.PUSH_WS_FWD_SEEDS`)."""
+        return push_ws_fwd_seeds(key)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         reason = super().check(key, target, params)
@@ -153,16 +115,6 @@ class PushWsFwdVariant(PushWsVariant):
         from autotaxer.kernels.ag_gemm.experimental.push_ws import ag_gemm_push_ws
 
         return functools.partial(ag_gemm_push_ws, transport="forward")
-
-
-def _row_blocks(key: ProblemKey) -> int:
-    """Row blocks of 128 in one rank's shard: one flag each."""
-    return -(-shard_shape(key)[0] // 128)
-
-
-def _k_steps(key: ProblemKey) -> int:
-    """K steps of 64 in one rank's shard: one flag each."""
-    return -(-shard_shape(key)[1] // 64)
 
 
 VARIANTS = [PushWsVariant(), PushWsFwdVariant()]
