@@ -96,6 +96,22 @@ def _send_lane(ch: ce.Channel, plan: FanoutPlan, a_shard: Any, peers: tuple[int,
             ce._raise(ch, data_of[p] + 4 * c, stream)
 
 
+def gemm_peer_runs(ch: ce.Channel, base: ce.Plan, runs: tuple[tuple[int, int], ...], inbox: Any, b: Any,
+                   out: Any, flags: Any, main: Any) -> None:  # fmt: skip
+    """``gather_dim=0``: one GEMM per run ``(lo, hi)`` of consecutive peers, once every chunk of theirs has
+    landed (inbox slots are in rank order, as are the output's rows, so a run is one matrix)."""
+    import torch
+
+    rows, ks = base.rows, base.k_shard
+    n = rows * ks
+    for lo, hi in runs:
+        for p in range(lo, hi + 1):
+            for c in range(len(base.chunk_rows)):
+                ce._await(ch, flags[p, c : c + 1], main)
+        run_a = inbox[lo * n : (hi + 1) * n].view(-1, ks)
+        torch.matmul(run_a, b, out=out[lo * rows : (hi + 1) * rows])
+
+
 def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
                       acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the fanned-out schedule; collective.
@@ -109,19 +125,12 @@ def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard
     ch, r, base = channel, channel.rank, plan.base
     send = functools.partial(_send_lane, ch, plan, a_shard)
     main, lanes = fork_lanes(ch, plan.lanes, send, watch)
-    rows, ks = base.rows, base.k_shard
-    n = rows * ks
+    rows = base.rows
     flags = ch.data.view(ch.world_size, ce.MAX_CHUNKS)
-    chunks = len(base.chunk_rows)
     if base.gather_dim == 0:
         torch.matmul(a_shard, b, out=out[r * rows : (r + 1) * rows])
         if plan.runs:
-            for lo, hi in plan.runs:
-                for p in range(lo, hi + 1):
-                    for c in range(chunks):
-                        ce._await(ch, flags[p, c : c + 1], main)
-                run_a = inbox[lo * n : (hi + 1) * n].view(-1, ks)
-                torch.matmul(run_a, b, out=out[lo * rows : (hi + 1) * rows])
+            gemm_peer_runs(ch, base, plan.runs, inbox, b, out, flags, main)
         else:
             ce.gemm_peer_rows(ch, base, inbox, b, out, flags, main)
     else:

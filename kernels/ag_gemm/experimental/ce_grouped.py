@@ -34,7 +34,7 @@ from ...common.channel import fork_lanes, join_lanes
 from ...common.copy2d import memcpy2d_async
 from ...common.lanes import peer_lanes
 from .. import copy_engine as ce
-from .ce_fanout import peer_runs
+from .ce_fanout import gemm_peer_runs, peer_runs
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,8 @@ def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_sha
     rows, ks, ws = base.rows, base.k_shard, ch.world_size
     flags = ch.data.view(ws, ce.MAX_CHUNKS)
     if base.gather_dim == 0:
-        n = rows * ks
         torch.matmul(a_shard, b, out=out[r * rows : (r + 1) * rows])
-        for lo, hi in plan.groups:
-            for p in range(lo, hi + 1):
-                ce._await(ch, flags[p, 0:1], main)
-            torch.matmul(inbox[lo * n : (hi + 1) * n].view(-1, ks), b, out=out[lo * rows : (hi + 1) * rows])
+        gemm_peer_runs(ch, base, plan.groups, inbox, b, out, flags, main)  # one chunk per peer here
     else:
         gathered = inbox[: rows * ks * ws].view(rows, ks * ws)
         target = acc if base.fp32_accumulate else out
