@@ -11,22 +11,30 @@ from collections.abc import Callable
 from typing import Any
 
 from .._problem import ProblemKey, Target, torch_dtype
-from ._base import Params, RunContext
+from ._base import Params, RunContext, Variant
 
 
-def transport_unavailable(name: str, target: Target) -> str | None:
-    """Why the copy-engine transport cannot run on ``target`` (``cuMemcpyAsync`` on NVIDIA, the
-    ``cuda.bindings`` and ``iris`` packages), or None."""
-    if not target.is_nvidia:
-        return f"{name} issues peer copies with cuMemcpyAsync (NVIDIA only)"
-    for module in ("cuda.bindings", "iris"):
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except ModuleNotFoundError:
-            found = False
-        if not found:
-            return f"{name} needs the {module} package"
-    return None
+class CopyEngineBase(Variant):
+    """Where every copy-engine variant runs: CUDA devices of NVIDIA (``cuMemcpyAsync``), with the
+    ``cuda.bindings`` and ``iris`` packages."""
+
+    device_types = frozenset({"cuda"})
+
+    def unavailable_reason(self, target: Target) -> str | None:
+        reason = super().unavailable_reason(target)
+        if reason is None and not target.is_nvidia:
+            reason = f"{self.name} issues peer copies with cuMemcpyAsync (NVIDIA only)"
+        for module in ("cuda.bindings", "iris"):
+            if reason is None and not _installed(module):
+                reason = f"{self.name} needs the {module} package"
+        return reason
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def transport_error(name: str, key: ProblemKey, signal: str) -> str | None:

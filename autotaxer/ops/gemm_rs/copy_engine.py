@@ -15,18 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, Target
-from .._base import Params, RunContext, Variant, Workspace
-from .._copy_engine import channel_buffers, transport_error, transport_unavailable
+from .._base import Params, RunContext, Workspace
+from .._copy_engine import CopyEngineBase, channel_buffers, transport_error
 from ._op import GemmRs, out_shape
 from ._space import copy_engine_seeds, copy_engine_space
 
 
-class CopyEngineVariant(Variant):
+class CopyEngineVariant(CopyEngineBase):
     name = "copy_engine"
-    device_types = frozenset({"cuda"})
-
-    def unavailable_reason(self, target: Target) -> str | None:
-        return super().unavailable_reason(target) or transport_unavailable(self.name, target)
 
     def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
         return copy_engine_space(key)
