@@ -119,7 +119,7 @@ def fused_launch(kind: str, m: int, n: int, k: int, gather_dim: int, params: dic
         config=config,
         num_sms=132,
         phase="all",
-        buf=torch.empty(fused.inbox_shape(ms, ks, world_size), dtype=dt),
+        inbox=torch.empty(fused.inbox_shape(ms, ks, world_size), dtype=dt),
         tma=kind == "push_tma",
     )
     return fused.KERNEL, args, kw

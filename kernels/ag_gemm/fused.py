@@ -113,25 +113,27 @@ TRANSPORTS = ("push", "pull")
 def _launch_args(
     how: str,
     *,
-    a_shard,
-    b,
-    out,
-    buf,
-    flags,
-    sync,
-    heap_bases,
+    a_shard: Any,
+    b: Any,
+    out: Any,
+    inbox: Any,
+    flags: Any,
+    sync: Any,
+    heap_bases: Any,
     rank: int,
     world_size: int,
     gather_dim: int,
     config: FusedConfig,
     num_sms: int,
-    phase: str,
+    phase: str = "all",
     tma: bool = False,
     watch: Any = None,
 ) -> tuple[int, list[Any], dict[str, int]]:
     """Check shapes; ``(grid, every kernel argument in signature order, launch options)``.
 
-    ``how`` is the transport (:data:`TRANSPORTS`). ``buf`` is the rank's inbox (:func:`inbox_shape`),
+    The one list of the fused launchers' arguments (:func:`launch` and ``push_ws``'s forward the
+    workspace's to it). ``how`` is the transport (:data:`TRANSPORTS`). ``inbox`` is the rank's inbox
+    (:func:`inbox_shape`),
     ``flags`` its :func:`flags_count` int32 flags, ``sync`` its :data:`SYNC_WORDS` int64 words.
     ``phase`` runs some of the kernel's steps, for the interpreter, where programs run one after
     another and nothing may spin on work that has not run yet: ``"stage"`` (the moving programs'
@@ -163,10 +165,10 @@ def _launch_args(
     if config.comm_sms >= num_sms:
         raise ValueError(f"comm_sms: {config.comm_sms} leaves no SM for the GEMM ({num_sms} SMs)")
     geo = geometry(config, ms, ks)
-    if tuple(buf.shape) != inbox_shape(ms, ks, world_size) or buf.dtype != a_shard.dtype:
+    if tuple(inbox.shape) != inbox_shape(ms, ks, world_size) or inbox.dtype != a_shard.dtype:
         raise ValueError(
-            f"buf: expected {inbox_shape(ms, ks, world_size)} {a_shard.dtype}, got "
-            f"{tuple(buf.shape)} {buf.dtype}"
+            f"inbox: expected {inbox_shape(ms, ks, world_size)} {a_shard.dtype}, got "
+            f"{tuple(inbox.shape)} {inbox.dtype}"
         )
     if flags.numel() < flags_count(geo, world_size):
         raise ValueError(f"flags: {flags.numel()} flags, {flags_count(geo, world_size)} needed")
@@ -185,13 +187,13 @@ def _launch_args(
         (ks * elem) % 16 == 0
         and (a_shard.stride(0) * elem) % 16 == 0
         and a_shard.data_ptr() % 16 == 0
-        and buf.data_ptr() % 16 == 0
+        and inbox.data_ptr() % 16 == 0
     )
     if watch is None:
         watch = unnamed_slot(sync.device)
     values = dict(
         io=Io(a_shard, b, out),
-        bufs=Buffers(buf, flags, sync, heap_bases, watch),
+        bufs=Buffers(inbox, flags, sync, heap_bases, watch),
         rank=rank,
         sizes=Sizes(m, n, k, ms, ks),
         chunks=Chunks(geo.row_width, geo.n_row, geo.col_width, geo.n_col),
@@ -261,27 +263,20 @@ class _CompiledLaunch:
 def launch(
     how: str,
     *,
-    a_shard,
-    b,
-    out,
-    inbox,
-    flags,
-    sync,
-    heap_bases,
-    rank: int,
-    world_size: int,
-    gather_dim: int,
-    config: FusedConfig,
-    num_sms: int,
+    a_shard: Any,
+    b: Any,
+    out: Any,
     phase: str = "all",
     cache: dict | None = None,
     tma: Callable[[], bool] | None = None,
-    watch: Any = None,
+    **workspace: Any,
 ):
     """``out = all_gather(a_shard, gather_dim) @ b`` by transport ``how`` (:data:`TRANSPORTS`); collective
-    over ``world_size`` ranks. Arguments as :func:`fused_launcher`'s. ``tma``: asked (only when a launch
-    is not in ``cache``) whether this call runs the TMA consumer; its answer must follow from the
-    tensors' specialisation and the workspace, like everything a compiled launch keeps."""
+    over ``world_size`` ranks. ``workspace``: the rest of :func:`_launch_args`' arguments (``inbox``,
+    ``flags``, ``sync``, ``heap_bases``, ``rank``, ``world_size``, ``gather_dim``, ``config``,
+    ``num_sms``, ``watch``), checked there. ``tma``: asked (only when a launch is not in ``cache``)
+    whether this call runs the TMA consumer; its answer must follow from the tensors' specialisation and
+    the workspace, like everything a compiled launch keeps."""
     fast = cache is not None and phase == "all"
     if fast:
         spec = _specialization(a_shard, b, out)
@@ -290,10 +285,8 @@ def launch(
             compiled(a_shard, b, out)
             return out
     grid, args, options = _launch_args(
-        how, a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
-        rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-        phase=phase, tma=tma is not None and tma(), watch=watch,
-    )  # fmt: skip
+        how, a_shard=a_shard, b=b, out=out, phase=phase, tma=tma is not None and tma(), **workspace
+    )
     scratch = None
     if args[
         KERNEL.arg_names.index("TILES")

@@ -67,7 +67,7 @@ class PushWsCall:
                 "forward sends the shard from the consumer's own loads: comm_sms=0)"
             )
         self.grid, args, self.options = _launch_args(
-            "push", a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
+            "push", a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
             rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
             phase="producers", watch=watch,
         )  # fmt: skip
@@ -205,7 +205,7 @@ def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size,
     more ``G`` and ``D`` are counted before ``push``'s kernel and taken back after it: both paths then use
     the same epoch, parity and queue base, whichever a rank takes in a call."""
     _, args, _ = _launch_args(
-        "push", a_shard=a_shard, b=b, out=out, buf=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
+        "push", a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
         rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
         phase="producers", watch=watch,
     )  # fmt: skip
