@@ -186,7 +186,10 @@ def test_fallback_to_push_keeps_epoch_and_tile_queue_in_step(monkeypatch) -> Non
     bases = torch.zeros(2, dtype=torch.int64)
     for path in ("ws", "push", "push", "ws", "push", "ws", "ws", "push"):
         if path == "push":
-            pws._run_push(a, b, out, inbox, flags, sync, bases, 0, 2, 0, config, num_sms, None)
+            pws._run_push(
+                a, b, out, None, inbox=inbox, flags=flags, sync=sync, heap_bases=bases, rank=0, world_size=2,
+                gather_dim=0, config=config, num_sms=num_sms,
+            )  # fmt: skip
         else:  # this variant's own call: count, then both kernels read (s + G) // G + 1
             pws.count_call(sync, arrivals, pws.queue_draws(config, out, config.comm_sms))
             seen.append(("ws", int(sync[0]) // arrivals + 1))

@@ -193,8 +193,7 @@ def count_call(sync: Any, arrivals: int, draws: int, sign: int = 1) -> None:
     sync[1:2].add_(sign * draws)
 
 
-def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim, config, num_sms,
-              cache, watch=None) -> None:  # fmt: skip
+def _run_push(a_shard, b, out, cache, **workspace: Any) -> None:
     """``push``'s whole kernel on the same buffers, kept in step with this variant's calls.
 
     Here a call's epoch is ``(s + G) // G + 1`` for ``sync[0] = s`` before the call (the arrivals ``G``
@@ -204,21 +203,13 @@ def _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size,
     every call of this variant counts ``G`` and ``D`` (:meth:`PushWsCall.count_arrivals`), and here one
     more ``G`` and ``D`` are counted before ``push``'s kernel and taken back after it: both paths then use
     the same epoch, parity and queue base, whichever a rank takes in a call."""
-    _, args, _ = _launch_args(
-        "push", a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
-        rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-        phase="producers", watch=watch,
-    )  # fmt: skip
+    _, args, _ = _launch_args("push", a_shard=a_shard, b=b, out=out, phase="producers", **workspace)
     programs = dict(zip(KERNEL.arg_names, args, strict=True))["programs"]
     arrivals = programs.producers + programs.consumers
-    draws = queue_draws(config, out, programs.producers)
-    count_call(sync, arrivals, draws)
-    ag_gemm_push(
-        a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=rank,
-        world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms, cache=cache,
-        watch=watch,
-    )  # fmt: skip
-    count_call(sync, arrivals, draws, sign=-1)
+    draws = queue_draws(workspace["config"], out, programs.producers)
+    count_call(workspace["sync"], arrivals, draws)
+    ag_gemm_push(a_shard=a_shard, b=b, out=out, cache=cache, **workspace)
+    count_call(workspace["sync"], arrivals, draws, sign=-1)
 
 
 def ag_gemm_push_ws(
@@ -227,22 +218,17 @@ def ag_gemm_push_ws(
     b,
     out,
     inbox,
-    flags,
-    sync,
-    heap_bases,
-    rank: int,
-    world_size: int,
     gather_dim: int,
     config: FusedConfig,
-    num_sms: int,
     phase: str = "all",
     cache: dict | None = None,
     transport: str = "sms",
-    watch: Any = None,
+    **workspace: Any,
 ):
     """``out = all_gather(a_shard, gather_dim) @ b``; arguments as ``ag_gemm_push`` (``phase`` must be
-    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`; ``watch``:
-    the watch slot bounding both kernels' waits on peers, as in ``ag_gemm_push``); collective."""
+    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`;
+    ``workspace``: the rest of ``ag_gemm_push``'s, its ``watch`` bounding both kernels' waits on peers);
+    collective."""
     import torch
 
     if phase != "all":
@@ -254,15 +240,11 @@ def ag_gemm_push_ws(
         why = ws_config_error(consumer, a_shard.element_size()) or tensors_error(
             a_shard, b, inbox, gather_dim, consumer
         )
+        kept = dict(inbox=inbox, gather_dim=gather_dim, config=config, **workspace)
         if why is not None:
-            _run_push(a_shard, b, out, inbox, flags, sync, heap_bases, rank, world_size, gather_dim, config,
-                      num_sms, cache, watch)  # fmt: skip
+            _run_push(a_shard, b, out, cache, **kept)
             return out
-        call = PushWsCall(
-            a_shard=a_shard, b=b, out=out, inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases,
-            rank=rank, world_size=world_size, gather_dim=gather_dim, config=config, num_sms=num_sms,
-            transport=transport, watch=watch,
-        )  # fmt: skip
+        call = PushWsCall(a_shard=a_shard, b=b, out=out, transport=transport, **kept)
         if cache is not None and len(cache) < 64:
             cache[spec] = call
     call.count_arrivals()
