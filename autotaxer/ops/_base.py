@@ -150,6 +150,11 @@ class Variant(ABC):
         ``None`` when this variant cannot hand it out (autograd then runs the baseline's)."""
         return None
 
+    def saves_for_backward(self) -> bool:
+        """Whether :meth:`run_for_backward` hands out what backward keeps (else autograd runs the
+        baseline's forward in its place)."""
+        return type(self).run_for_backward is not Variant.run_for_backward
+
 
 class Op(ABC):
     """A tunable collective operation."""

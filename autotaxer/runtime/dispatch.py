@@ -641,6 +641,10 @@ class Runtime:
         if self.table.digest != old:
             self.forget(set(self._decisions) | {p.key for p in self._plans.values()})
 
+    def has_decision(self, key: ProblemKey) -> bool:
+        """Whether ``key`` has a cached decision (decided, and not forgotten since)."""
+        return key in self._decisions
+
     def traced(self, key: ProblemKey) -> bool:
         """Whether ``key`` was decided while ``torch.compile`` traced (a graph may hold that decision)."""
         return key in self._traced
