@@ -321,8 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
     fns = {m: _build(m, base, group_name) for m in modes if m != "async_tp_autotaxer"}
     if "async_tp_autotaxer" in modes:  # the same compiled code as async_tp's, served by autotaxer
-        shared = fns["async_tp"] if "async_tp" in fns else None
-        fns["async_tp_autotaxer"] = shared or _build("async_tp_autotaxer", base, group_name)
+        built = fns.get("async_tp")  # (a compiled module has no truth value: compare with None)
+        if built is None:
+            built = _build("async_tp_autotaxer", base, group_name)
+        fns["async_tp_autotaxer"] = built
 
     results: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
