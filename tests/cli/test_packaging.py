@@ -1,8 +1,9 @@
-"""Every package folder is listed in pyproject's explicit ``packages``; the CLI entry point resolves."""
+"""setup.py's generated package list holds every package folder; the CLI entry point resolves."""
 
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -32,12 +33,17 @@ def _package_folders() -> dict[str, Path]:
     return found
 
 
-def test_every_package_folder_is_listed():
-    listed = set(_config()["tool"]["setuptools"]["packages"])
+def test_generated_package_list_holds_every_package_folder():
+    setup = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_under_test")  # not "__main__": no build
+    roots = setup["package_dir"]()
+    assert roots == _config()["tool"]["setuptools"]["package-dir"]
     found = _package_folders()
-    assert {"autotaxer", "autotaxer.migrations", "autotaxer.migrations.versions"} <= set(found)
-    missing = sorted(set(found) - listed)
-    assert missing == [], f"add to [tool.setuptools] packages in pyproject.toml: {missing}"
+    assert {"autotaxer", "autotaxer.kernels.common", "autotaxer.migrations.versions"} <= set(found)
+    assert setup["packages"](roots) == sorted(found)
+
+
+def test_pyproject_keeps_no_hand_list_of_packages():
+    assert "packages" not in _config()["tool"]["setuptools"], "setup.py generates the package list"
 
 
 def test_migration_template_is_package_data():
