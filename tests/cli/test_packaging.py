@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import runpy
 import subprocess
 import sys
@@ -71,3 +73,54 @@ def test_help_runs_as_a_module_without_gpu():
     )
     assert result.returncode == 0, result.stderr
     assert "export" in result.stdout and "doctor" in result.stdout
+
+
+#: Import name -> the distribution that provides it (PyPI names), for every third-party import.
+DISTRIBUTIONS = {
+    "alembic": "alembic",
+    "cuda.bindings": "cuda-bindings",
+    "iris": "tokenspeed-iris",
+    "matplotlib": "matplotlib",
+    "numpy": "numpy",
+    "optuna": "optuna",
+    "rich": "rich",
+    "sqlalchemy": "sqlalchemy",
+    "torch": "torch",
+    "triton": "triton",
+    "typer": "typer",
+}
+
+
+def _imported(folder: Path) -> dict[str, str]:
+    """Third-party modules imported anywhere in ``folder`` (inside functions too) -> a file importing it;
+    ``cuda`` by its subpackage (``cuda.bindings``: the namespace package has other distributions)."""
+    found = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                top = ".".join(parts[:2]) if parts[0] == "cuda" else parts[0]
+                if parts[0] not in sys.stdlib_module_names and parts[0] != "autotaxer":
+                    found.setdefault(top, str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_third_party_import_is_declared():
+    project = _config()["project"]
+    declared = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        declared |= {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in extra}
+    imported = {}
+    for folder in ("autotaxer", "kernels", "migrations"):
+        imported.update(_imported(ROOT / folder))
+    assert "torch" in imported and "cuda.bindings" in imported  # the scan sees imports inside functions
+    unknown = {m: f for m, f in imported.items() if m not in DISTRIBUTIONS}
+    assert not unknown, f"imports of no known distribution (add to DISTRIBUTIONS and pyproject): {unknown}"
+    undeclared = {m: DISTRIBUTIONS[m] for m in imported if DISTRIBUTIONS[m] not in declared}
+    assert not undeclared, f"imported but declared nowhere in pyproject.toml: {undeclared}"
