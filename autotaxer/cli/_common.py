@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..ops import DEFAULT_OP
+
 if TYPE_CHECKING:
     from autotaxer.records import WinnerRecord
     from autotaxer.storage import Database
@@ -29,7 +31,7 @@ DbOption = Annotated[
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.", metavar="")]
-OpFilter = Annotated[str | None, typer.Option("--op", help="Only this op, e.g. ag_gemm.")]
+OpFilter = Annotated[str | None, typer.Option("--op", help=f"Only this op, e.g. {DEFAULT_OP}.")]
 GpuFilter = Annotated[
     str | None,
     typer.Option("--gpu", help="Only this normalized GPU model, e.g. nvidia-h200."),
