@@ -163,12 +163,16 @@ class Op(ABC):
     layout_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: Layout fields that a call's tensors decide (not keyword arguments of dispatch).
     derived_layout: ClassVar[frozenset[str]] = frozenset()
+    # An op declares the four below as class attributes, or its package sets them on its instance (where
+    # the op's module is in its records' kernel hash, so that adding them changed no record).
     #: Integration kind -> module of the op's package exposing its ``FORM`` (see :mod:`._forms`).
     integrations: ClassVar[Mapping[str, str]] = {}
     #: Names of the functions of :mod:`autotaxer.functional` its ``functions`` integration provides.
     function_names: ClassVar[tuple[str, ...]] = ()
     #: The tensor-parallel linear layer it can serve (:class:`._forms.LayerForm`), or None.
     layer: ClassVar[Any] = None
+    #: ``flops(key)``: arithmetic one rank does for ``key`` (the commands' CPU run-time estimates), or None.
+    flops: ClassVar[Any] = None
 
     def __init__(self) -> None:
         self._variants: dict[str, Variant] = {}
@@ -276,8 +280,8 @@ class Op(ABC):
 
     def flops_per_rank(self, key: ProblemKey) -> float:
         """Arithmetic one rank does for ``key`` (for the commands' CPU run-time estimates), or 0 when it
-        is negligible or unknown."""
-        return 0.0
+        is negligible or unknown (no ``flops``)."""
+        return float(self.flops(key)) if self.flops is not None else 0.0
 
     def bytes_per_rank(self, key: ProblemKey) -> int:
         """Device memory one rank needs for a trial of ``key`` (inputs, output, the fp32 reference), or 0

@@ -81,6 +81,16 @@ class MatmulOp(Op):
         return not a.is_contiguous() or canonical_b(b) is not b
 
 
+def gemm_flops(key: ProblemKey) -> float:
+    """The full ``(M, K) @ (K, N)`` product."""
+    return 2.0 * key["M"] * key["N"] * key["K"]
+
+
+def partial_gemm_flops(key: ProblemKey) -> float:
+    """One rank's partial product over its ``K / world_size`` slice."""
+    return gemm_flops(key) / key.world_size
+
+
 def linear_product(a: Any, b: Any) -> Any:
     """``a @ b`` as plain PyTorch writes it: ``F.linear(a, weight)`` where ``b`` is an nn.Linear weight's
     ``weight.t()``, so autograd computes the weight's gradient in the weight's own layout (through

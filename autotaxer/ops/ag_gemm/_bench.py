@@ -10,9 +10,9 @@ from typing import Any
 
 from ..._problem import ProblemKey, torch_dtype
 from .._base import RunContext
-from .._collectives import all_gather_shards
 from .._forms import BenchForm, Peer
 from .._torch_symm import symm_group_name
+from .bsp import all_gather_shards
 
 
 def _parts(key: ProblemKey, ctx: RunContext, inputs: tuple, ws: Any) -> dict[str, Any]:

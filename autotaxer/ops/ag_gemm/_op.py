@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, dtype_name, torch_dtype
-from .._forms import LayerForm
 from .._matmul import B_LAYOUTS, MatmulOp, b_layout_of, canonical_b, check_pair
 
 __all__ = ["B_LAYOUTS", "AgGemm", "b_layout_of", "canonical_b", "shard_shape"]
@@ -56,15 +55,6 @@ class AgGemm(MatmulOp):
     name = "ag_gemm"
     shape_fields = ("M", "N", "K")
     layout_choices = {"gather_dim": (0, 1), "b_layout": B_LAYOUTS}
-    integrations = {
-        "compiled": "_compile",
-        "autograd": "_autograd",
-        "functions": "_functional",
-        "bench": "_bench",
-        "emulated": "_emulated",
-    }
-    function_names = ("fused_all_gather_matmul",)
-    layer = LayerForm("column", {"gather_dim": 0})  # sequence-parallel: the input's rows gathered
 
     def validate(self, key: ProblemKey) -> None:
         self.validate_sizes(key, "gather_dim", {0: "M", 1: "K"})
@@ -101,10 +91,6 @@ class AgGemm(MatmulOp):
             return a @ b
         finally:
             torch.backends.cuda.matmul.allow_tf32 = prev
-
-    def flops_per_rank(self, key: ProblemKey) -> float:
-        """The full GEMM, on every rank."""
-        return 2.0 * key["M"] * key["N"] * key["K"]
 
     def bytes_per_rank(self, key: ProblemKey) -> int:
         """A shard, B, the output and the gathered A in the key's dtype, plus the fp32 reference (all

@@ -150,7 +150,6 @@ class FlashDecode(Op):
     name = "flash_decode"
     shape_fields = ("B", "H", "Hkv", "D", "S")
     layout_choices = {}
-    integrations = {"emulated": "_emulated"}
 
     def validate(self, key: ProblemKey) -> None:
         for f in self.shape_fields:

@@ -9,10 +9,10 @@ from typing import Any
 
 from ..._problem import ProblemKey
 from .._base import RunContext
-from .._collectives import reduce_scatter
 from .._forms import BenchForm, Peer
 from .._torch_symm import symm_group_name
 from ._op import out_shape
+from .bsp import reduce_scatter
 
 
 def _parts(key: ProblemKey, ctx: RunContext, inputs: tuple, ws: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..._problem import ProblemKey, dtype_name, torch_dtype
-from .._forms import LayerForm
 from .._matmul import B_LAYOUTS, MatmulOp, b_layout_of, check_pair
 
 
@@ -51,15 +50,6 @@ class GemmRs(MatmulOp):
     name = "gemm_rs"
     shape_fields = ("M", "N", "K")
     layout_choices = {"scatter_dim": (0, 1), "b_layout": B_LAYOUTS}
-    integrations = {
-        "compiled": "_compile",
-        "autograd": "_autograd",
-        "functions": "_functional",
-        "bench": "_bench",
-        "emulated": "_emulated",
-    }
-    function_names = ("fused_matmul_reduce_scatter",)
-    layer = LayerForm("row", {"scatter_dim": 0})  # sequence-parallel: the output's rows scattered
 
     def validate(self, key: ProblemKey) -> None:
         self.validate_sizes(key, "scatter_dim", {0: "M", 1: "N"})
@@ -102,10 +92,6 @@ class GemmRs(MatmulOp):
         import torch
 
         return torch.full(out_shape(key), float("nan"), dtype=torch_dtype(key.dtype), device=device)
-
-    def flops_per_rank(self, key: ProblemKey) -> float:
-        """This rank's partial product ``A_r @ B_r``."""
-        return 2.0 * key["M"] * key["N"] * key["K"] / key.world_size
 
     def bytes_per_rank(self, key: ProblemKey) -> int:
         """A_r, B_r, the full partial product and the output slice, plus the fp32 reference."""
