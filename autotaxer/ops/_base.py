@@ -193,7 +193,9 @@ class Op(ABC):
         if kind not in self._forms:
             import importlib
 
-            package = type(self).__module__.rpartition(".")[0]
+            module_name = type(self).__module__  # the op's package, or the module in it defining the op
+            is_package = hasattr(importlib.import_module(module_name), "__path__")
+            package = module_name if is_package else module_name.rpartition(".")[0]
             self._forms[kind] = importlib.import_module(f"{package}.{module}").FORM
         return self._forms[kind]
 
