@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -35,6 +36,20 @@ OpFilter = Annotated[str | None, typer.Option("--op", help=f"Only this op, e.g. 
 GpuFilter = Annotated[
     str | None,
     typer.Option("--gpu", help="Only this normalized GPU model, e.g. nvidia-h200."),
+]
+#: Options of the commands that run problems on spawned ranks (``tune``, ``bench``).
+DEVICES = ("auto", "cuda", "cpu")
+WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
+ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
+DeviceOption = Annotated[
+    str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+]
+VariantsOption = Annotated[
+    str | None,
+    typer.Option("--variants", help="Comma-separated variants (default: every one; the BSP forms always)."),
+]
+YesOption = Annotated[
+    bool, typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar="")
 ]
 WorldSizeFilter = Annotated[
     int | None,

@@ -16,22 +16,27 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import DbOption, FormatOption, OutputFormat, print_json
-
-DEVICES = ("auto", "cuda", "cpu")
+from ._common import (
+    DEVICES,
+    DbOption,
+    DeviceOption,
+    FormatOption,
+    OutputFormat,
+    ShapesOption,
+    VariantsOption,
+    WorldSizeOption,
+    YesOption,
+    print_json,
+)
 
 
 def bench_command(
-    world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) per problem.")],
-    shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to benchmark.")],
+    world_size: WorldSizeOption,
+    shapes: ShapesOption,
     out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
-    device: Annotated[
-        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
-    ] = "auto",
+    device: DeviceOption = "auto",
     db: DbOption = None,
-    variants: Annotated[
-        str | None, typer.Option("--variants", help="Comma-separated variants (default: every available).")
-    ] = None,
+    variants: VariantsOption = None,
     max_configs: Annotated[
         int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
     ] = 8,
@@ -58,10 +63,7 @@ def bench_command(
         ),
     ] = None,
     fmt: FormatOption = OutputFormat.human,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
-    ] = False,
+    yes: YesOption = False,
 ) -> None:
     """Benchmark every form of each shape side by side.
 
@@ -75,6 +77,8 @@ def bench_command(
     from ..storage import MissingDatabase, default_url, open_database
     from ..testing import RanksFailed
 
+    if world_size < 1:
+        raise ValueError(f"--world-size: must be >= 1, got {world_size}")
     if device not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
     if dispatch_timing not in (None, "eager", "graph"):
