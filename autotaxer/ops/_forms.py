@@ -14,6 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Integration kind -> the module of an op's package that holds it, by convention (``Op.integrations``).
+INTEGRATION_MODULES = {
+    "compiled": "_compile",
+    "autograd": "_autograd",
+    "functions": "_functional",
+    "bench": "_bench",
+    "emulated": "_emulated",
+}
+
 #: The tensor-parallel linear layers of :mod:`autotaxer.nn`: ``column`` gathers the input's rows over the
 #: ranks and shards the weight's output features; ``row`` shards the input features and scatters the
 #: output's rows.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
-from .._forms import LayerForm
+from .._forms import INTEGRATION_MODULES, LayerForm
 from .._matmul import gemm_flops
 from ._op import AgGemm
 
@@ -30,13 +30,7 @@ _TEST_MODULES = ("autotaxer.testing.planted",)
 
 AG_GEMM = AgGemm()
 # What the op takes part in beyond dispatch and tuning (see ops/_forms.py), each integration a module here.
-AG_GEMM.integrations = {
-    "compiled": "_compile",
-    "autograd": "_autograd",
-    "functions": "_functional",
-    "bench": "_bench",
-    "emulated": "_emulated",
-}
+AG_GEMM.integrations = dict(INTEGRATION_MODULES)  # every one
 AG_GEMM.function_names = ("fused_all_gather_matmul",)
 AG_GEMM.layer = LayerForm("column", {"gather_dim": 0})  # sequence-parallel: the input's rows gathered
 AG_GEMM.flops = gemm_flops  # every rank computes the full product
