@@ -152,7 +152,9 @@ class Variant(ABC):
 
     def saves_for_backward(self) -> bool:
         """Whether :meth:`run_for_backward` hands out what backward keeps (else autograd runs the
-        baseline's forward in its place)."""
+        baseline's forward in its place): by default, whether the variant overrides it. A variant whose
+        override can return None says False here (the experimental ``push_ws`` family does not yet: its
+        shipped records are hashed with its source; its calls that need the gathered A run the baseline)."""
         return type(self).run_for_backward is not Variant.run_for_backward
 
 

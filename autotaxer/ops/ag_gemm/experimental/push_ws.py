@@ -104,9 +104,6 @@ class PushWsVariant(PushVariant):
         ``push``'s; autograd runs the baseline."""
         return None
 
-    def saves_for_backward(self) -> bool:
-        return False
-
 
 class PushWsFwdVariant(PushWsVariant):
     """``push_ws`` with no producer at all: the consumer's forward warp TMA-stores each box of the local
