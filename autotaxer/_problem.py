@@ -24,7 +24,8 @@ IMPLICIT_LAYOUT: dict[str, str | int] = {"b_layout": "kn"}
 
 LayoutValue = int | str
 
-_SHORT = {"gather_dim": "gd"}  # layout names in ProblemKey.short_text
+#: Layout names in short texts (:attr:`ProblemKey.short_text`, bench tables).
+SHORT_LAYOUT = {"gather_dim": "gd"}
 
 #: Largest shape or layout value anywhere (shapes files, tables, the database): torch's and Triton's
 #: 32-bit index range; a larger problem cannot run, so it is refused where it is read.
@@ -141,7 +142,7 @@ class ProblemKey:
     def short_text(self) -> str:
         """A compact form for narrow tables: ``bf16 M=8 N=8192 K=8192 gd=0 nk`` (the op, GPU and world
         size are the table's title)."""
-        layout = [v if isinstance(v, str) else f"{_SHORT.get(k, k)}={v}" for k, v in self.layout]
+        layout = [v if isinstance(v, str) else f"{SHORT_LAYOUT.get(k, k)}={v}" for k, v in self.layout]
         return " ".join([self.dtype, *(f"{k}={v}" for k, v in self.shape), *layout])
 
     @property

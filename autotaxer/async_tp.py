@@ -33,7 +33,10 @@ that lowers the ops itself (compiled code would skip the dispatcher) shows as ze
 as a dispatch miss, so a compiled model's keys are listed by ``autotaxer misses`` after one step and are
 served once tuned (``autotaxer.init`` with the new table: decisions are remade for a new runtime). The
 decision is ``Runtime.plan``'s, which also prepares the baseline's workspace of an untuned key (a gathered-A
-buffer, within ``RuntimeConfig.workspace_cache``) although torch's kernel runs that key.
+buffer, within ``RuntimeConfig.workspace_cache``) although torch's kernel runs that key. A decision holds
+while its runtime keeps the key's (``Runtime.forget`` drops it): :func:`autotaxer.warmup` records a
+compiled model's calls (it runs the step compiled once more while async TP is on), tunes them in the
+launch, and the next call serves the winners.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ class _Entry:
     serve: bool
     layouts: tuple  # (size, stride) of each output as torch's meta function gives it (None: no output)
     call: dict  # what decisions() reports: the op, its inputs' sizes, strides and dtypes, its other arguments
+    key: Any = None  # autotaxer's problem key (None: a call autotaxer does not take)
 
 
 class _State:
@@ -174,10 +178,14 @@ def _install(dispatch_key: str) -> None:
 
 # -- decisions --------------------------------------------------------------------------------------
 def _lookup(sig: tuple) -> _Entry | None:
+    """The signature's decision while it holds: made by the group's current runtime, and its key not
+    forgotten since (``Runtime.forget``: a warm-up tuned it, or recorded it)."""
     entry = _STATE.entries.get(sig)
-    if entry is not None and RUNTIMES.get(entry.group) is entry.runtime:
-        return entry
-    return None
+    if entry is None or RUNTIMES.get(entry.group) is not entry.runtime:
+        return None
+    if entry.key is not None and not entry.runtime.has_decision(entry.key):
+        return None
+    return entry
 
 
 def _remember(sig: tuple, entry: _Entry) -> _Entry:
@@ -220,8 +228,13 @@ def _unsupported_rs(a: torch.Tensor, b: torch.Tensor, reduce_op: str, scatter_di
     return None
 
 
-def _decide(sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, meta: Any) -> _Entry:
-    """Decide once per signature (collectively: every rank decides the same, as dispatch does)."""
+def _decide(
+    sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, meta: Any, needs_saved: bool = False
+) -> _Entry:
+    """Decide once per signature (collectively: every rank decides the same, as dispatch does).
+    ``needs_saved``: the call returns the gathered A (``return_A``, or several ``Bs``), so a winner that
+    cannot hand it out (autograd would run the baseline's forward in its place) leaves it to torch's
+    kernel, which returns it at no cost."""
     from .functional import _world_size, resolve_group
     from .runtime._runtimes import runtime_for
     from .runtime.dispatch import ConsensusError
@@ -235,7 +248,9 @@ def _decide(sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, m
         try:
             tensors, layout = plan_inputs()
             plan = rt.plan(op, *tensors, **layout)
-            serve, key = plan.decision.source in (EXACT, NEAREST), plan.key.text
+            serve, key = plan.decision.source in (EXACT, NEAREST), plan.key
+            if needs_saved and not plan.variant.saves_for_backward():
+                serve = False
         except (ValueError, KeyError, ConsensusError) as exc:  # raised on every rank alike
             why = f"{type(exc).__name__}: {exc}"
     if why is not None:
@@ -243,8 +258,8 @@ def _decide(sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, m
             f"autotaxer.async_tp: torch's kernel runs {op} here ({why})", RuntimeWarning, stacklevel=4
         )
     layouts = _layouts(meta()) if serve else ()
-    call = {**call, "served": serve, "key": key}
-    return _remember(sig, _Entry(rt, group, _world_size(group), serve, layouts, call))
+    call = {**call, "served": serve, "key": None if key is None else key.text}
+    return _remember(sig, _Entry(rt, group, _world_size(group), serve, layouts, call, key))
 
 
 def _call(op: str, tensors: list, **args: Any) -> dict:
@@ -289,7 +304,8 @@ def _all_gather_matmul(
             "fused_all_gather_matmul", [A_shard, *Bs], gather_dim=gather_dim, group_name=group_name,
             return_A=return_A,
         )  # fmt: skip
-        entry = _decide(sig, call, _unsupported_ag(A_shard, Bs, gather_dim), plan_inputs, meta)
+        unsupported = _unsupported_ag(A_shard, Bs, gather_dim)
+        entry = _decide(sig, call, unsupported, plan_inputs, meta, needs_saved=return_A or len(Bs) > 1)
     counts = _STATE.counts["fused_all_gather_matmul"]
     if not entry.serve:
         counts[TORCH] += 1

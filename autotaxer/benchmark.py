@@ -1,18 +1,19 @@
-"""Side-by-side ``ag_gemm`` benchmark: BSP, its parts, every variant, dispatch and the peers, in one run.
+"""Side-by-side benchmark of an op: BSP, its parts, every variant, dispatch and the peers, in one run.
 
-For each case (M, N, K, layout, dtype) on ``world_size`` spawned ranks: BSP (all-gather + vendor GEMM),
-the all-gather alone, the GEMM alone (the ceiling of any fused kernel is the larger of the two), every
-available variant at its tuned configuration (the best COMPLETE trial of that variant in the case's Optuna
-study; a capped sweep of its search space where the database has none), ``dispatch()`` as a user would
-call it, PyTorch's ``fused_all_gather_matmul`` (gather_dim=0) and Iris' stock ``all_gather_matmul``
-(gather_dim=1, in its own process group with a time limit so a hang is reported, not fatal). Every
-configuration is validated against the fp32 reference before it is timed. A row's entries are timed
-side by side with :func:`autotaxer.measure.time_interleaved` once all are ready: ``eager`` (back-to-back
-calls) and, on CUDA, ``graph`` (calls captured in one CUDA graph), one sample of each entry in turn, so a
-slow stretch of the machine falls on all of them alike; median of the samples, max across ranks,
-microseconds. Iris' stock kernel runs in its own process group afterwards, so it is timed on its own. (A
-variant without a tuned configuration first picks the best of its capped sweep by eager time, one
-configuration after another.)
+For each case (an op's shape, layout and dtype) on ``world_size`` spawned ranks: BSP, the parts BSP is
+made of timed alone (e.g. the all-gather alone and the GEMM alone: the ceiling of any fused kernel is the
+slowest of them), every available variant at its tuned configuration (the best COMPLETE trial of that
+variant in the case's Optuna study; a capped sweep of its search space where the database has none),
+``dispatch()`` as a user would call it, and the op's peers (implementations outside autotaxer, e.g.
+PyTorch's fused op; one that may hang, e.g. Iris' stock kernel, in its own process group with a time
+limit so a hang is reported, not fatal). What an op adds to a row (its parts and peers) is its ``bench``
+integration (:class:`autotaxer.ops._forms.BenchForm`). Every configuration is validated against the fp32
+reference before it is timed. A row's entries are timed side by side with
+:func:`autotaxer.measure.time_interleaved` once all are ready: ``eager`` (back-to-back calls) and, on
+CUDA, ``graph`` (calls captured in one CUDA graph), one sample of each entry in turn, so a slow stretch of
+the machine falls on all of them alike; median of the samples, max across ranks, microseconds. Peers in a
+process group of their own run afterwards. (A variant without a tuned configuration first picks the best
+of its capped sweep by eager time, one configuration after another.)
 
 Torch, Triton and Iris are imported inside functions, so importing this module is cheap.
 """
@@ -33,37 +34,76 @@ from typing import Any
 from ._problem import DTYPES, ProblemKey
 from .measure import error_text
 
-#: Entries that every row has, in table order (``variants`` holds one entry per variant).
-BASE_COLUMNS = ("bsp", "allgather", "gemm")
-#: Peer implementations: PyTorch's (gather_dim=0) and Iris' stock kernel (gather_dim=1).
-PEERS = {"torch_fused": 0, "iris_stock": 1}
 UNITS = "microseconds per call, median, max over ranks; eager = back-to-back, graph = CUDA graph"
 DEVICES = ("cuda", "cpu")
+#: What rows written before rows named each op's own layout field called the op's dimension.
+LEGACY_DIM = "gather_dim"
+
+
+def _op(name: str) -> Any:
+    from .ops import get_op
+
+    return get_op(name)
+
+
+def _bench_form(op: Any) -> Any:
+    """The ``bench`` integration of ``op``; ``ValueError`` naming the ops that have one."""
+    form = op.integration("bench")
+    if form is None:
+        from .ops import ops_with
+
+        names = ", ".join(o.name for o in ops_with("bench"))
+        raise ValueError(f"op: bench does not run {op.name} (it runs {names})")
+    return form
 
 
 @dataclass(frozen=True)
 class Case:
-    """One benchmarked problem: global ``M, N, K``, the layout, the dtype and the op (``ag_gemm`` or
-    ``gemm_rs``; ``gather_dim`` is the op's dimension: the scatter dim of ``gemm_rs``)."""
+    """One benchmarked problem: the op, its shape and layout fields (as a shapes file names them) and
+    the dtype; :meth:`of` builds one from field values."""
 
-    M: int
-    N: int
-    K: int
-    gather_dim: int = 0
+    op: str
+    shape: tuple[tuple[str, int], ...]
+    layout: tuple[tuple[str, Any], ...] = ()
     dtype: str = "bf16"
-    b_layout: str = "kn"
-    op: str = "ag_gemm"
+
+    @classmethod
+    def of(cls, op: str, dtype: str = "bf16", **fields: Any) -> Case:
+        """The case of ``op`` with these shape and layout fields (unnamed layout fields: their defaults);
+        ``ValueError`` naming a field the op does not have or a missing shape field."""
+        opobj = _op(op)
+        unknown = [f for f in fields if f not in opobj.shape_fields and f not in opobj.layout_choices]
+        if unknown:
+            raise ValueError(f"{unknown[0]}: not a field of op {op!r}")
+        missing = [f for f in opobj.shape_fields if f not in fields]
+        if missing:
+            raise ValueError(f"{missing[0]}: missing (op {op!r} needs {','.join(opobj.shape_fields)})")
+        layout = {**opobj.layout_defaults(), **{f: v for f, v in fields.items() if f in opobj.layout_choices}}
+        return cls(op, tuple((f, fields[f]) for f in opobj.shape_fields), tuple(layout.items()), dtype)
 
     def key(self, gpu_model: str, world_size: int) -> ProblemKey:
         """The problem key of this case on ``gpu_model`` with ``world_size`` ranks."""
-        return ProblemKey.make(
-            self.op,
-            gpu_model,
-            world_size,
-            self.dtype,
-            {"M": self.M, "N": self.N, "K": self.K},
-            {DIM_FIELD[self.op]: self.gather_dim, "b_layout": self.b_layout},
-        )
+        shape, layout = dict(self.shape), dict(self.layout)
+        return ProblemKey.make(self.op, gpu_model, world_size, self.dtype, shape, layout)
+
+    def row(self) -> dict[str, Any]:
+        """The fields a result row starts with: ``op``, the shape and layout fields, ``dtype``."""
+        return {"op": self.op, **dict(self.shape), **dict(self.layout), "dtype": self.dtype}
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad field."""
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: unknown dtype {self.dtype!r} (expected one of {', '.join(DTYPES)})")
+        opobj = _op(self.op)
+        _bench_form(opobj)
+        for f, v in self.shape:
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{f}: must be a positive integer, got {v!r}")
+        for f, v in self.layout:
+            choices = opobj.layout_choices.get(f)
+            if choices is None or v not in choices:
+                allowed = ", ".join(str(c) for c in choices or ())
+                raise ValueError(f"{f}: must be one of {allowed}, got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -111,12 +151,7 @@ class BenchConfig:
         if self.dispatch_timing not in (None, "eager", "graph"):
             raise ValueError(f"dispatch_timing: expected eager, graph or None, got {self.dispatch_timing!r}")
         for c in self.cases:
-            if c.dtype not in DTYPES:
-                raise ValueError(f"dtype: unknown dtype {c.dtype!r} (expected one of {', '.join(DTYPES)})")
-            if c.gather_dim not in (0, 1):
-                raise ValueError(f"gather_dim: must be 0 or 1, got {c.gather_dim}")
-            if c.b_layout not in ("kn", "nk"):
-                raise ValueError(f"b_layout: must be kn or nk, got {c.b_layout!r}")
+            c.validate()
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -128,25 +163,13 @@ class BenchConfig:
 Tuned = Mapping[int, Mapping[str, Mapping[str, Any]]]
 
 
-#: The ops ``bench`` runs and the layout field each calls its dimension.
-DIM_FIELD = {"ag_gemm": "gather_dim", "gemm_rs": "scatter_dim"}
-
-
 def cases_from_shapes(rows: Iterable[Any]) -> tuple[Case, ...]:
-    """Cases of the ``ag_gemm`` and ``gemm_rs`` rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`)."""
-    return tuple(
-        Case(
-            r.shape["M"],
-            r.shape["N"],
-            r.shape["K"],
-            r.layout.get(DIM_FIELD[r.op], 0),
-            r.dtype,
-            r.layout.get("b_layout", "kn"),
-            r.op,
-        )  # fmt: skip
-        for r in rows
-        if r.op in DIM_FIELD
-    )
+    """Cases of the rows of a shapes file (:class:`autotaxer.shapes.ShapeRow`) whose op ``bench`` runs
+    (its ``bench`` integration); the others are left out."""
+    from .ops import ops_with
+
+    names = {op.name for op in ops_with("bench")}
+    return tuple(Case.of(r.op, r.dtype, **r.shape, **r.layout) for r in rows if r.op in names)
 
 
 # -- tuned configurations from the database -----------------------------------------------------------
@@ -279,7 +302,7 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
     ``timings``."""
     from .ops import relative_error
 
-    layout = {DIM_FIELD[key.op]: key[DIM_FIELD[key.op]]}
+    layout = {f: key[f] for f in op.call_layout()}
     try:
         plan = rt.plan(key.op, *inputs, **layout)
         out = op.empty_output(key, ctx.device)
@@ -298,57 +321,53 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
         return {"error": error_text(exc)}
 
 
-def _torch_fused(key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dict[str, Any]:
-    if ctx.target.device_type != "cuda":
-        return {"skipped": "needs CUDA"}
-    import torch
-    import torch.distributed as dist
-    import torch.distributed._symmetric_memory as symm_mem
-
-    from .ops import get_op, relative_error
+def _peer_entry(peer: Any, op: Any, key, ctx, inputs, cfg: BenchConfig, timings: RowTimings) -> dict:
+    """The peer ``peer`` (:class:`autotaxer.ops._forms.Peer`) on this row's inputs, checked against the
+    reference and registered with ``timings``."""
+    if ctx.target.device_type not in peer.device_types:
+        return {"skipped": f"needs {' or '.join(sorted(peer.device_types)).upper()}"}
+    from .ops import relative_error
 
     try:
-        group_name = dist.group.WORLD.group_name
-        if hasattr(symm_mem, "enable_symm_mem_for_group") and torch.__version__ < "2.10":  # later: implied
-            symm_mem.enable_symm_mem_for_group(group_name)
-        a, b = inputs
-        if key.op == "ag_gemm":
-            fn = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, group_name)
-            c = fn()[1][0]
-        else:
-            fn = lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", 0, group_name)
-            c = fn()
-        torch.cuda.synchronize()
-        err = relative_error(c, get_op(key.op).reference(key, ctx.rank, ctx.device, cfg.seed))
+        fn = peer.make(key, ctx, inputs)
+        got = fn()
+        if ctx.target.device_type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        err = relative_error(got, op.reference(key, ctx.rank, ctx.device, cfg.seed))
         return timings.add({"err": err}, fn)
     except Exception as exc:
         return {"error": error_text(exc)}
 
 
-def _torch_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
-    """torch's ``fused_all_gather_matmul`` for ``cases``, timed side by side with ``bsp`` (both reported;
-    the row's speedups use the main group's BSP forms)."""
-    from .ops import get_op
-
+def _peer_rank(ctx: Any, cfg: BenchConfig, name: str, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
+    """The peer ``name`` for ``cases`` in a process group of its own: timed alone (``Peer.alone``), else
+    side by side with ``bsp`` (both reported; the row's speedups use the main group's BSP forms)."""
+    ctx.heap_size = cfg.heap_gib << 30
     out_rows = []
     for case in cases:
-        op = get_op(case.op)
-        bsp = op.baseline()
+        op = _op(case.op)
+        peer = _bench_form(op).peers[name]
         key = case.key(ctx.target.gpu_model, ctx.world_size)
         inputs = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
         timings = RowTimings()
-        ws = bsp.prepare(key, {}, ctx)
-        base = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=op.empty_output(key, ctx.device)))
-        entry = _torch_fused(key, ctx, inputs, cfg, timings)
+        base = None
+        if not peer.alone:
+            bsp = op.baseline()
+            ws = bsp.prepare(key, {}, ctx)
+            base = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=op.empty_output(key, ctx.device)))
+        entry = _peer_entry(peer, op, key, ctx, inputs, cfg, timings)
         timings.run(ctx, cfg)
-        out_rows.append({**entry, "bsp_same_group": base} if "error" not in entry else entry)
+        beside = base is not None and "error" not in entry
+        out_rows.append({**entry, "bsp_same_group": base} if beside else entry)
     return out_rows
 
 
-def torch_fused_peer(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
-    """torch's fused kernel per case in a process group of its own (its symmetric memory must run the
-    CUDA backend, while ``bsp_symm`` runs NCCL's in the main group)."""
-    return _peer_group(_torch_rank, cfg, cases)
+def _apart(peer: Any, names: Iterable[str]) -> bool:
+    """Whether ``peer`` runs in a process group of its own for a row timing the variants ``names``
+    (always when ``alone``; else when a form of ``peer.apart_from`` is among them)."""
+    return peer.alone or bool(peer.apart_from & set(names))
 
 
 def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
@@ -371,10 +390,6 @@ def _runtime(cfg: BenchConfig, ctx: Any) -> tuple[Any, str | None]:
         return None, error_text(exc)
 
 
-#: The row entry of each op's communication alone (the other half of the ceiling is the GEMM alone).
-COMM_ENTRY = {"ag_gemm": "allgather", "gemm_rs": "reduce_scatter"}
-
-
 def _entries(op: Any, available: Mapping[str, Any], selected: tuple[str, ...] | None, ws: int) -> list[str]:
     """The variants a row times besides ``bsp``: ``selected`` (else those of the tuner's default space at
     world size ``ws``), and the BSP forms always (every speedup is against the fastest of them)."""
@@ -392,35 +407,8 @@ def row_variants(op_name: str, target: Any, selected: tuple[str, ...] | None, wo
     return _entries(op, op.available_variants(target), selected, world_size)
 
 
-def _parts(key: ProblemKey, ctx: Any, inputs: tuple, ws: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """``(communication alone, GEMM alone)`` of ``key`` with BSP's buffers ``ws``: ``ag_gemm``: the
-    all-gather, and the full ``A @ B``; ``gemm_rs``: the reduce-scatter of the partial product, and the
-    local ``A_r @ B_r``."""
-    import torch
-
-    from ._problem import torch_dtype
-
-    if key.op == "ag_gemm":
-        from .ops.ag_gemm.bsp import all_gather_shards
-
-        a_full = torch.randn((key["M"], key["K"]), device=ctx.device).to(torch_dtype(key.dtype))
-        gemm_out = torch.empty((key["M"], key["N"]), dtype=a_full.dtype, device=ctx.device)
-        comm = partial(all_gather_shards, inputs[0], ws.buffers["gathered"], ctx)
-        return comm, partial(torch.matmul, a_full, inputs[1], out=gemm_out)
-    from .ops.gemm_rs._op import out_shape
-    from .ops.gemm_rs.bsp import reduce_scatter
-
-    partial_product = ws.buffers["partial"]
-    rs_out = torch.empty(out_shape(key), dtype=partial_product.dtype, device=ctx.device)
-    comm = partial(reduce_scatter, partial_product, rs_out, key["scatter_dim"], ctx.group)
-    return comm, partial(torch.matmul, inputs[0], inputs[1], out=torch.empty_like(partial_product))
-
-
 def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]:
     """Every case of ``cfg`` on this rank (collective); the rows (identical on every rank)."""
-
-    from .ops import get_op
-
     ctx.heap_size = cfg.heap_gib << 30
     rt, rt_error = _runtime(cfg, ctx) if cfg.dispatch else (None, None)
     rows = []
@@ -428,11 +416,12 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         row_start = time.monotonic()
         if ctx.rank == 0:  # progress on stderr: stdout may carry the JSON report
             print(f"[{i + 1}/{len(cfg.cases)}] {case_text(case)} ...", file=sys.stderr, flush=True)
-        op = get_op(case.op)
+        op = _op(case.op)
+        form = _bench_form(op)
         available = op.available_variants(ctx.target)
         names = _entries(op, available, cfg.variants, ctx.world_size)
         key = case.key(ctx.target.gpu_model, ctx.world_size)
-        row: dict[str, Any] = asdict(case)
+        row: dict[str, Any] = case.row()
         try:
             op.validate(key)
         except ValueError as exc:
@@ -445,9 +434,10 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         out = op.empty_output(key, ctx.device)
         timings = RowTimings()  # every entry of the row, timed side by side once all are ready
         row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
-        comm, gemm = _parts(key, ctx, inputs, ws)  # the communication alone and the GEMM alone
-        row[COMM_ENTRY[case.op]] = timings.add({}, comm)
-        row["gemm"] = timings.add({}, gemm)
+        parts = form.parts(key, ctx, inputs, ws)  # the pieces of BSP alone: communication first
+        row["parts"] = list(parts)
+        for name, fn in parts.items():
+            row[name] = timings.add({}, fn)
         row["variants"] = {
             n: _variant_entry(op, available[n], key, ctx, inputs, cfg, tuned.get(i, {}).get(n), timings)
             for n in names
@@ -457,13 +447,14 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
             row["dispatch"] = (
                 {"error": rt_error} if rt is None else _dispatch_entry(rt, op, key, ctx, inputs, cfg, timings)
             )
-        if cfg.peers and case.gather_dim == PEERS["torch_fused"] and "bsp_symm" not in names:
-            # (with bsp_symm, torch's symmetric memory runs NCCL's backend in this process: the torch
-            # peer then runs in a process group of its own, after this one, see torch_fused_peer)
-            row["torch_fused"] = _torch_fused(key, ctx, inputs, cfg, timings)
+        for name, peer in form.peers.items() if cfg.peers else ():
+            if not peer.applies(key):
+                continue
+            if ctx.target.device_type not in peer.device_types:
+                row[name] = {"skipped": f"needs {' or '.join(sorted(peer.device_types)).upper()}"}
+            elif not _apart(peer, names):  # else in a process group of its own, after this one
+                row[name] = _peer_entry(peer, op, key, ctx, inputs, cfg, timings)
         timings.run(ctx, cfg)
-        if cfg.peers and _iris_case(case) and ctx.target.device_type != "cuda":
-            row["iris_stock"] = {"skipped": "needs CUDA"}
         rows.append(row)
         if ctx.rank == 0:
             took = f"({time.monotonic() - row_start:.1f} s)"
@@ -477,60 +468,37 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
 
 
 def case_text(case: Case) -> str:
-    """``ag_gemm M=64 N=256 K=256 gather_dim=0 kn fp32``: a case in one short line."""
-    dim = DIM_FIELD[case.op]
-    return f"{case.op} M={case.M} N={case.N} K={case.K} {dim}={case.gather_dim} {case.b_layout} {case.dtype}"
+    """``ag_gemm M=64 N=256 K=256 gather_dim=0 b_layout=kn fp32``: a case in one short line."""
+    fields = " ".join(f"{f}={v}" for f, v in (*case.shape, *case.layout))
+    return f"{case.op} {fields} {case.dtype}"
 
 
-def _iris_rank(ctx: Any, cfg: BenchConfig, cases: tuple[Case, ...]) -> list[dict[str, Any]]:
-    """Iris' stock all_gather_matmul (gather_dim=1) for ``cases``; run in its own process group."""
-    import iris.ops
-    import torch
-
-    from .ops import get_op, relative_error
-
-    ctx.heap_size = cfg.heap_gib << 30
-    shmem = ctx.iris()
-    op = get_op("ag_gemm")
-    out_rows = []
-    for case in cases:
-        key = case.key(ctx.target.gpu_model, ctx.world_size)
-        a_shard, b = op.make_inputs(key, ctx.rank, ctx.device, cfg.seed)
-        a_sym = shmem.empty(a_shard.shape, dtype=a_shard.dtype)
-        a_sym.copy_(a_shard)
-        out = op.empty_output(key, ctx.device)
-        shmem.barrier()
-        wsp = iris.ops.all_gather_matmul_preamble(shmem, a_sym, b)
-        fn = partial(iris.ops.all_gather_matmul, shmem, out, a_sym, b, workspace=wsp)
-        fn()
-        torch.cuda.synchronize()
-        err = relative_error(out, op.reference(key, ctx.rank, ctx.device, cfg.seed))
-        timings = RowTimings()  # alone: the rest of the row ran in another process group
-        out_rows.append(timings.add({"M": case.M, "err": err}, fn))
-        timings.run(ctx, cfg)
-    return out_rows
+def peer_groups(cfg: BenchConfig, rows: list[Mapping[str, Any]]) -> list[tuple[str, tuple[Case, ...]]]:
+    """``(peer, cases)`` of every process group of its own that the peers of ``rows`` need (a peer's
+    cases split by its ``group_by``), in case order."""
+    groups: dict[tuple[str, Any], list[Case]] = {}
+    for case, row in zip(cfg.cases, rows, strict=True):
+        if "error" in row:
+            continue
+        key = case.key("any", cfg.world_size)
+        for name, peer in _bench_form(_op(case.op)).peers.items():
+            measured = [*row.get("bsp_forms", ()), *(row.get("variants") or ())]
+            if peer.applies(key) and _apart(peer, measured) and cfg.device in peer.device_types:
+                groups.setdefault((name, peer.group_by(key)), []).append(case)
+    return [(name, tuple(cases)) for (name, _), cases in groups.items()]
 
 
-def _iris_case(case: Case) -> bool:
-    """Iris ships an all-gather + GEMM for gather_dim=1 only."""
-    return case.op == "ag_gemm" and case.gather_dim == PEERS["iris_stock"]
-
-
-def iris_stock(cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, dict[str, Any]]:
-    """Iris stock results per case (same N, K, dtype)."""
-    return _peer_group(_iris_rank, cfg, cases)
-
-
-def _peer_group(rank_fn: Callable[..., Any], cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, Any]:
-    """``rank_fn(ctx, cfg, cases)`` on ``cfg.world_size`` fresh GPU ranks: its per-case entries. A group
-    that hangs marks every case as timed out; one that raises is retried case by case, so one failing M
-    does not hide the others."""
+def _peer_group(name: str, cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Case, Any]:
+    """The peer ``name`` on ``cfg.world_size`` fresh GPU ranks: its per-case entries. A group that hangs
+    marks every case as timed out; one that raises is retried case by case, so one failing M does not
+    hide the others."""
     from .testing import RanksFailed, run_ranks
 
     if not cases:
         return {}
+    timeout = cfg.peer_timeout
     try:
-        rows = run_ranks(rank_fn, cfg.world_size, "cuda", args=(cfg, cases), timeout=cfg.peer_timeout)
+        rows = run_ranks(_peer_rank, cfg.world_size, cfg.device, args=(cfg, name, cases), timeout=timeout)
         return dict(zip(cases, rows[0], strict=True))
     except RanksFailed as exc:
         if "did not finish" in str(exc):
@@ -538,7 +506,8 @@ def _peer_group(rank_fn: Callable[..., Any], cfg: BenchConfig, cases: tuple[Case
     result = {}
     for case in cases:
         try:
-            rows = run_ranks(rank_fn, cfg.world_size, "cuda", args=(cfg, (case,)), timeout=cfg.peer_timeout)
+            args = (cfg, name, (case,))
+            rows = run_ranks(_peer_rank, cfg.world_size, cfg.device, args=args, timeout=timeout)
             result[case] = rows[0][0]
         except RanksFailed as exc:
             result[case] = {"error": str(exc)[-400:]}
@@ -603,28 +572,16 @@ def run_bench(
         "command": command
         if command is not None
         else " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "config": asdict(cfg),
+        "config": {**asdict(cfg), "cases": [c.row() for c in cfg.cases]},
         "units": UNITS,
         "rows": rows,
     }
     if out_path is not None:
         write_json(report, out_path)
-    if cfg.peers and cfg.device == "cuda":
-        separate = [c for c, r in zip(cfg.cases, rows, strict=True) if "bsp_symm" in r.get("bsp_forms", ())]
-        separate = [c for c in separate if c.gather_dim == PEERS["torch_fused"]]
-        for case, entry in torch_fused_peer(cfg, tuple(separate)).items():
-            for row in rows:
-                if all(row[f] == v for f, v in asdict(case).items()):
-                    row["torch_fused"] = entry
-        groups: dict[tuple[int, int, str], list[Case]] = {}
-        for c in cfg.cases:
-            if _iris_case(c) and c.K % cfg.world_size == 0:
-                groups.setdefault((c.N, c.K, c.dtype), []).append(c)
-        for group in groups.values():
-            for case, entry in iris_stock(cfg, tuple(group)).items():
-                for row in rows:
-                    if all(row[f] == v for f, v in asdict(case).items()):
-                        row["iris_stock"] = entry
+    if cfg.peers:
+        for name, cases in peer_groups(cfg, rows):
+            for case, entry in _peer_group(name, cfg, cases).items():
+                rows[cfg.cases.index(case)][name] = entry
         if out_path is not None:
             write_json(report, out_path)
     return report
@@ -652,24 +609,76 @@ def bsp_us(row: Mapping[str, Any]) -> float | None:
     return min(times) if times else None
 
 
+def row_op(row: Mapping[str, Any]) -> str:
+    """The op of a result row (rows of the first files name none: the default op)."""
+    from .ops import DEFAULT_OP
+
+    return row.get("op") or DEFAULT_OP
+
+
+def case_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A result row's shape and layout fields, in the op's order (a row of a file written before rows
+    named each op's own layout field: its :data:`LEGACY_DIM` read as the op's first keyword layout)."""
+    op = _op(row_op(row))
+    out = {f: row[f] for f in (*op.shape_fields, *op.layout_choices) if f in row}
+    dims = [f for f in op.call_layout() if f not in out]
+    if dims and LEGACY_DIM in row:
+        out[dims[0]] = row[LEGACY_DIM]
+    return out
+
+
+def problem_text(row: Mapping[str, Any], compact: bool = False, op: bool = True) -> str:
+    """A row's problem in one short cell, dtype aside: ``ag_gemm M=64 N=256 K=256 gd=0 nk``; ``compact``:
+    ``64x256x256 gd=0 nk``; ``op=False``: without the op's name."""
+    from ._problem import IMPLICIT_LAYOUT, SHORT_LAYOUT
+
+    fields = case_fields(row)
+    shape = [f for f in _op(row_op(row)).shape_fields if f in fields]
+    words = ["x".join(str(fields[f]) for f in shape)] if compact else [f"{f}={fields[f]}" for f in shape]
+    for f, v in fields.items():
+        if f in shape or IMPLICIT_LAYOUT.get(f) == v:
+            continue
+        words.append(v if isinstance(v, str) else f"{SHORT_LAYOUT.get(f, f)}={v}")
+    return " ".join([row_op(row), *words] if op else words)
+
+
+def part_names(row: Mapping[str, Any]) -> list[str]:
+    """The entries of a row that time the pieces of BSP alone, communication first (``parts``; rows of
+    older files: their ``allgather``/``reduce_scatter`` and ``gemm`` entries)."""
+    if "parts" in row:
+        return list(row["parts"])
+    return [n for n in ("allgather", "reduce_scatter", "gemm") if n in row]
+
+
 def row_entries(row: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """Everything compared against BSP in a row: variants, then dispatch and the peers."""
     out: dict[str, Mapping[str, Any]] = dict(row.get("variants") or {})
-    for name in ("dispatch", *PEERS):
-        if name in row:
-            out[name] = row[name]
+    skip = {"bsp", "variants", *part_names(row)}
+    if "dispatch" in row:
+        out["dispatch"] = row["dispatch"]
+    for name, entry in row.items():
+        if isinstance(entry, Mapping) and name not in skip and name not in out:
+            out[name] = entry
     return out
 
 
 def comm_entry(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The row's communication alone: the all-gather (``ag_gemm``) or the reduce-scatter (``gemm_rs``)."""
-    return row.get(COMM_ENTRY.get(row.get("op", "ag_gemm"), "allgather"))
+    """The row's communication alone (its first part: the all-gather, the reduce-scatter, ...)."""
+    names = part_names(row)
+    return row.get(names[0]) if names else None
+
+
+def compute_entry(row: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The row's local compute alone (its last part, e.g. the GEMM)."""
+    names = part_names(row)
+    return row.get(names[-1]) if len(names) > 1 else None
 
 
 def ceiling_us(row: Mapping[str, Any]) -> float | None:
-    """The best possible fused time: max(communication alone, GEMM alone), each at its faster mode."""
-    comm, gemm = best_us(comm_entry(row)), best_us(row.get("gemm"))
-    return max(comm, gemm) if comm is not None and gemm is not None else None
+    """The best possible fused time: the slowest part alone (e.g. max(communication, GEMM)), each at its
+    faster mode."""
+    times = [best_us(row.get(n)) for n in part_names(row)]
+    return max(times) if times and None not in times else None
 
 
 def _fmt(us: float | None) -> str:
@@ -677,9 +686,9 @@ def _fmt(us: float | None) -> str:
 
 
 def row_line(row: Mapping[str, Any]) -> str:
-    """One printable line: shape, BSP eager/graph, AG and GEMM alone, each entry with its speedup."""
-    op = "" if row.get("op", "ag_gemm") == "ag_gemm" else "rs "
-    head = f"{op}{row['N']:>5} {row['K']:>5} {row['gather_dim']:>2} {row.get('b_layout', 'kn')} {row['M']:>5}"
+    """One printable line: the problem, BSP eager/graph, communication and compute alone, each entry with
+    its speedup."""
+    head = problem_text(row)
     if "error" in row:
         return f"{head} | {row['error']}"
     bsp = bsp_us(row)
@@ -687,7 +696,7 @@ def row_line(row: Mapping[str, Any]) -> str:
         head,
         f"{_fmt(row['bsp'].get('eager'))}/{_fmt(row['bsp'].get('graph'))}",
         _fmt(best_us(comm_entry(row))),
-        _fmt(best_us(row["gemm"])),
+        _fmt(best_us(compute_entry(row))),
     ]
     ceiling = ceiling_us(row)
     parts.append(f"ceiling x{bsp / ceiling:.2f}" if bsp and ceiling else "ceiling -")
@@ -736,8 +745,8 @@ def untimed_label(entry: Mapping[str, Any]) -> str:
 
 
 TABLE_LEGEND = (
-    "ms per call; BSP eager/graph; AG and GEMM alone at their faster mode; ceiling = BSP / max(AG, GEMM);\n"
-    "entries eager/graph and xSpeedup = the fastest BSP form (bsp and e.g. bsp_symm, each at its faster\n"
-    "mode) / entry's faster mode\n"
-    "    N     K gd     M | BSP e/g | AG | GEMM | ceiling | ..."
+    "ms per call; BSP eager/graph; communication and compute alone at their faster mode; ceiling = BSP /\n"
+    "the slower of them; entries eager/graph and xSpeedup = the fastest BSP form (bsp and e.g. bsp_symm,\n"
+    "each at its faster mode) / entry's faster mode\n"
+    "problem | BSP e/g | comm | compute | ceiling | ..."
 )

@@ -1,15 +1,9 @@
 """Drop-in functions with PyTorch's signatures, served by :func:`autotaxer.dispatch`.
 
-``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)`` is
-``torch.ops.symm_mem.fused_matmul_reduce_scatter``'s contract: ``A @ B`` on every rank, summed (or
-averaged) over the group and scattered along ``scatter_dim`` of the product, as one tuned ``gemm_rs``.
-
-``fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name)`` is
-``torch.ops.symm_mem.fused_all_gather_matmul``'s contract: all-gather ``A_shard`` along ``gather_dim``
-over the group, return the gathered A and ``A @ B`` for each B, so code written for PyTorch's async-TP
-swaps one call. The first B is one tuned ``ag_gemm`` problem (whose variant also returns the gathered A
-it communicated); the others multiply that gathered A, so all of them share one all-gather.
-Differentiable in A_shard, every B and the returned A.
+Each comes from the op that serves it (its ``functions`` integration, ``autotaxer/ops/<op>/_functional.py``),
+found in the op registry on first use: ``fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name)``
+and ``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)`` have the contracts of
+``torch.ops.symm_mem``'s ops of those names. The helpers below are what such functions share.
 """
 
 from __future__ import annotations
@@ -62,66 +56,23 @@ def _from_matrix(x: torch.Tensor, a_shard: torch.Tensor, gather_dim: int, ws: in
     return x.reshape(*moved[:-1], x.shape[-1]).movedim(0, gather_dim)
 
 
-def fused_all_gather_matmul(
-    A_shard: torch.Tensor,
-    Bs: list[torch.Tensor],
-    gather_dim: int,
-    group_name: Any = None,
-    *,
-    return_A: bool = True,
-) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
-    """``(all_gather(A_shard, gather_dim), [A @ B for B in Bs])`` over the group; collective.
+def function_names() -> list[str]:
+    """The functions the registered ops provide here."""
+    from .ops import ops_with
 
-    ``group_name``: a process group's name (PyTorch's signature), the group itself, or None for the
-    default group. Each B is ``(K, N_i)``: row-major, or an nn.Linear weight passed as ``weight.t()``.
-    """
-    from .runtime.dispatch import runtime_for
-
-    if not Bs:
-        raise ValueError("Bs: at least one B is needed")
-    if not -A_shard.dim() <= gather_dim < A_shard.dim():
-        raise ValueError(f"gather_dim: {gather_dim} is not a dimension of a {A_shard.dim()}-D A_shard")
-    gather_dim %= A_shard.dim()
-    group = _group_arg(group_name)
-    a2d, gd = _to_matrix(A_shard, gather_dim)
-    if torch.compiler.is_compiling():  # traced BSP, or the custom op with its autograd registration
-        from .runtime.custom_op import compiled_saving
-
-        first, gathered = compiled_saving(a2d, Bs[0], gd, group)
-    else:
-        rt = runtime_for(group)
-        first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
-    outs = [first] + [gathered @ b for b in Bs[1:]]
-    ws = gathered.shape[gd] // a2d.shape[gd]
-    outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
-    return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
+    return sorted(name for op in ops_with("functions") for name in op.function_names)
 
 
-def fused_matmul_reduce_scatter(
-    A: torch.Tensor, B: torch.Tensor, reduce_op: str, scatter_dim: int, group_name: Any = None
-) -> torch.Tensor:
-    """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
-    or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
-    """
-    from .runtime.dispatch import dispatch
+def __getattr__(name: str) -> Any:
+    from .ops import ops_with
 
-    if reduce_op not in ("sum", "avg"):
-        raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
-    out_dims = A.dim()  # the product has A's dims, its last one N
-    if not -out_dims <= scatter_dim < out_dims:
-        raise ValueError(f"scatter_dim: {scatter_dim} is not a dimension of the {out_dims}-D product")
-    scatter_dim %= out_dims
-    group = _group_arg(group_name)
-    if scatter_dim == out_dims - 1:
-        a2d, sd = A.reshape(-1, A.shape[-1]), 1
-    else:
-        a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
-    out = dispatch("gemm_rs", a2d, B, scatter_dim=sd, group=group)
-    ws = a2d.shape[0] // out.shape[0] if sd == 0 else B.shape[1] // out.shape[1]
-    if reduce_op == "avg":
-        out = out / ws
-    if sd == 1:
-        return out.reshape(*A.shape[:-1], out.shape[-1])
-    moved = list(A.movedim(scatter_dim, 0).shape)
-    moved[0] //= ws
-    return out.reshape(*moved[:-1], out.shape[-1]).movedim(0, scatter_dim)
+    for op in ops_with("functions"):
+        if name in op.function_names:
+            value = op.integration("functions")[name]
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *function_names()})

@@ -243,7 +243,7 @@ def _barrier(ctx: RunContext) -> None:
 
 def _all_gather(shard: Any, gathered: Any, ctx: RunContext) -> None:
     """All-gather ``shard`` into ``gathered`` (``(world_size, *shard.shape)``), as BSP does."""
-    from .ops.ag_gemm.bsp import all_gather_shards
+    from .ops._collectives import all_gather_shards
 
     all_gather_shards(shard, gathered, ctx)
 

@@ -4,16 +4,19 @@
 (Megatron's ``ColumnParallelLinear`` with ``sequence_parallel=True``): each rank holds a slice of the
 sequence of the input, ``(s / world_size, *, in_features)``, and the rows ``out_features / world_size``
 of the weight; the forward all-gathers the input along the sequence (dim 0) and multiplies it by the
-weight shard, as one tuned ``ag_gemm`` (``b_layout=nk``: the weight is nn.Linear's ``(out, in)``),
+weight shard, as one tuned all-gather GEMM (``b_layout=nk``: the weight is nn.Linear's ``(out, in)``),
 giving ``(s, *, out_features / world_size)``. Backward: the weight's gradient from the gathered input the
-forward kept, the input's by a tuned ``gemm_rs`` (:mod:`autotaxer.runtime.autograd`).
+forward kept, the input's by a tuned GEMM + reduce-scatter (:mod:`autotaxer.runtime.autograd`).
 
 :class:`RowParallelLinear` is its pair (Megatron's ``RowParallelLinear`` with ``sequence_parallel=True``):
 the input holds this rank's ``in_features / world_size`` features of the whole sequence,
 ``(s, *, in_features / world_size)``; the forward multiplies by the rank's weight columns and
-reduce-scatters the partial sums along the sequence, as one tuned ``gemm_rs``, giving
+reduce-scatters the partial sums along the sequence, as one tuned GEMM + reduce-scatter, giving
 ``(s / world_size, *, out_features)``; the bias is added to each rank's slice. Backward: one tuned
-``ag_gemm`` of the output's gradient.
+all-gather GEMM of the output's gradient.
+
+The op serving each layer comes from the op registry: the first op whose ``layer`` has the layer's role
+(``column``/``row``, :class:`autotaxer.ops._forms.LayerForm`), or the op named by ``op=``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class _ShardedLinear(nn.Module):
     parameters."""
 
     _sharded = "out_features"
+    _role = "column"
 
     def __init__(
         self,
@@ -42,8 +46,10 @@ class _ShardedLinear(nn.Module):
         group: Any = None,
         device: Any = None,
         dtype: Any = None,
+        op: str | None = None,
     ) -> None:
         super().__init__()
+        self._use_op(op)
         self.group = resolve_group(group)
         ws = _world_size(self.group)
         sizes = {"in_features": in_features, "out_features": out_features}
@@ -56,16 +62,27 @@ class _ShardedLinear(nn.Module):
         self._adopt(shard, ws, sizes)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, group: Any = None):
+    def from_linear(cls, linear: nn.Linear, group: Any = None, *, op: str | None = None):
         """The layer whose shard on this rank is ``linear`` (its parameters are shared, not copied)."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
+        layer._use_op(op)
         layer.group = resolve_group(group)
         ws = _world_size(layer.group)
         sizes = {"in_features": linear.in_features, "out_features": linear.out_features}
         sizes[cls._sharded] *= ws
         layer._adopt(linear, ws, sizes)
         return layer
+
+    def _use_op(self, op: str | None) -> None:
+        """Serve the layer by ``op`` (None: the registry's op for this layer's role)."""
+        from .ops import get_op, layer_op
+
+        chosen = layer_op(self._role) if op is None else get_op(op)
+        form = chosen.layer
+        if form is None or form.role != self._role:
+            raise ValueError(f"op: {chosen.name} does not serve a {self._role}-parallel layer")
+        self.op, self._layout = chosen.name, dict(form.layout)
 
     def _adopt(self, shard: nn.Linear, world_size: int, sizes: dict[str, int]) -> None:
         self.world_size = world_size
@@ -87,9 +104,11 @@ class ColumnParallelLinear(_ShardedLinear):
     ``out_features`` is the layer's full width (divisible by the world size); each rank keeps
     ``out_features / world_size`` rows of the weight (and of the bias). ``group``: a process group, its
     name, or None for the default group. Every rank of the group calls ``forward`` with the same shapes.
+    ``op``: the registered op serving it (default: the registry's first that serves a column layer).
     """
 
     _sharded = "out_features"
+    _role = "column"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .runtime.dispatch import dispatch
@@ -97,7 +116,7 @@ class ColumnParallelLinear(_ShardedLinear):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x: last dimension {x.shape[-1]}, expected in_features={self.in_features}")
         rows = x.reshape(-1, self.in_features)
-        y = dispatch("ag_gemm", rows, self.weight.t(), gather_dim=0, group=self.group)
+        y = dispatch(self.op, rows, self.weight.t(), group=self.group, **self._layout)
         if self.bias is not None:
             y = y + self.bias
         return y.view(x.shape[0] * self.world_size, *x.shape[1:-1], y.shape[-1])
@@ -109,9 +128,11 @@ class RowParallelLinear(_ShardedLinear):
     ``in_features`` is the layer's full width (divisible by the world size); each rank keeps
     ``in_features / world_size`` columns of the weight and the whole bias. ``group``: a process group, its
     name, or None for the default group. Every rank calls ``forward`` with the same shapes.
+    ``op``: the registered op serving it (default: the registry's first that serves a row layer).
     """
 
     _sharded = "in_features"
+    _role = "row"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .runtime.dispatch import dispatch
@@ -125,7 +146,7 @@ class RowParallelLinear(_ShardedLinear):
             raise ValueError(
                 f"x: dimension 0 ({x.shape[0]}) is not divisible by the world size {self.world_size}"
             )
-        y = dispatch("gemm_rs", x.reshape(-1, shard_in), self.weight.t(), scatter_dim=0, group=self.group)
+        y = dispatch(self.op, x.reshape(-1, shard_in), self.weight.t(), group=self.group, **self._layout)
         if self.bias is not None:
             y = y + self.bias
         return y.view(x.shape[0] // self.world_size, *x.shape[1:-1], y.shape[-1])

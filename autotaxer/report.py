@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries
+from .benchmark import best_us, bsp_us, case_fields, ceiling_us, comm_entry, compute_entry, row_entries
 
 #: Fewer COMPLETE trials than this and a study gets no importance plot (the estimate is noise).
 MIN_TRIALS_FOR_IMPORTANCE = 5
@@ -82,8 +82,6 @@ class _Page:
 
 # -- inputs ---------------------------------------------------------------------------------------------
 
-_ROW_FIELDS = ("M", "N", "K", "gather_dim")
-
 
 def load_bench_file(path: str | os.PathLike[str]) -> BenchRun:
     """Parse one results file of :func:`autotaxer.benchmark.run_bench`; ``ReportError`` names the field."""
@@ -99,7 +97,11 @@ def load_bench_file(path: str | os.PathLike[str]) -> BenchRun:
     for i, row in enumerate(data["rows"]):
         if not isinstance(row, dict):
             raise ReportError(f"{name}: rows[{i}]: expected an object")
-        for f in _ROW_FIELDS:
+        try:
+            fields = _sweep_fields(row)
+        except KeyError as e:
+            raise ReportError(f"{name}: rows[{i}]: field 'op': {e.args[0]}") from None
+        for f in fields:
             if isinstance(row.get(f), bool) or not isinstance(row.get(f), int):
                 raise ReportError(f"{name}: rows[{i}]: field {f!r}: expected an integer, got {row.get(f)!r}")
         for f in ("bsp", "allgather", "reduce_scatter", "gemm", "variants"):
@@ -257,9 +259,24 @@ def _ms(us: float | None) -> str:
     return "-" if us is None else f"{us / 1e3:.3f}"
 
 
-def _group_label(dtype: Any, n: Any, k: Any, gd: Any, b_layout: Any = "kn", op: str = "ag_gemm") -> str:
-    head = "" if op == "ag_gemm" else f"{op} "
-    return f"{head}{dtype} N={n} K={k} gd={gd}" + ("" if b_layout == "kn" else f" {b_layout}")
+def _sweep_fields(row: Any) -> list[str]:
+    """The shape fields of a row's op (``KeyError`` for an unknown op); the first is the one plotted
+    along the x axis (M of a GEMM: the dimension a model's batch and sequence change)."""
+    from .ops import DEFAULT_OP, get_op
+
+    return list(get_op(row.get("op") or DEFAULT_OP).shape_fields)
+
+
+def _group_label(op: str, dtype: Any, fields: dict[str, Any]) -> str:
+    """The plot a row or record belongs to: its op, dtype and every field but the swept one."""
+    from ._problem import IMPLICIT_LAYOUT, SHORT_LAYOUT
+
+    words = [
+        str(v) if isinstance(v, str) else f"{SHORT_LAYOUT.get(f, f)}={v}"
+        for f, v in list(fields.items())[1:]
+        if IMPLICIT_LAYOUT.get(f) != v
+    ]
+    return " ".join([op, str(dtype), *words])
 
 
 def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
@@ -273,21 +290,16 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         names += [n for n, e in row_entries(row).items() if n not in names and "skipped" not in e]
     table_rows, groups, wins = [], {}, []
     for row in run.rows:
-        head = [
-            row.get("dtype", "?"),
-            row["N"],
-            row["K"],
-            row["gather_dim"],
-            row.get("b_layout", "kn"),
-            row["M"],
-        ]
+        fields = case_fields(row)
+        sweep = next(iter(fields.values()))
+        head = [row.get("op", "?"), row.get("dtype", "?"), " ".join(f"{f}={v}" for f, v in fields.items())]
         if "error" in row:
             table_rows.append([*head, f"error: {row['error']}", *[""] * (3 + len(names))])
             continue
         bsp = bsp_us(row)
         ceiling = ceiling_us(row)
         entries = row_entries(row)
-        cells = [_ms(bsp), _ms(best_us(comm_entry(row))), _ms(best_us(row.get("gemm")))]
+        cells = [_ms(bsp), _ms(best_us(comm_entry(row))), _ms(best_us(compute_entry(row)))]
         cells.append(f"{bsp / ceiling:.2f}x" if bsp and ceiling else "-")
         for n in names:
             t = best_us(entries.get(n))
@@ -295,18 +307,18 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         table_rows.append([*head, *cells])
         if not bsp:
             continue
-        label = _group_label(*head[:5], row.get("op", "ag_gemm"))
+        label = _group_label(str(head[0]), head[1], fields)
         g = groups.setdefault(label, {"series": {}, "ceiling": []})
         if ceiling:
-            g["ceiling"].append((row["M"], bsp / ceiling))
+            g["ceiling"].append((sweep, bsp / ceiling))
         timed = {"bsp": bsp}
         for n, e in entries.items():
             t = best_us(e)
             if t is not None:
-                g["series"].setdefault(n, []).append((row["M"], bsp / t))
+                g["series"].setdefault(n, []).append((sweep, bsp / t))
                 timed[n] = t
-        wins.append((label, row["M"], min(timed, key=timed.get)))
-    header = ("dtype", "N", "K", "gd", "B", "M", "BSP ms", "AG ms", "GEMM ms", "ceiling", *names)
+        wins.append((label, sweep, min(timed, key=timed.get)))
+    header = ("op", "dtype", "problem", "BSP ms", "comm ms", "compute ms", "ceiling", *names)
     parts = [f"<h2>Bench results: {_esc(os.path.basename(run.path))}</h2>", meta, _table(header, table_rows)]
     base = _slug("bench", index, Path(run.path).stem)
     for label, g in groups.items():
@@ -353,14 +365,9 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
         groups: dict[str, dict[str, list[tuple[int, float]]]] = {}
         wins = []
         for r in recs:
-            m = r.key.get("M")
-            if m is None:
-                continue
-            label = _group_label(
-                r.key.dtype, r.key.get("N"), r.key.get("K"), r.key.get("gather_dim"), r.key["b_layout"]
-            )
-            if r.key.op != "ag_gemm":
-                label = f"{r.key.op} {r.key.dtype} {r.key.shape_text} {r.key.layout_text}"
+            fields = {**dict(r.key.shape), **dict(r.key.layout)}
+            m = next(iter(fields.values()))
+            label = _group_label(r.key.op, r.key.dtype, fields)
             groups.setdefault(label, {}).setdefault(r.variant, []).append((m, r.speedup))
             wins.append((label, m, r.variant))
         base = _slug("db", gpu, ws)

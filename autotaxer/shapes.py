@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._problem import DTYPES, IMPLICIT_LAYOUT, MAX_DIM, ProblemKey
+from .ops import DEFAULT_OP
 
-DEFAULT_OP = "ag_gemm"
 DEFAULT_DTYPE = "bf16"
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
 
@@ -218,7 +218,7 @@ def _split(text: str) -> list[str]:
     return next(csv.reader([text]))
 
 
-def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: str = DEFAULT_OP) -> int:
+def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: str | None = None) -> int:
     """Write the distinct shapes of ``op`` among ``keys`` as a shapes.csv for ``autotaxer tune``, in
     their order (atomically: a temp file, then a rename); returns the row count.
 
@@ -226,6 +226,7 @@ def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: s
     """
     from .ops import get_op
 
+    op = op or DEFAULT_OP
     opobj = get_op(op)
     layout_names = list(opobj.layout_choices)
     rows: list[list] = []

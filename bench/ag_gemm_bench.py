@@ -68,7 +68,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str]:
         p.error(f"--layouts: gather_dim must be 0 or 1, got {a.layouts!r}")
     ms = ints(a.m, "m") if a.m else (QUICK_MS if a.quick else MS)
     cfg = BenchConfig(
-        cases=tuple(Case(m, n, k, gd, a.dtype) for n, k in shapes for gd in layouts for m in ms),
+        cases=tuple(
+            Case.of("ag_gemm", a.dtype, M=m, N=n, K=k, gather_dim=gd)
+            for n, k in shapes
+            for gd in layouts
+            for m in ms
+        ),
         world_size=a.world_size,
         device="cuda",
         variants=tuple(a.variants.split(",")) if a.variants else None,

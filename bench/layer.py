@@ -10,6 +10,8 @@ Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
 * ``plain_compile``: ``plain`` under ``torch.compile`` (the users' baseline);
 * ``async_tp``: ``plain`` under ``torch.compile`` with inductor's micro-pipeline TP pass (PyTorch's async
   TP: ``torch.ops.symm_mem`` fused all-gather-matmul and matmul-reduce-scatter);
+* ``async_tp_autotaxer``: ``async_tp``'s compiled code with ``autotaxer.async_tp.enable()`` (torch's fused
+  ops served by autotaxer where it has a record; switched on around each of its steps only);
 * ``autotaxer_compile``: autotaxer's layers under ``torch.compile``;
 * ``ceiling``: ``torch.compile`` of the layer with its communication removed.
 
@@ -20,7 +22,10 @@ repetition runs each mode once after a barrier, starting one mode later than the
 no mode always follows the same one), each timed with CUDA events; a mode's time is the median over
 repetitions of the slowest rank. Compiled modes use static shapes per case. The table prints ms and
 ratios to ``plain_eager`` and to ``plain_compile``; ``--out`` writes every sample, the device, the
-versions and what dispatch served.
+versions and what dispatch served. ``--warmup-budget S`` first runs ``autotaxer.warmup`` (S seconds) on each
+autotaxer mode's step of a case, so keys no table covers are tuned in the launch; with
+``async_tp_autotaxer``, every fused-op call its compiled code made is then replayed alone, torch's kernel
+against autotaxer's (``--out``: ``async_tp_calls``).
 """
 
 from __future__ import annotations
@@ -38,10 +43,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-MODES = ("plain_eager", "autotaxer_eager", "plain_compile", "async_tp", "autotaxer_compile", "ceiling")
+MODES = (
+    "plain_eager", "autotaxer_eager", "plain_compile", "async_tp", "async_tp_autotaxer", "autotaxer_compile",
+    "ceiling",
+)  # fmt: skip
+#: Modes whose keys ``--warmup-budget`` tunes.
+TUNED_MODES = ("autotaxer_eager", "async_tp_autotaxer", "autotaxer_compile")
 DEFAULT_CASES = "train:4096,train:8192,fwd:256,fwd:4096,fwd:16384,graph:64,graph:256"
 COMM = {"plain_eager": "plain", "autotaxer_eager": "autotaxer", "plain_compile": "plain",
-        "async_tp": "plain", "autotaxer_compile": "autotaxer", "ceiling": "none"}  # fmt: skip
+        "async_tp": "plain", "async_tp_autotaxer": "plain", "autotaxer_compile": "autotaxer",
+        "ceiling": "none"}  # fmt: skip
 
 
 def _parse_cases(text: str) -> list[tuple[str, int]]:
@@ -60,7 +71,7 @@ def _build(mode: str, base: Any, group_name: str) -> Any:
     if mode in ("plain_eager", "autotaxer_eager"):
         return layer
     options = None
-    if mode == "async_tp":
+    if mode in ("async_tp", "async_tp_autotaxer"):
         import torch.distributed._symmetric_memory as symm_mem
 
         if hasattr(symm_mem, "enable_symm_mem_for_group"):
@@ -70,11 +81,26 @@ def _build(mode: str, base: Any, group_name: str) -> Any:
 
 
 class _Step:
-    """One timed step of a mode at one case."""
+    """One timed step of a mode at one case (``serve_async_tp``: ``prepare`` switches ``autotaxer.async_tp``
+    on before it runs)."""
 
-    def __init__(self, fn: Any, params: list[torch.Tensor], kind: str, x: torch.Tensor, grad: torch.Tensor):
+    def __init__(
+        self, fn: Any, params: list[torch.Tensor], kind: str, x: torch.Tensor, grad: torch.Tensor,
+        serve_async_tp: bool = False,
+    ) -> None:  # fmt: skip
         self.fn, self.params, self.kind, self.x, self.grad = fn, params, kind, x, grad
+        self.serve_async_tp = serve_async_tp
         self.graph: Any = None
+
+    def prepare(self) -> None:
+        """Switch ``autotaxer.async_tp`` on for this step, off for the others (untimed, before each run)."""
+        atp = sys.modules.get("autotaxer.async_tp")
+        if self.serve_async_tp:
+            import autotaxer.async_tp as atp
+
+            atp.enable()
+        elif atp is not None:
+            atp.disable()
 
     def __call__(self) -> None:
         if self.kind == "train":
@@ -116,6 +142,7 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
     live = dict(steps)
     for mode, step in list(live.items()):
         try:
+            step.prepare()
             if step.kind == "graph":
                 step.capture()
             for _ in range(warmup):
@@ -138,6 +165,7 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
     for rep in range(reps):
         for i in (*range(rep % len(steps), len(steps)), *range(rep % len(steps))):  # a rotating order
             step = steps[i]
+            step.prepare()
             dist.barrier()
             _sync()
             if cuda:
@@ -148,6 +176,9 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
                 end.record()
             _sync()
             samples[i, rep] = start.elapsed_time(end) if cuda else (time.perf_counter() - t) * 1e3
+    atp = sys.modules.get("autotaxer.async_tp")
+    if atp is not None:
+        atp.disable()
     dist.all_reduce(samples, op=dist.ReduceOp.MAX)
     out: dict[str, Any] = {m: {"error": e} for m, e in errors.items()}
     for i, mode in enumerate(live):
@@ -251,6 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         "needs --world-size",
     )
     ap.add_argument("--world-size", type=int, default=0, help="with --write-shapes: the ranks to shard over")
+    ap.add_argument(
+        "--warmup-budget",
+        type=float,
+        default=0.0,
+        help="seconds of autotaxer.warmup per autotaxer mode and case",
+    )
+    ap.add_argument("--db", default="", help="the runtime's database (warm-up trials and winners)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",")]
     unknown = [m for m in modes if m not in MODES]
@@ -261,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_shapes:
         return _write_shapes(args.write_shapes, cfg, args.world_size, cases, args.batch)
 
-    if args.device == "cpu" and (any(k == "graph" for k, _ in cases) or "async_tp" in modes):
+    if args.device == "cpu" and (
+        any(k == "graph" for k, _ in cases) or {"async_tp", "async_tp_autotaxer"} & set(modes)
+    ):
         raise SystemExit("error: --device cpu: graph cases and async_tp need CUDA")
     device, dtype = start(args.device)
     rank, ws = dist.get_rank(), dist.get_world_size()
@@ -270,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     import autotaxer
 
     tables = tuple(t for t in args.tables.split(",") if t)
-    autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False))
+    autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False, db_url=args.db or None))
     base = make_layer(cfg, device, dtype, rank)
     params = list(base.parameters())
     # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
@@ -279,7 +319,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 256))
-    fns = {m: _build(m, base, group_name) for m in modes}
+    fns = {m: _build(m, base, group_name) for m in modes if m != "async_tp_autotaxer"}
+    if "async_tp_autotaxer" in modes:  # the same compiled code as async_tp's, served by autotaxer
+        built = fns.get("async_tp")  # (a compiled module has no truth value: compare with None)
+        if built is None:
+            built = _build("async_tp_autotaxer", base, group_name)
+        fns["async_tp_autotaxer"] = built
 
     results: dict[str, dict[str, Any]] = {}
     t0 = time.perf_counter()
@@ -289,8 +334,16 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(s // ws, args.batch, cfg.hidden, device=device, dtype=dtype)
         x.requires_grad_(kind == "train")
         grad = torch.randn_like(x)
-        steps = {m: _Step(fns[m], params, kind, x, grad) for m in modes}
+        steps = {m: _Step(fns[m], params, kind, x, grad, m == "async_tp_autotaxer") for m in modes}
+        if args.warmup_budget > 0:
+            _warm_up(steps, args.warmup_budget, rank)
+        if "async_tp_autotaxer" in modes:
+            import autotaxer.async_tp as atp
+
+            atp.reset_counters()
         results[f"{kind}:{s}"] = _time_case(steps, args.reps, args.warmup)
+        if "async_tp_autotaxer" in modes:
+            results[f"{kind}:{s}"]["async_tp_counters"] = atp.counters()
         if rank == 0:
             print(f"{kind}:{s} done at {time.perf_counter() - t0:.0f} s", flush=True)
         if args.out and rank == 0:
@@ -298,13 +351,61 @@ def main(argv: list[str] | None = None) -> int:
         del steps
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    calls = _replay_async_tp(args) if "async_tp_autotaxer" in modes else None
     if rank == 0:
+        if calls is not None:
+            results["async_tp_calls"] = calls
         if args.out:
             _write(args, results, modes, ws)
-        print(_table(results, modes))
+        print(_table({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
+        for c in calls or ():
+            dim = c["args"].get("gather_dim", c["args"].get("scatter_dim"))
+            print(f"  {c['op']} {c['inputs'][0][0]} dim {dim}: "
+                  f"torch {c['torch_ms']:.3f} / autotaxer {c['autotaxer_ms']:.3f} ms "
+                  f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']}")  # fmt: skip
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+def _warm_up(steps: dict[str, _Step], budget_s: float, rank: int) -> None:
+    """``autotaxer.warmup`` on the step of each autotaxer mode (a ``graph`` case's as its forward)."""
+    import autotaxer
+
+    for mode in TUNED_MODES:
+        step = steps.get(mode)
+        if step is None:
+            continue
+        if step.kind == "graph":
+            step = _Step(step.fn, step.params, "fwd", step.x, step.grad, step.serve_async_tp)
+        step.prepare()
+        t0 = time.perf_counter()
+        report = autotaxer.warmup(step, budget_s=budget_s, progress=rank == 0)
+        if rank == 0:
+            print(
+                f"warm-up of {mode}: {len(report.results)} key(s) in {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+
+
+def _replay_async_tp(args: Any) -> list[dict[str, Any]] | None:
+    """Every fused-op call async TP's compiled code made, alone: torch's kernel against autotaxer's
+    (``bench/async_tp_check.py``'s replay); None on CPUs."""
+    if not torch.cuda.is_available():
+        return None
+    import importlib.util
+    from pathlib import Path
+
+    import autotaxer.async_tp as atp
+
+    spec = importlib.util.spec_from_file_location(
+        "async_tp_check", Path(__file__).with_name("async_tp_check.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    calls = module._replay(atp.decisions(), argparse.Namespace(iters=20, samples=7))
+    atp.disable()
+    return calls
 
 
 def _write_shapes(path: str, cfg: Any, world_size: int, cases: list[tuple[str, int]], batch: int) -> int:

@@ -15,9 +15,14 @@ import json
 import math
 from typing import Any
 
-from autotaxer.benchmark import best_us, bsp_us, ceiling_us
+from autotaxer.benchmark import best_us, bsp_us, case_fields, ceiling_us
 
 PEERS = ("torch_fused", "iris_stock")
+
+
+def _dim(row: dict) -> int:
+    """The row's gather or scatter dimension (its op's first integer layout field)."""
+    return next(v for f, v in case_fields(row).items() if f not in ("M", "N", "K") and isinstance(v, int))
 
 
 def _x(base: float | None, t: float | None) -> str:
@@ -43,7 +48,7 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
     logs: dict[str, list[float]] = {"fused": [], "dispatch": [], "fused_eager": [], "dispatch_eager": []}
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['N']} | {r['K']} | {r['gather_dim']} | {r['M']} | error: {r['error'][:60]} |")
+            lines.append(f"| {r['N']} | {r['K']} | {_dim(r)} | {r['M']} | error: {r['error'][:60]} |")
             continue
         be, bg = r["bsp"].get("eager"), r["bsp"].get("graph")
         base = bsp_us(r)
@@ -55,7 +60,7 @@ def summarize(rows: list[dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
         within = "-" if t is None or ceil is None else ("yes" if t <= 1.1 * ceil else "no")
         peers = [_x(base, best_us(r.get(p))) if r.get(p) and best_us(r.get(p)) else "-" for p in PEERS]
         lines.append(
-            f"| {r['N']} | {r['K']} | {r['gather_dim']} | {r['M']} | {be:.1f} / {bg:.1f} | {_x(base, ceil)} "
+            f"| {r['N']} | {r['K']} | {_dim(r)} | {r['M']} | {be:.1f} / {bg:.1f} | {_x(base, ceil)} "
             f"| {name} ({_x(base, t)}) | {within} | {_x(base, td)} ({disp.get('variant', '-')}) "
             f"| {peers[0]} | {peers[1]} | {ename} {_x(be, te)} / {_x(be, disp.get('eager'))} |"
         )
@@ -80,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(path) as f:
             report = json.load(f)
         rows += report["rows"]
-    rows.sort(key=lambda r: (r["N"], r["K"], r["gather_dim"], r["M"]))
+    rows.sort(key=lambda r: (r["N"], r["K"], _dim(r), r["M"]))
     lines, totals = summarize(rows)
     print("\n".join(lines))
     print(f"\ngeometric means over {len(rows)} rows (x over BSP): {json.dumps(totals)}")

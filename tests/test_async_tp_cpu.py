@@ -204,15 +204,16 @@ def _run_cases(ctx, compiled: bool) -> list[dict]:
     return results
 
 
-def _table_for(ctx, rt, path: str) -> int:
-    """A table with a record for every key the runtime has decided: the warm-up a user's launch does."""
+def _table_for(ctx, rt, path: str, ag_variant: str = "bsp") -> int:
+    """A table with a record for every key the runtime has decided: the warm-up a user's launch does
+    (``ag_gemm``'s winner ``ag_variant``: ``bsp`` hands out the gathered A, ``cpu_chunked`` does not)."""
     from autotaxer.ops import get_op
     from autotaxer.records import WinnerRecord
     from autotaxer.table_file import write_table
 
     records = []
     for key in rt.decisions():
-        name = "cpu_chunked" if key.op == "ag_gemm" else "bsp"
+        name = ag_variant if key.op == "ag_gemm" else "bsp"
         params = {"chunks": 1, "order": "rotated"} if name == "cpu_chunked" else {}
         assert get_op(key.op).variants[name].check(key, ctx.target, params) is None
         records.append(WinnerRecord(key, name, params, 5.0, 9.0, 4, device_type="cpu"))
@@ -248,7 +249,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
             out["untuned"] = _run_cases(ctx, compiled=False)  # no record: torch's kernel for every call
             out["untuned_counts"] = atp.counters()
             out["records"] = _table_for(ctx, rt, f"{table_dir}/t.json")
-            init((f"{table_dir}/t.json",))  # a new runtime: decisions are made again
+            rt = init((f"{table_dir}/t.json",))  # a new runtime: decisions are made again
             atp.reset_counters()
             out["tuned"] = _run_cases(ctx, compiled=False)
             out["tuned_counts"] = atp.counters()
@@ -256,6 +257,12 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
             atp.reset_counters()
             out["compiled"] = _run_cases(ctx, compiled=True)
             out["compiled_counts"] = atp.counters()
+            _table_for(ctx, rt, f"{table_dir}/no_saving.json", "cpu_chunked")
+            init((f"{table_dir}/no_saving.json",))
+            atp.reset_counters()
+            out["no_saving"] = _run_cases(ctx, compiled=False)
+            out["no_saving_counts"] = atp.counters()
+            out["no_saving_served"] = [c["served"] for c in atp.decisions()]
             atp.reset_counters()
             a = torch.randn(4, 8, dtype=torch.float64)  # a dtype autotaxer does not take: torch's kernel
             with warnings.catch_warnings(record=True) as caught:
@@ -276,7 +283,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
 def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size: int) -> None:
     n_ag, n_rs = len(_ag_cases(world_size)), len(_rs_cases(world_size))
     for r in run_ranks(_served_and_fallback, world_size, "cpu", args=(str(tmp_path),), timeout=600):
-        for phase in ("untuned", "tuned", "compiled"):
+        for phase in ("untuned", "tuned", "compiled", "no_saving"):
             for case in r[phase]:
                 assert case["err"] < 1e-4, (phase, case)  # NaN fails too
                 assert case["layout_ok"], (phase, case)
@@ -296,6 +303,12 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
         assert ag["op"] == "fused_all_gather_matmul" and ag["inputs"][0] == ((4, 3, 8), (24, 8, 1), "float32")
         assert ag["args"] == {"gather_dim": 0, "group_name": "0", "return_A": True}
         assert ag["key"].startswith(f"ag_gemm|cpu|{world_size}|fp32|M={12 * world_size},N=5,K=8")
+        # a winner that cannot hand out the gathered A leaves the calls that return it to torch's kernel
+        needs_a = [return_a or nb > 1 for _, _, nb, _, return_a in _ag_cases(world_size)]
+        assert r["no_saving_counts"]["fused_all_gather_matmul"] == {
+            "autotaxer": needs_a.count(False), "torch": needs_a.count(True)
+        }  # fmt: skip
+        assert r["no_saving_served"][:n_ag] == [not n for n in needs_a]
         err, counts, warned = r["fp64"]
         assert err < 1e-9 and counts == {"autotaxer": 0, "torch": 1}
         assert warned and "torch's kernel runs ag_gemm" in warned[0] and "dtype" in warned[0]
@@ -327,3 +340,68 @@ def _sp_block_errors(ctx) -> dict:
 def test_the_sp_block_helper_equals_the_unsharded_block(world_size: int) -> None:
     for errs in run_ranks(_sp_block_errors, world_size, "cpu", timeout=300):
         assert max(errs.values()) < 1e-12, errs
+
+
+def _warm_up_compiled(ctx, tmp: str) -> dict:
+    """A compiled step whose graph holds torch's fused ops only when compiled (as inductor's micro-pipeline
+    pass leaves them: eager code all-gathers and multiplies), warmed up with async TP on."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    import torch.distributed._symmetric_memory as symm_mem
+
+    import autotaxer
+    import autotaxer.async_tp as atp
+
+    group_name, ws = dist.group.WORLD.group_name, ctx.world_size
+    autotaxer.init(autotaxer.RuntimeConfig(db_url=f"sqlite:///{tmp}/w.sqlite", **QUIET_CONFIG))
+    g = torch.Generator().manual_seed(7 + ctx.rank)
+    a, b_up = torch.randn(8, 16, generator=g), torch.randn(16, 12, generator=g)
+    b_down = torch.randn(12, 16, generator=g)
+
+    def block(a, b_up, b_down):
+        if torch.compiler.is_compiling():
+            _, (h,) = torch.ops.symm_mem.fused_all_gather_matmul(a, [b_up], 0, group_name)
+            return torch.ops.symm_mem.fused_matmul_reduce_scatter(h, b_down, "sum", 0, group_name)
+        h = funcol.all_gather_tensor(a, 0, group_name) @ b_up
+        return funcol.reduce_scatter_tensor(h @ b_down, "sum", 0, group_name)
+
+    compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
+    want = _gather(a.double(), 0) @ b_up.double() @ b_down.double()
+    want = _gather(want.unsqueeze(0), 0).sum(0).chunk(ws)[ctx.rank]
+    out: dict = {}
+    atp._install("CPU")
+    try:
+        with symm_mem._test_mode():
+            compiled(a, b_up, b_down)
+            out["before"] = atp.counters()
+            atp.reset_counters()
+            report = autotaxer.warmup(
+                lambda: compiled(a, b_up, b_down), budget_s=120, trials=2, variants=("cpu_chunked",),
+                progress=False,
+            )  # fmt: skip
+            out["warmup"] = [(r.key, r.status) for r in report.results]
+            atp.reset_counters()
+            got = compiled(a, b_up, b_down)
+            out["after"] = atp.counters()
+            out["err"] = float((got.double() - want).abs().max())
+            out["served"] = sorted(c["key"] for c in atp.decisions() if c["served"])
+    finally:
+        atp.disable()
+    return out
+
+
+QUIET_CONFIG = {"shipped_tables": False, "env_tables": False, "persist_misses": False}
+
+
+@pytest.mark.slow
+def test_warmup_tunes_the_fused_calls_of_compiled_code_and_they_are_served_next(tmp_path) -> None:
+    for r in run_ranks(_warm_up_compiled, 2, "cpu", args=(str(tmp_path),), timeout=600):
+        one_each = {"fused_all_gather_matmul": 1, "fused_matmul_reduce_scatter": 1}
+        assert {op: c["torch"] for op, c in r["before"].items()} == one_each  # untuned: torch's kernels
+        keys = sorted(k for k, _ in r["warmup"])
+        assert [k.split("|")[0] for k in keys] == ["ag_gemm", "gemm_rs"], r["warmup"]  # seen only compiled
+        assert all(status == "tuned" for _, status in r["warmup"]), r["warmup"]
+        assert {op: c["autotaxer"] for op, c in r["after"].items()} == one_each  # the winners serve them
+        assert r["served"] == keys
+        assert r["err"] < 1e-4  # NaN fails too

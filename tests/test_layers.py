@@ -59,8 +59,19 @@ def _imports(name: str) -> set[str]:
     return {m for m in out if m in MODULES and m != name}
 
 
+#: An op's integration modules (``autotaxer/ops/<op>/<module>.py``, see ``autotaxer/ops/_forms.py``) sit in
+#: the layer of the part they plug into: the op's folder holds its code at every layer, and only that part
+#: loads them (by the registry's module name, never by an import from below).
+INTEGRATION_PARTS = {
+    "_compile": "runtime", "_autograd": "runtime", "_functional": "functional", "_bench": "benchmark",
+    "_emulated": "tools",
+}  # fmt: skip
+
+
 def _part(name: str) -> str:
     parts = name.split(".")
+    if len(parts) == 4 and parts[1] == "ops" and parts[3] in INTEGRATION_PARTS:
+        return INTEGRATION_PARTS[parts[3]]
     return parts[1] if len(parts) > 1 else "__init__"
 
 

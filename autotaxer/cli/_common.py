@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from ..ops import DEFAULT_OP
 
 if TYPE_CHECKING:
     from autotaxer.records import WinnerRecord
@@ -29,10 +32,24 @@ DbOption = Annotated[
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.", metavar="")]
-OpFilter = Annotated[str | None, typer.Option("--op", help="Only this op, e.g. ag_gemm.")]
+OpFilter = Annotated[str | None, typer.Option("--op", help=f"Only this op, e.g. {DEFAULT_OP}.")]
 GpuFilter = Annotated[
     str | None,
     typer.Option("--gpu", help="Only this normalized GPU model, e.g. nvidia-h200."),
+]
+#: Options of the commands that run problems on spawned ranks (``tune``, ``bench``).
+DEVICES = ("auto", "cuda", "cpu")
+WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
+ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
+DeviceOption = Annotated[
+    str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
+]
+VariantsOption = Annotated[
+    str | None,
+    typer.Option("--variants", help="Comma-separated variants (default: every one; the BSP forms always)."),
+]
+YesOption = Annotated[
+    bool, typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar="")
 ]
 WorldSizeFilter = Annotated[
     int | None,

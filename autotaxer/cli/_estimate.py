@@ -27,23 +27,25 @@ def _flops_per_second(dtype: Any) -> float:
     return 2 * 256**3 / max(time.perf_counter() - start, 1e-6)
 
 
-def _gemm_seconds(problems: list[tuple[int, int, int, str]], world_size: int) -> float:
-    """Seconds of one GEMM of each ``(M, N, K, dtype)`` in ``problems``, summed; ranks share the cores."""
+def _call_seconds(keys: list[Any], world_size: int) -> float:
+    """Seconds of one call of each problem key, summed (its op's arithmetic per rank at this CPU's rate
+    for the dtype; ops that declare none count nothing); ranks share the cores."""
     from .._problem import torch_dtype
+    from ..ops import get_op
 
     rates: dict[str, float] = {}
     total = 0.0
-    for m, n, k, dtype in problems:
-        if dtype not in rates:
-            rates[dtype] = _flops_per_second(torch_dtype(dtype))
-        total += 2.0 * m * n * k / rates[dtype]
+    for key in keys:
+        flops = get_op(key.op).flops_per_rank(key)
+        if flops and key.dtype not in rates:
+            rates[key.dtype] = _flops_per_second(torch_dtype(key.dtype))
+        total += flops / rates[key.dtype] if flops else 0.0
     return total * max(1.0, world_size / (os.cpu_count() or 1))
 
 
 def cpu_seconds(keys: list[Any], trials: int, world_size: int) -> float:
-    """Seconds the CPU pipeline needs for ``trials`` trials of every ``ag_gemm`` key (others: ignored)."""
-    problems = [(k["M"], k["N"], k["K"], k.dtype) for k in keys if k.op == "ag_gemm"]
-    return _gemm_seconds(problems, world_size) * trials * CALLS_PER_TRIAL
+    """Seconds the CPU pipeline needs for ``trials`` trials of every key."""
+    return _call_seconds(keys, world_size) * trials * CALLS_PER_TRIAL
 
 
 def bench_calls(variants: int, max_configs: int, warmup: int, iters: int, samples: int) -> int:
@@ -57,8 +59,8 @@ def bench_calls(variants: int, max_configs: int, warmup: int, iters: int, sample
 
 def bench_cpu_seconds(cases: list[Any], world_size: int, calls_per_row: int) -> float:
     """Seconds ``bench`` needs on the CPU pipeline for ``cases`` (:class:`autotaxer.benchmark.Case`)."""
-    problems = [(c.M, c.N, c.K, c.dtype) for c in cases]
-    return _gemm_seconds(problems, world_size) * calls_per_row
+    keys = [c.key("cpu", world_size) for c in cases]
+    return _call_seconds(keys, world_size) * calls_per_row
 
 
 def verdict(seconds: float, what: str, yes: bool) -> tuple[str, str] | None:

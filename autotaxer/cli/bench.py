@@ -1,4 +1,4 @@
-"""``autotaxer bench``: side-by-side benchmark of every ag_gemm and gemm_rs implementation on a shapes file.
+"""``autotaxer bench``: side-by-side benchmark of every implementation of each op on a shapes file.
 
 Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
 :func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
@@ -16,22 +16,27 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import DbOption, FormatOption, OutputFormat, print_json
-
-DEVICES = ("auto", "cuda", "cpu")
+from ._common import (
+    DEVICES,
+    DbOption,
+    DeviceOption,
+    FormatOption,
+    OutputFormat,
+    ShapesOption,
+    VariantsOption,
+    WorldSizeOption,
+    YesOption,
+    print_json,
+)
 
 
 def bench_command(
-    world_size: Annotated[int, typer.Option("--world-size", min=1, help="Ranks (GPUs) per problem.")],
-    shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to benchmark.")],
+    world_size: WorldSizeOption,
+    shapes: ShapesOption,
     out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
-    device: Annotated[
-        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
-    ] = "auto",
+    device: DeviceOption = "auto",
     db: DbOption = None,
-    variants: Annotated[
-        str | None, typer.Option("--variants", help="Comma-separated variants (default: every available).")
-    ] = None,
+    variants: VariantsOption = None,
     max_configs: Annotated[
         int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
     ] = 8,
@@ -58,10 +63,7 @@ def bench_command(
         ),
     ] = None,
     fmt: FormatOption = OutputFormat.human,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
-    ] = False,
+    yes: YesOption = False,
 ) -> None:
     """Benchmark every form of each shape side by side.
 
@@ -75,6 +77,8 @@ def bench_command(
     from ..storage import MissingDatabase, default_url, open_database
     from ..testing import RanksFailed
 
+    if world_size < 1:
+        raise ValueError(f"--world-size: must be >= 1, got {world_size}")
     if device not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
     if dispatch_timing not in (None, "eager", "graph"):
@@ -85,7 +89,7 @@ def bench_command(
         raise ValueError(str(e)) from None
     cases = cases_from_shapes(_load_rows(shapes, world_size))
     if not cases:
-        raise ValueError(f"{shapes}: no ag_gemm or gemm_rs shapes to benchmark")
+        raise ValueError(f"{shapes}: no shapes to benchmark (bench runs {', '.join(_bench_ops())})")
     timing = TimingConfig.for_device(target.device_type)
     db = db or default_url()  # one source for the tuned configurations and for dispatch's table
     cfg = BenchConfig(
@@ -133,12 +137,20 @@ def _load_rows(path: Path, world_size: int) -> list[Any]:
         rows = load_shapes(path, world_size)
     for w in caught:
         typer.echo(f"warning: {w.message}", err=True)
-    skipped = sum(r.op not in ("ag_gemm", "gemm_rs") for r in rows)
+    ops = _bench_ops()
+    skipped = sum(r.op not in ops for r in rows)
     if skipped:
         typer.echo(
-            f"warning: {path}: {skipped} row(s) of other ops skipped (bench: ag_gemm, gemm_rs)", err=True
+            f"warning: {path}: {skipped} row(s) of other ops skipped (bench: {', '.join(ops)})", err=True
         )
     return rows
+
+
+def _bench_ops() -> list[str]:
+    """The ops ``bench`` runs (those with a ``bench`` integration)."""
+    from ..ops import ops_with
+
+    return [op.name for op in ops_with("bench")]
 
 
 def _announce(cfg: Any, target: Any, yes: bool) -> None:
@@ -194,17 +206,28 @@ def _print_table(report: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _head(row: dict[str, Any], dtype: bool) -> str:
-    """A row's problem in one short cell: ``rs 64x256x256 d1 nk`` (and the dtype when ``dtype``)."""
-    op = "" if row.get("op", "ag_gemm") == "ag_gemm" else "rs "
-    text = f"{op}{row['M']}x{row['N']}x{row['K']} d{row['gather_dim']} {row.get('b_layout', 'kn')}"
+def _head(row: dict[str, Any], dtype: bool, op: bool) -> str:
+    """A row's problem in one short cell: ``64x256x256 gd=1 nk`` (the op and the dtype when asked)."""
+    from ..benchmark import problem_text
+
+    text = problem_text(row, compact=True, op=op)
     return f"{text} {row['dtype']}" if dtype else text
 
 
 def _full_table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, comm_entry, row_entries, untimed_label
+    from ..benchmark import (
+        best_us,
+        bsp_us,
+        case_fields,
+        ceiling_us,
+        comm_entry,
+        compute_entry,
+        row_entries,
+        row_op,
+        untimed_label,
+    )
 
     names: list[str] = []
     for row in report["rows"]:
@@ -214,17 +237,24 @@ def _full_table(report: dict[str, Any]) -> Any:
         "xSpeedup over the fastest BSP form"
     )
     table = Table(title=title)
-    for col in ("op", "N", "K", "dim", "B", "M", "dtype", "BSP", "comm", "GEMM", "ceiling", *names):
+    fields: list[str] = []
+    for row in report["rows"]:
+        fields += [f for f in case_fields(row) if f not in fields]
+    for col in ("op", *fields, "dtype", "BSP", "comm", "compute", "ceiling", *names):
         table.add_column(col, justify="right")
     for row in report["rows"]:
-        head = [str(row.get("op", "ag_gemm"))]
-        head += [str(row.get(f, "kn")) for f in ("N", "K", "gather_dim", "b_layout", "M", "dtype")]
+        own = case_fields(row)
+        head = [row_op(row), *(str(own.get(f, "")) for f in fields), str(row.get("dtype", ""))]
         if "error" in row:
             table.add_row(*head, row["error"], *[""] * (3 + len(names)))
             continue
         bsp = bsp_us(row)
         entries = row_entries(row)
-        cells = [_cell(bsp, None), _cell(best_us(comm_entry(row)), None), _cell(best_us(row["gemm"]), None)]
+        cells = [
+            _cell(bsp, None),
+            _cell(best_us(comm_entry(row)), None),
+            _cell(best_us(compute_entry(row)), None),
+        ]
         cells.append(_cell(ceiling_us(row), bsp))
         for n in names:
             if n not in entries:
@@ -243,23 +273,25 @@ def _compact_table(report: dict[str, Any]) -> Any:
     from rich import box
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry
+    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry, row_op
 
     dtypes = {row.get("dtype") for row in report["rows"]}
+    ops = {row_op(row) for row in report["rows"]}
     title = f"{report['device']} x{report['world_size']}"
+    title += f", {next(iter(ops))}" if len(ops) == 1 else ""
     title += f", {next(iter(dtypes))}" if len(dtypes) == 1 else ""
     table = Table(
         title=f"{title}: x = speedup over the fastest BSP form",
         caption="every entry: a wider terminal, or the JSON file",
         box=box.SIMPLE,
     )
-    table.add_column("M x N x K, dim, B", no_wrap=True)
+    table.add_column("problem", no_wrap=True)
     table.add_column("BSP ms", justify="right")
     table.add_column("fastest", no_wrap=True)
     for col in ("x", "dispatch", "ceiling"):
         table.add_column(col, justify="right")
     for row in report["rows"]:
-        head = _head(row, dtype=len(dtypes) > 1)
+        head = _head(row, dtype=len(dtypes) > 1, op=len(ops) > 1)
         if "error" in row:
             table.add_row(head, row["error"], "", "", "", "")
             continue

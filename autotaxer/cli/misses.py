@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from ..ops import DEFAULT_OP
 from ._common import FormatOption, GpuFilter, OutputFormat, WorldSizeFilter
 
 
@@ -27,7 +28,7 @@ def misses_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the missed shapes as a shapes.csv.")
     ] = None,
-    op: Annotated[str, typer.Option("--op", help="Op whose shapes go to --out.")] = "ag_gemm",
+    op: Annotated[str, typer.Option("--op", help="Op whose shapes go to --out.")] = DEFAULT_OP,
     gpu: GpuFilter = None,
     world_size: WorldSizeFilter = None,
     fmt: FormatOption = OutputFormat.human,

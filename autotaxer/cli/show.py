@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ..ops import DEFAULT_OP
 from ._common import (
     DbOption,
     FormatOption,
@@ -30,7 +31,8 @@ def show(
         Path | None,
         typer.Option(
             "--stale-out",
-            help="Write the stale records' shapes (of --op, default ag_gemm) as a shapes.csv to re-tune.",
+            help=f"Write the stale records' shapes (of --op, default {DEFAULT_OP}) as a shapes.csv to "
+            "re-tune.",
         ),
     ] = None,
     wide: Annotated[
@@ -61,7 +63,7 @@ def show(
     human = fmt is not OutputFormat.json and recs
     report = stale_report(recs) if stale_out is not None or human else []
     if stale_out is not None:
-        _write_stale(report, stale_out, op or "ag_gemm")
+        _write_stale(report, stale_out, op or DEFAULT_OP)
     if fmt is OutputFormat.json:
         print_json([r.to_dict() for r in recs])
         return

@@ -14,14 +14,12 @@ from typing import Annotated, Any
 import typer
 
 from .._problem import MAX_WORLD_SIZE
-from ._common import DbOption
-
-DEVICES = ("auto", "cuda", "cpu")
+from ._common import DEVICES, DbOption, DeviceOption, ShapesOption, VariantsOption, WorldSizeOption, YesOption
 
 
 def tune_command(
-    world_size: Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")],
-    shapes: Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems to tune.")],
+    world_size: WorldSizeOption,
+    shapes: ShapesOption,
     op: Annotated[
         str | None, typer.Option("--op", help="Only the rows of this op (default: every row).")
     ] = None,
@@ -39,13 +37,8 @@ def tune_command(
     sampler: Annotated[
         str, typer.Option("--sampler", help="grid: exhaustive.", metavar="<tpe|random|grid>")
     ] = "tpe",
-    device: Annotated[
-        str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
-    ] = "auto",
-    variants: Annotated[
-        str | None,
-        typer.Option("--variants", help="Comma-separated variants (the BSP forms are always in)."),
-    ] = None,
+    device: DeviceOption = "auto",
+    variants: VariantsOption = None,
     sampled: Annotated[
         int | None,
         typer.Option(
@@ -88,10 +81,7 @@ def tune_command(
             help="Symmetric-memory backend: cuda (torch's fused ops; default) or nccl (NCCL's windows).",
         ),
     ] = None,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar=""),
-    ] = False,
+    yes: YesOption = False,
 ) -> None:
     """Tune every shape of a shapes file and store the winners.
 

@@ -150,9 +150,18 @@ class Variant(ABC):
         ``None`` when this variant cannot hand it out (autograd then runs the baseline's)."""
         return None
 
+    def saves_for_backward(self) -> bool:
+        """Whether :meth:`run_for_backward` hands out what backward keeps (else autograd runs the
+        baseline's forward in its place): by default, whether the variant overrides it. A variant whose
+        override can return None says False here (the experimental ``push_ws`` family does not yet: its
+        shipped records are hashed with its source; its calls that need the gathered A run the baseline)."""
+        return type(self).run_for_backward is not Variant.run_for_backward
+
 
 class Op(ABC):
-    """A tunable collective operation."""
+    """A tunable collective operation: its problem (key fields, inputs, reference), its variants, and
+    the integrations it takes part in (:mod:`._forms`), which the runtime, the commands, the benchmark
+    and the layers find here instead of naming ops."""
 
     name: ClassVar[str]
     #: Shape fields in key order, e.g. ``("M", "N", "K")``.
@@ -161,15 +170,45 @@ class Op(ABC):
     layout_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: Layout fields that a call's tensors decide (not keyword arguments of dispatch).
     derived_layout: ClassVar[frozenset[str]] = frozenset()
+    # An op declares the four below as class attributes, or its package sets them on its instance (where
+    # the op's module is in its records' kernel hash, so that adding them changed no record).
+    #: Integration kind -> module of the op's package exposing its ``FORM`` (see :mod:`._forms`).
+    integrations: ClassVar[Mapping[str, str]] = {}
+    #: Names of the functions of :mod:`autotaxer.functional` its ``functions`` integration provides.
+    function_names: ClassVar[tuple[str, ...]] = ()
+    #: The tensor-parallel linear layer it can serve (:class:`._forms.LayerForm`), or None.
+    layer: ClassVar[Any] = None
+    #: ``flops(key)``: arithmetic one rank does for ``key`` (the commands' CPU run-time estimates), or None.
+    flops: ClassVar[Any] = None
 
     def __init__(self) -> None:
         self._variants: dict[str, Variant] = {}
+        self._forms: dict[str, Any] = {}  # integration kind -> its FORM, once loaded
         #: Variants whose tuned configuration holds only at the size it was tuned at (the first shape
         #: field: M for ag_gemm): dispatch's nearest-size lookup never reuses them at another size.
         self.tied_to_size: frozenset[str] = frozenset()
         #: Experimental variants that the tuner's default space (no ``--variants``) holds from a world
         #: size on: those that a run at that size is to measure before they are kept or retired.
         self.default_from_world_size: dict[str, int] = {}
+
+    def integration(self, kind: str) -> Any:
+        """The ``FORM`` of integration ``kind`` (its module imported on first use), or None when the op
+        does not take part in it."""
+        module = self.integrations.get(kind)
+        if module is None:
+            return None
+        if kind not in self._forms:
+            import importlib
+
+            module_name = type(self).__module__  # the op's package, or the module in it defining the op
+            is_package = hasattr(importlib.import_module(module_name), "__path__")
+            package = module_name if is_package else module_name.rpartition(".")[0]
+            self._forms[kind] = importlib.import_module(f"{package}.{module}").FORM
+        return self._forms[kind]
+
+    def call_layout(self) -> dict[str, Any]:
+        """The layout fields a call passes as keywords of dispatch, with their defaults."""
+        return {k: v for k, v in self.layout_defaults().items() if k not in self.derived_layout}
 
     def in_default_space(self, name: str, world_size: int) -> bool:
         """Whether the tuner tries variant ``name`` at ``world_size`` when no ``--variants`` is given."""
@@ -247,6 +286,11 @@ class Op(ABC):
     @abstractmethod
     def empty_output(self, key: ProblemKey, device: Any) -> Any:
         """An output tensor filled with NaN (so unwritten elements fail validation)."""
+
+    def flops_per_rank(self, key: ProblemKey) -> float:
+        """Arithmetic one rank does for ``key`` (for the commands' CPU run-time estimates), or 0 when it
+        is negligible or unknown (no ``flops``)."""
+        return float(self.flops(key)) if self.flops is not None else 0.0
 
     def bytes_per_rank(self, key: ProblemKey) -> int:
         """Device memory one rank needs for a trial of ``key`` (inputs, output, the fp32 reference), or 0

@@ -105,3 +105,16 @@ class TorchFusedForm:
         if torch.__version__ < "2.10" and hasattr(symm_mem, "enable_symm_mem_for_group"):  # later: implied
             symm_mem.enable_symm_mem_for_group(name)
         return Workspace(key, dict(params), {"group_name": name})
+
+
+def symm_group_name() -> str:
+    """The default group's name, with symmetric memory enabled for it where this torch needs that
+    (before 2.10; later it is implied): what torch's fused ops take as ``group_name``."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+
+    group_name = dist.group.WORLD.group_name
+    if hasattr(symm_mem, "enable_symm_mem_for_group") and torch.__version__ < "2.10":
+        symm_mem.enable_symm_mem_for_group(group_name)
+    return group_name

@@ -53,8 +53,7 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
-from .autograd import FUNCTIONS as AUTOGRAD
-from .autograd import SAVING
+from .autograd import autograd_form, differentiable_call, saving_call
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide
 from .misses import Miss, append_misses, default_misses_path
@@ -201,7 +200,7 @@ class Plan:
 
     __slots__ = (
         "run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used", "variant", "opobj",
-        "_saving",
+        "autograd", "_saving",
     )  # fmt: skip
 
     def __init__(
@@ -225,6 +224,7 @@ class Plan:
         self.last_used = 0  # a tick of the runtime's clock: the least recently used plan is evicted first
         self.variant = variant
         self.opobj = opobj
+        self.autograd = autograd_form(opobj) if opobj is not None else None  # the op's AutogradForm
         self._saving: Any = None  # (variant, workspace) that hands out what backward needs
 
     def run_saving(self, tensors: tuple) -> tuple[Any, Any]:
@@ -332,7 +332,7 @@ class Runtime:
             if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
                 plan.calls += 1
                 plan.last_used = next(self._clock)
-                return _autograd_call(plan, tensors, out)
+                return differentiable_call(plan, tensors, out)
         else:
             plan = self._find(op, tensors, layout)
         plan.calls += 1
@@ -345,10 +345,7 @@ class Runtime:
         plan = self._find(op, tensors, layout)
         plan.calls += 1
         plan.last_used = next(self._clock)
-        function = SAVING.get(op)
-        if function is None:
-            raise NotImplementedError(f"dispatch_saving({op!r}): implemented for {sorted(SAVING)}")
-        return function(tensors, plan)
+        return saving_call(op, plan, tensors)
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -641,6 +638,10 @@ class Runtime:
         if self.table.digest != old:
             self.forget(set(self._decisions) | {p.key for p in self._plans.values()})
 
+    def has_decision(self, key: ProblemKey) -> bool:
+        """Whether ``key`` has a cached decision (decided, and not forgotten since)."""
+        return key in self._decisions
+
     def traced(self, key: ProblemKey) -> bool:
         """Whether ``key`` was decided while ``torch.compile`` traced (a graph may hold that decision)."""
         return key in self._traced
@@ -849,24 +850,9 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
         if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
             plan.calls += 1
             plan.last_used = next(rt._clock)
-            return _autograd_call(plan, tensors, out)
+            return differentiable_call(plan, tensors, out)
     else:
         plan = rt._find(op, tensors, layout)
     plan.calls += 1
     plan.last_used = next(rt._clock)
     return plan.run(plan.workspace, tensors, plan.ctx, out)
-
-
-def _autograd_call(plan: Plan, tensors: tuple, out: Any) -> Any:
-    """A differentiable call: the forward keeps what backward needs (:data:`.autograd.FUNCTIONS`)."""
-    function = AUTOGRAD.get(plan.key.op)
-    if function is None:
-        raise NotImplementedError(
-            f"dispatch({plan.key.op!r}): autograd is implemented for {sorted(AUTOGRAD)}"
-        )
-    if out is not None:
-        raise RuntimeError(
-            "dispatch(out=...): an output buffer cannot be differentiated through (in-place into a "
-            "tensor autograd does not track); call without out= when an input requires grad"
-        )
-    return function(tensors, plan)

@@ -97,16 +97,22 @@ def _canonical(node: object) -> str:
     return repr(node)
 
 
-def normalized_source(source: str, filename: str = "<source>") -> str:
-    """``source``'s code as Python parses it, docstrings (module, class, function) left out: the same for
-    two sources that differ only in layout, comments or docstrings."""
-    tree = ast.parse(source, filename=filename)
+def strip_docstrings(tree: ast.AST) -> None:
+    """Remove every docstring (module, class, function) from ``tree``, in place (an emptied body gets a
+    ``pass``). Imports only the standard library: :mod:`autotaxer.tools._fingerprint` loads this file."""
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
                 if isinstance(first.value.value, str):
                     node.body = node.body[1:] or [ast.Pass()]
+
+
+def normalized_source(source: str, filename: str = "<source>") -> str:
+    """``source``'s code as Python parses it, docstrings (module, class, function) left out: the same for
+    two sources that differ only in layout, comments or docstrings."""
+    tree = ast.parse(source, filename=filename)
+    strip_docstrings(tree)
     return _canonical(tree)
 
 

@@ -116,9 +116,10 @@ def read_misses(path: str | os.PathLike) -> list[Miss]:
     return sorted(merged.values(), key=lambda m: (-m.calls, m.key.text))
 
 
-def write_shapes_csv(misses: Iterable[Miss], path: str | os.PathLike, op: str = "ag_gemm") -> int:
+def write_shapes_csv(misses: Iterable[Miss], path: str | os.PathLike, op: str | None = None) -> int:
     """Write the distinct shapes of ``op`` among ``misses`` as a shapes.csv for ``autotaxer tune``
-    (most called first); returns the row count. See :func:`autotaxer.shapes.write_shapes`."""
+    (most called first; ``op`` None: the registry's default op); returns the row count. See
+    :func:`autotaxer.shapes.write_shapes`."""
     from ..shapes import write_shapes
 
     return write_shapes((m.key for m in misses), path, op)

@@ -33,7 +33,7 @@ def script_directory():
 
 
 def head_revision() -> str:
-    """The newest revision this code knows (a single head; ``tests/test_migrations.py`` checks it)."""
+    """The newest revision this code knows (a single head; ``tests/storage/test_migrations.py`` checks it)."""
     heads = script_directory().get_heads()
     if len(heads) != 1:
         raise DatabaseError(

@@ -1,6 +1,6 @@
 """SQLAlchemy models of autotaxer's own tables (prefix ``autotaxer_``; Optuna owns the unprefixed ones).
 
-Migrations in ``migrations/versions`` must produce exactly this schema (``tests/test_migrations.py``).
+Migrations in ``migrations/versions`` must produce exactly this schema (``tests/storage/test_migrations.py``).
 """
 
 from __future__ import annotations

@@ -242,7 +242,6 @@ class _Lead:
         op_variants = self._variants(key)
         warm = self._seeds(db, key, op_variants) if self.budget.seed_nearby else ()
         config = TuneConfig(
-            op=key.op,
             trials=self.budget.trials,
             sampled=8 if self.rt.ctx.target.device_type == "cuda" else 0,
             timeout_s=share,

@@ -70,7 +70,6 @@ MAX_SEED = 2**32 - 1
 class TuneConfig:
     """What ``autotaxer tune`` was asked to do (everything but the shapes, the database and the ranks)."""
 
-    op: str = "ag_gemm"
     trials: int = 32
     # sampler trials after the queued ones (BSP forms, warm starts, seeds): the budget is at least those
     sampled: int = 0

@@ -5,7 +5,8 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
 
 1. it runs ``step(*args)`` once, eagerly (compiled functions too), serving BSP for every key without an
    exact record and recording every key dispatch decides on any group (both ops, every layout, forward
-   and backward);
+   and backward); with :func:`autotaxer.async_tp.enable` on, it runs the step a second time as it is,
+   compiled, so the fused ops inductor's micro-pipeline pass put in compiled code are seen too;
 2. it tunes the keys that missed, and those whose search stopped short in an earlier launch, collectively
    on each group's ranks (:mod:`.in_group`: the tuner's trials, validation, timing and consensus;
    rank 0 writes trials and winners to the runtime's database), within ``budget_s`` in all and
@@ -105,6 +106,8 @@ def warmup(
     try:
         with _eager():
             step(*args)
+        if _async_tp_on():  # compiled code reaches torch's fused ops only when it runs compiled
+            step(*args)
     finally:
         set_recorder(None)
         for rt, seen in recorder.seen.items():
@@ -168,6 +171,15 @@ def _eager():
         return
     with stance("force_eager"):
         yield
+
+
+def _async_tp_on() -> bool:
+    """Whether ``autotaxer.async_tp`` serves torch's fused ops: the micro-pipeline pass puts them in
+    compiled code only, so the recording runs the step once more as it is, compiled."""
+    import sys
+
+    module = sys.modules.get("autotaxer.async_tp")
+    return module is not None and module.is_enabled()
 
 
 def _retrace(rt: Any, keys: list[ProblemKey], out: Any) -> None:

@@ -38,7 +38,7 @@ def test_ag_gemm_on_emulated_ranks(case: str, world_size: int, gather_dim: int) 
     import torch
     from autotaxer.kernels.ag_gemm.fused import FusedConfig
 
-    from autotaxer.tools.emulated_ranks import check_ag_gemm
+    from autotaxer.ops.ag_gemm._emulated import check_ag_gemm
 
     kind, fields, rows = AG_CASES[case]
     if gather_dim == 1 and fields.get("group_across"):
@@ -60,7 +60,7 @@ def test_gemm_rs_on_emulated_ranks(core: str, world_size: int, scatter_dim: int)
     import torch
     from autotaxer.kernels.gemm_rs.push import RsConfig
 
-    from autotaxer.tools.emulated_ranks import check_gemm_rs_push
+    from autotaxer.ops.gemm_rs._emulated import check_gemm_rs_push
 
     m, n = (256 * world_size, 1024) if scatter_dim == 0 else (512, 256 * world_size)
     cfg = RsConfig(**_TILES, num_programs=0)

@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent(
     import torch
 
     from autotaxer.kernels.gemm_rs.push import RsConfig
-    from autotaxer.tools.emulated_ranks import check_gemm_rs_push
+    from autotaxer.ops.gemm_rs._emulated import check_gemm_rs_push
 
     cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
     for ws, sd, m, n, k, layout, dtype, core in json.loads(sys.argv[1]):

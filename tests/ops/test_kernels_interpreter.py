@@ -21,7 +21,7 @@ _PRELUDE = textwrap.dedent(
 
     from autotaxer.kernels.ag_gemm.fused import FusedConfig
     from autotaxer.kernels.ag_gemm.push_tma import tma_ready
-    from autotaxer.tools.emulated_ranks import check_ag_gemm, grid_and_tiles
+    from autotaxer.ops.ag_gemm._emulated import check_ag_gemm, grid_and_tiles
 
 
     def check(*args, **kwargs):

@@ -2,7 +2,7 @@
 reference; CUDA-graph capture and replay on fresh inputs; ``torch.compile``; and a 2-layer
 tensor-parallel MLP (sequence-parallel all-gather + column-parallel GEMM) against plain PyTorch, timed.
 
-    pytest -q tests/test_dispatch_gpu.py -s      # -s shows the MLP timing line
+    pytest -q tests/runtime/test_dispatch_gpu.py -s      # -s shows the MLP timing line
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ import pytest
 _NEVER_SIGNAL = textwrap.dedent(
     """
     import json, time
-    from autotaxer.tools.emulated_ranks import NEVER_SIGNAL_KINDS, never_signal
+    from autotaxer.tools.emulated_ranks import never_signal, never_signal_kinds
 
-    for kind in NEVER_SIGNAL_KINDS:
+    for kind in never_signal_kinds():
         t0 = time.monotonic()
         exc = never_signal(kind, timeout_s=0.3)
         f = exc.failure

@@ -41,7 +41,10 @@ def _tune_case(url: str, case: Case) -> None:
 
 def test_tuned_params_reads_each_variants_best_trial(tmp_path):
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    cases = (Case(64, 64, 64, 0, "fp32"), Case(32, 64, 64, 1, "fp32"))
+    cases = (
+        Case.of("ag_gemm", "fp32", M=64, N=64, K=64, gather_dim=0),
+        Case.of("ag_gemm", "fp32", M=32, N=64, K=64, gather_dim=1),
+    )
     _tune_case(url, cases[0])
     with open_database(url) as db:
         tuned = tuned_params(db, cases, "cpu", 2)
@@ -52,11 +55,11 @@ def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="cases"):
         BenchConfig(cases=()).validate()
     with pytest.raises(ValueError, match="device"):
-        BenchConfig(cases=(Case(8, 8, 8),), device="tpu").validate()
+        BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), device="tpu").validate()
     with pytest.raises(ValueError, match="max_configs"):
-        BenchConfig(cases=(Case(8, 8, 8),), max_configs=0).validate()
+        BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), max_configs=0).validate()
     with pytest.raises(ValueError, match="dispatch_timing"):
-        BenchConfig(cases=(Case(8, 8, 8),), dispatch_timing="replay").validate()
+        BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), dispatch_timing="replay").validate()
 
 
 @pytest.mark.slow
@@ -64,7 +67,7 @@ def test_bench_cli_cpu_world_size_2(tmp_path):
     shapes = tmp_path / "shapes.csv"
     shapes.write_text(SHAPES)
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    _tune_case(url, Case(64, 64, 64, 0, "fp32"))
+    _tune_case(url, Case.of("ag_gemm", "fp32", M=64, N=64, K=64, gather_dim=0))
     out = tmp_path / "res" / "bench.json"
     args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--db", url]
     timing = ["--iters", "2", "--samples", "3", "--dispatch-timing", "eager"]
@@ -166,8 +169,8 @@ def test_table_fits_80_columns(capsys, monkeypatch):
     _print_table({"device": "NVIDIA H200", "world_size": 8, "rows": rows})
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in "".join(lines), lines
-    (line,) = [line for line in lines if "16384x28672x8192 d0 kn" in line]
-    assert line.split()[3:] == ["0.040", "push", "x1.25", "x0.83", "x1.33"]
+    (line,) = [line for line in lines if "16384x28672x8192 gd=0" in line]
+    assert line.split()[2:] == ["0.040", "push", "x1.25", "x0.83", "x1.33"]
 
 
 def _store_cpu_winner(url: str, case: Case, variant: str, params: dict) -> None:
@@ -198,7 +201,10 @@ def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
     data = tmp_path / "data"  # the default database: $XDG_DATA_HOME/autotaxer/tuning.sqlite
     (data / "autotaxer").mkdir(parents=True)
     _store_cpu_winner(
-        f"sqlite:///{data}/autotaxer/tuning.sqlite", Case(32, 64, 64, 0, "fp32"), "cpu_chunked", TUNED
+        f"sqlite:///{data}/autotaxer/tuning.sqlite",
+        Case.of("ag_gemm", "fp32", M=32, N=64, K=64, gather_dim=0),
+        "cpu_chunked",
+        TUNED,
     )
     out = tmp_path / "bench.json"
     args = ["bench", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--out", str(out)]
@@ -208,7 +214,9 @@ def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
     assert res.exit_code == 0, res.output
     assert "gemm_rs" in res.output
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["op"], r["gather_dim"]) for r in rows] == [("ag_gemm", 0), ("gemm_rs", 0), ("gemm_rs", 1)]
+    dims = [(r["op"], r.get("gather_dim", r.get("scatter_dim"))) for r in rows]
+    assert dims == [("ag_gemm", 0), ("gemm_rs", 0), ("gemm_rs", 1)]
+    assert "gather_dim" not in rows[1] and rows[1]["parts"] == ["reduce_scatter", "gemm"]
     tuned = rows[0]["variants"]["cpu_chunked"]
     assert (tuned["source"], tuned["best_params"]) == ("tuned", TUNED)
     assert (rows[0]["dispatch"]["variant"], rows[0]["dispatch"]["source"]) == ("cpu_chunked", "exact")
@@ -220,5 +228,5 @@ def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
         disp = row["dispatch"]
         assert disp["variant"] == "bsp" and disp["err"] <= 1e-3 and disp["eager"] > 0
         assert "iris_stock" not in row  # Iris ships no reduce-scatter + GEMM
-        if row["gather_dim"] == 0:  # torch's fused_matmul_reduce_scatter: scatter dim 0, on GPUs
+        if row["scatter_dim"] == 0:  # torch's fused_matmul_reduce_scatter: scatter dim 0, on GPUs
             assert row["torch_fused"] == {"skipped": "needs CUDA"}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from .._forms import INTEGRATION_MODULES, LayerForm
+from .._matmul import gemm_flops
 from ._op import AgGemm
 
 _VARIANT_MODULES = (
@@ -27,6 +29,11 @@ _EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout", "expe
 _TEST_MODULES = ("autotaxer.testing.planted",)
 
 AG_GEMM = AgGemm()
+# What the op takes part in beyond dispatch and tuning (see ops/_forms.py), each integration a module here.
+AG_GEMM.integrations = dict(INTEGRATION_MODULES)  # every one
+AG_GEMM.function_names = ("fused_all_gather_matmul",)
+AG_GEMM.layer = LayerForm("column", {"gather_dim": 0})  # sequence-parallel: the input's rows gathered
+AG_GEMM.flops = gemm_flops  # every rank computes the full product
 # The Triton GEMM variants' tiles, producer counts and row chunks are chosen for the number of tile waves
 # at the tuned M. Reused at a neighbouring M (four H200 runs, graph-timed) they lost to BSP in 6 of 8
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking

@@ -14,11 +14,18 @@ from __future__ import annotations
 
 import importlib
 
+from .._forms import INTEGRATION_MODULES, LayerForm
+from .._matmul import partial_gemm_flops
 from ._op import GemmRs
 
 _VARIANT_MODULES = ("bsp", "bsp_symm", "torch_fused", "push", "copy_engine")
 
 GEMM_RS = GemmRs()
+# What the op takes part in beyond dispatch and tuning (see ops/_forms.py), each integration a module here.
+GEMM_RS.integrations = dict(INTEGRATION_MODULES)  # every one
+GEMM_RS.function_names = ("fused_matmul_reduce_scatter",)
+GEMM_RS.layer = LayerForm("row", {"scatter_dim": 0})  # sequence-parallel: the output's rows scattered
+GEMM_RS.flops = partial_gemm_flops  # each rank's partial product over its K slice
 for _name in _VARIANT_MODULES:
     for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
         GEMM_RS.register(_variant)

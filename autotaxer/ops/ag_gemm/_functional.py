@@ -1,0 +1,54 @@
+"""``fused_all_gather_matmul``: ``torch.ops.symm_mem.fused_all_gather_matmul``'s contract, served by
+dispatch (:mod:`autotaxer.functional` exports it).
+
+All-gather ``A_shard`` along ``gather_dim`` over the group, return the gathered A and ``A @ B`` for each
+B, so code written for PyTorch's async-TP swaps one call. The first B is one tuned ``ag_gemm`` problem
+(whose variant also returns the gathered A it communicated); the others multiply that gathered A, so all
+of them share one all-gather. Differentiable in A_shard, every B and the returned A.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...functional import _from_matrix, _group_arg, _to_matrix
+
+
+def fused_all_gather_matmul(
+    A_shard: torch.Tensor,
+    Bs: list[torch.Tensor],
+    gather_dim: int,
+    group_name: Any = None,
+    *,
+    return_A: bool = True,
+) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """``(all_gather(A_shard, gather_dim), [A @ B for B in Bs])`` over the group; collective.
+
+    ``group_name``: a process group's name (PyTorch's signature), the group itself, or None for the
+    default group. Each B is ``(K, N_i)``: row-major, or an nn.Linear weight passed as ``weight.t()``.
+    """
+    from ...runtime.dispatch import runtime_for
+
+    if not Bs:
+        raise ValueError("Bs: at least one B is needed")
+    if not -A_shard.dim() <= gather_dim < A_shard.dim():
+        raise ValueError(f"gather_dim: {gather_dim} is not a dimension of a {A_shard.dim()}-D A_shard")
+    gather_dim %= A_shard.dim()
+    group = _group_arg(group_name)
+    a2d, gd = _to_matrix(A_shard, gather_dim)
+    if torch.compiler.is_compiling():  # traced BSP, or the custom op with its autograd registration
+        from ...runtime.custom_op import compiled_saving
+
+        first, gathered = compiled_saving("ag_gemm", a2d, Bs[0], gd, group)
+    else:
+        rt = runtime_for(group)
+        first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
+    outs = [first] + [gathered @ b for b in Bs[1:]]
+    ws = gathered.shape[gd] // a2d.shape[gd]
+    outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
+    return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
+
+
+FORM = {"fused_all_gather_matmul": fused_all_gather_matmul}

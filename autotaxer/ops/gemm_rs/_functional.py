@@ -1,0 +1,44 @@
+"""``fused_matmul_reduce_scatter``: ``torch.ops.symm_mem.fused_matmul_reduce_scatter``'s contract,
+served by dispatch (:mod:`autotaxer.functional` exports it): ``A @ B`` on every rank, summed (or averaged)
+over the group and scattered along ``scatter_dim`` of the product, as one tuned ``gemm_rs``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...functional import _group_arg
+
+
+def fused_matmul_reduce_scatter(
+    A: torch.Tensor, B: torch.Tensor, reduce_op: str, scatter_dim: int, group_name: Any = None
+) -> torch.Tensor:
+    """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
+    or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
+    """
+    from ...runtime.dispatch import dispatch
+
+    if reduce_op not in ("sum", "avg"):
+        raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
+    out_dims = A.dim()  # the product has A's dims, its last one N
+    if not -out_dims <= scatter_dim < out_dims:
+        raise ValueError(f"scatter_dim: {scatter_dim} is not a dimension of the {out_dims}-D product")
+    scatter_dim %= out_dims
+    group = _group_arg(group_name)
+    if scatter_dim == out_dims - 1:
+        a2d, sd = A.reshape(-1, A.shape[-1]), 1
+    else:
+        a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
+    out = dispatch("gemm_rs", a2d, B, scatter_dim=sd, group=group)
+    ws = a2d.shape[0] // out.shape[0] if sd == 0 else B.shape[1] // out.shape[1]
+    if reduce_op == "avg":
+        out = out / ws
+    if sd == 1:
+        return out.reshape(*A.shape[:-1], out.shape[-1])
+    moved = list(A.movedim(scatter_dim, 0).shape)
+    moved[0] //= ws
+    return out.reshape(*moved[:-1], out.shape[-1]).movedim(0, scatter_dim)
+
+
+FORM = {"fused_matmul_reduce_scatter": fused_matmul_reduce_scatter}
