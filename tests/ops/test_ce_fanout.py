@@ -150,6 +150,16 @@ class _HeapChannel:
         raise AssertionError(f"rank {self.rank}: address {ptr:#x} is in none of its heap buffers")
 
 
+def _heap_ranks(world_size: int, arena_bytes: int) -> list:
+    """Every rank's :class:`_HeapChannel`, each arena already ``arena_bytes`` (collective on GPUs: every
+    rank's arena exists before any address is translated)."""
+    ranks: list = []
+    ranks.extend(_HeapChannel(r, world_size, ranks) for r in range(world_size))
+    for ch in ranks:
+        ch.arena(arena_bytes)
+    return ranks
+
+
 class _Nothing:
     """A stream or event whose ordering the threads' flag waits already provide."""
 
@@ -170,10 +180,7 @@ def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams:
 
     m, n, k = 8 * world_size, 24, 16 * world_size
     rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
-    ranks: list = []
-    ranks.extend(_HeapChannel(r, world_size, ranks) for r in range(world_size))
-    for ch in ranks:  # collective on GPUs: every rank's arena exists before any address is translated
-        ch.arena(world_size * rows * ks * 4)
+    ranks = _heap_ranks(world_size, world_size * rows * ks * 4)
     plans = [
         fan.make_fanout_plan(
             ch,
@@ -318,10 +325,7 @@ def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
     _patch_transport(monkeypatch, grp)
     m, n, k = 8 * world_size, 24, 16 * world_size
     rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
-    ranks: list = []
-    ranks.extend(_HeapChannel(r, world_size, ranks) for r in range(world_size))
-    for ch in ranks:
-        ch.arena(world_size * rows * ks * 4)
+    ranks = _heap_ranks(world_size, world_size * rows * ks * 4)
     plans = [
         grp.make_grouped_plan(
             ch, m=m, k=k, gather_dim=gather_dim, elem=4, streams=streams, group=group, fp32_accumulate=False
@@ -359,10 +363,7 @@ def test_gemm_rs_copy_engine_reduces_on_an_emulated_heap(
     ws = world_size
     m, n, ks = (8 * ws, 24, 16) if scatter_dim == 0 else (24, 8 * ws, 16)
     mo, no = (m // ws, n) if scatter_dim == 0 else (m, n // ws)
-    ranks: list = []
-    ranks.extend(_HeapChannel(r, ws, ranks) for r in range(ws))
-    for ch in ranks:
-        ch.arena(ws * mo * no * 4)
+    ranks = _heap_ranks(ws, ws * mo * no * 4)
     plans = [
         rsce.make_rs_plan(ch, m=m, n=n, scatter_dim=scatter_dim, elem=4, streams=streams) for ch in ranks
     ]

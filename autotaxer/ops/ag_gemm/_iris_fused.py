@@ -137,6 +137,13 @@ class IrisFusedVariant(Variant):
             "launch_cache": {},  # compiled launches of this workspace (see the launcher's ``cache``)
             "watch": ctx.watch_slot(key, self.name),  # bounds the kernel's waits on peers, names this site
         }
+        # the launcher's arguments that every call of this workspace passes unchanged
+        buffers["call"] = dict(
+            inbox=buffers["data"], flags=buffers["flags"], sync=buffers["sync"],
+            heap_bases=buffers["heap_bases"],
+            rank=ctx.rank, world_size=ctx.world_size, gather_dim=key["gather_dim"], config=config,
+            num_sms=ctx.target.num_sms, cache=buffers["launch_cache"], watch=buffers["watch"].tensor,
+        )  # fmt: skip
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
 
@@ -147,22 +154,7 @@ class IrisFusedVariant(Variant):
         buf = ws.buffers
         if out is None:  # fresh from the caching allocator: no later call writes it
             out = torch.empty((ws.key["M"], ws.key["N"]), dtype=a_shard.dtype, device=a_shard.device)
-        buf["launch"](
-            a_shard=a_shard,
-            b=b,
-            out=out,
-            flags=buf["flags"],
-            sync=buf["sync"],
-            heap_bases=buf["heap_bases"],
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            gather_dim=ws.key["gather_dim"],
-            config=buf["config"],
-            num_sms=ctx.target.num_sms,
-            cache=buf["launch_cache"],
-            inbox=buf["data"],
-            watch=buf["watch"].tensor,
-        )
+        buf["launch"](a_shard=a_shard, b=b, out=out, **buf["call"])
         return out
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:

@@ -96,6 +96,14 @@ class PushVariant(Variant):
             "scratch": Scratch(),  # the TMA descriptors' global scratch (push_tma)
             "watch": ctx.watch_slot(key, self.name),  # bounds the kernel's waits on peers, names this site
         }
+        # the launcher's arguments that every call of this workspace passes unchanged
+        buffers["call"] = dict(
+            inbox=buffers["inbox"], flags=buffers["flags"], sync=buffers["sync"],
+            heap_bases=buffers["heap_bases"],
+            rank=ctx.rank, world_size=ctx.world_size, scatter_dim=key["scatter_dim"], config=config,
+            num_sms=ctx.target.num_sms, tma=self.tma, scratch=buffers["scratch"], pull=self.pull,
+            watch=buffers["watch"].tensor,
+        )  # fmt: skip
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
 
@@ -108,12 +116,7 @@ class PushVariant(Variant):
         buf = ws.buffers
         if out is None:  # fresh from the caching allocator: no later call writes it
             out = torch.empty(out_shape(ws.key), dtype=a.dtype, device=a.device)
-        return gemm_rs_push(
-            a=a, b=b, out=out, inbox=buf["inbox"], flags=buf["flags"], sync=buf["sync"],
-            heap_bases=buf["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
-            scatter_dim=ws.key["scatter_dim"], config=buf["config"], num_sms=ctx.target.num_sms,
-            tma=self.tma, scratch=buf["scratch"], pull=self.pull, watch=buf["watch"].tensor,
-        )  # fmt: skip
+        return gemm_rs_push(a=a, b=b, out=out, **buf["call"])
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
         """``(C slice, None)``: backward needs only the inputs it already holds."""
