@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ..common import signal as sig
-from ..common.channel import MAX_CHUNKS, Channel, _await, _raise, fork_lanes, join_lanes, peer_order
+from ..common.channel import MAX_CHUNKS, Channel, _await, _raise, join_lanes, peer_order
 from ..common.channel import get_channel as get_channel  # the variants' import (their records' code)
 
 
@@ -127,8 +129,6 @@ def _inbox_view(plan: Plan, inbox: Any, p: int) -> Any:
 
 def gemm_peer_rows(ch: Channel, plan: Plan, inbox: Any, b: Any, out: Any, flags: Any, main: Any) -> None:
     """``gather_dim=0``: each peer's rows of ``out``, chunk by chunk as its flags come up (one GEMM each)."""
-    import torch
-
     rows = plan.rows
     for p in plan.peers:
         a_p = _inbox_view(plan, inbox, p)
@@ -142,8 +142,6 @@ def gemm_k_slices(ch: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out
                   main: Any) -> None:  # fmt: skip
     """``gather_dim=1``: the local K-slice's product, then each peer's added chunk by chunk as its flags come
     up (``plan.fp32_accumulate``: into the fp32 ``acc``, converted into ``out`` at the end)."""
-    import torch
-
     r, ks = ch.rank, plan.k_shard
     target = acc if plan.fp32_accumulate else out
     if plan.fp32_accumulate:
@@ -172,10 +170,17 @@ def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, o
     ``plan.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (``kernels/common/watch.py``;
     None: the process's slot for unnamed launches). Launches only: no host synchronisation, no allocation.
     """
-    import torch
-
     ch, r = channel, channel.rank
-    main, lanes = fork_lanes(ch, plan.lanes, lambda peers, stream: _send(ch, plan, a_shard), watch)
+    # fork_lanes' steps for its one lane, written out: this is every call's host path
+    ch.watch = watch
+    main = torch.cuda.current_stream()
+    if ch.backend == "triton":
+        sig.advance_epoch(ch.epoch)
+    ch.fork.record(main)
+    ch.side.wait_event(ch.fork)
+    with torch.cuda.stream(ch.side):
+        _send(ch, plan, a_shard)
+    ch.join.record(ch.side)
     rows, ks = plan.rows, plan.k_shard
     flags = ch.data.view(ch.world_size, MAX_CHUNKS)
     if plan.gather_dim == 0 and plan.gather_first:
@@ -189,5 +194,5 @@ def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, o
         gemm_peer_rows(ch, plan, inbox, b, out, flags, main)
     else:
         gemm_k_slices(ch, plan, inbox, a_shard, b, out, acc, flags, main)
-    join_lanes(ch, plan.remote_done, main, lanes)  # this rank consumed its inbox: peers may overwrite it
+    join_lanes(ch, plan.remote_done, main, ((ch.side, ch.join),))  # this rank consumed its inbox
     return out

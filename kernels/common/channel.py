@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from . import signal as sig
 from .lanes import lane_streams
 
@@ -33,7 +35,6 @@ class Channel:
     """Per-heap, per-back-end state shared by every copy-engine workspace (collective to create)."""
 
     def __init__(self, iris_ctx: Any, backend: str, rank: int, world_size: int, group: Any) -> None:
-        import torch
         import torch.distributed as dist
 
         if backend not in BACKENDS:
@@ -61,7 +62,6 @@ class Channel:
 
     def arena(self, nbytes: int) -> Any:
         """A heap byte buffer of at least ``nbytes`` (collective when it has to grow)."""
-        import torch
         import torch.distributed as dist
 
         if self._arena is None or self._arena.numel() < nbytes:
@@ -123,13 +123,12 @@ def _await(ch: Channel, flag: Any, stream: Any, offset: int = 0) -> None:
         sig.wait(flag, ch.epoch, offset=offset, watch=ch.watch, peer=peer, index=index)
 
 
-def fork_lanes(ch: Channel, peer_lanes: tuple[tuple[int, ...], ...], send: Any, watch: Any) -> tuple:
+def fork_lanes(ch: Channel, peer_lanes: tuple[tuple[int, ...], ...], watch: Any, send: Any,
+               *args: Any) -> tuple:  # fmt: skip
     """Start a call on ``ch``: its waits bounded by the watch slot ``watch``, the epoch advanced (triton
     back end), and one side stream per lane of ``peer_lanes`` (:func:`.lanes.lane_streams`: the channel's
-    own first) forked from the caller's stream, on which ``send(peers, stream)`` issues that lane's copies
-    and flags. Returns ``(main, lanes)``: the caller's stream and the lanes' (stream, join event)."""
-    import torch
-
+    own first) forked from the caller's stream, on which ``send(*args, peers, stream)`` issues that lane's
+    copies and flags. Returns ``(main, lanes)``: the caller's stream and the lanes' (stream, join event)."""
     ch.watch = watch
     main = torch.cuda.current_stream()
     if ch.backend == "triton":
@@ -139,7 +138,7 @@ def fork_lanes(ch: Channel, peer_lanes: tuple[tuple[int, ...], ...], send: Any, 
     for (stream, join), peers in zip(lanes, peer_lanes, strict=True):
         stream.wait_event(ch.fork)
         with torch.cuda.stream(stream):
-            send(peers, stream)
+            send(*args, peers, stream)
         join.record(stream)
     return main, lanes
 

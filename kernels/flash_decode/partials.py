@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import torch
 import triton
 import triton.language as tl
 
@@ -277,15 +278,16 @@ def check_decode_inputs(q, k, v, lengths) -> tuple[int, int, int, int, int]:
     return b, h, hkv, d, k.shape[1]
 
 
-def kv_args(q, k, v, lengths, config: DecodeConfig) -> tuple[Kv, KvStrides, float, KvMeta]:
-    """The split-KV body's arguments for checked inputs: ``(kv, strides, qk_scale, META)``."""
-    import torch
+_FP32 = torch.float32
 
-    h, hkv, d = q.shape[1], k.shape[2], q.shape[2]
-    strides = KvStrides(q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2), v.stride(0),
-                        v.stride(1), v.stride(2))  # fmt: skip
-    meta = KvMeta(GROUP=h // hkv, BLOCK_G=block_g(h // hkv), BLOCK_N=config.block_n, HEAD_DIM=d,
-                  IEEE=q.dtype == torch.float32)  # fmt: skip
+
+def kv_args(q, k, v, lengths, config: DecodeConfig) -> tuple[Kv, KvStrides, float, KvMeta]:
+    """The split-KV body's arguments for checked inputs: ``(kv, strides, qk_scale, META)`` (every launch
+    builds them: positional, no keyword binding)."""
+    group, d = q.shape[1] // k.shape[2], q.shape[2]
+    qs, ks, vs = q.stride(), k.stride(), v.stride()
+    strides = KvStrides(qs[0], qs[1], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2])
+    meta = KvMeta(group, block_g(group), config.block_n, d, q.dtype == _FP32)
     return Kv(q, k, v, lengths), strides, LOG2E / d**0.5, meta
 
 

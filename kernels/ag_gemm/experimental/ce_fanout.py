@@ -24,9 +24,10 @@ two schedules may follow one another on one channel. CUDA-graph safe for the sam
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from ...common import signal as sig
 from ...common.channel import fork_lanes, join_lanes
@@ -100,8 +101,6 @@ def gemm_peer_runs(ch: ce.Channel, base: ce.Plan, runs: tuple[tuple[int, int], .
                    out: Any, flags: Any, main: Any) -> None:  # fmt: skip
     """``gather_dim=0``: one GEMM per run ``(lo, hi)`` of consecutive peers, once every chunk of theirs has
     landed (inbox slots are in rank order, as are the output's rows, so a run is one matrix)."""
-    import torch
-
     rows, ks = base.rows, base.k_shard
     n = rows * ks
     for lo, hi in runs:
@@ -120,11 +119,8 @@ def ag_gemm_ce_fanout(channel: ce.Channel, plan: FanoutPlan, inbox: Any, a_shard
     workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (as in
     ``copy_engine.ag_gemm_ce``). Launches only: no host synchronisation, no allocation.
     """
-    import torch
-
     ch, r, base = channel, channel.rank, plan.base
-    send = functools.partial(_send_lane, ch, plan, a_shard)
-    main, lanes = fork_lanes(ch, plan.lanes, send, watch)
+    main, lanes = fork_lanes(ch, plan.lanes, watch, _send_lane, ch, plan, a_shard)
     rows = base.rows
     flags = ch.data.view(ch.world_size, ce.MAX_CHUNKS)
     if base.gather_dim == 0:

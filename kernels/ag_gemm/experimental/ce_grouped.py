@@ -25,9 +25,10 @@ copy-engine schedule may follow one another on one channel; CUDA-graph safe for 
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from ...common import signal as sig
 from ...common.channel import fork_lanes, join_lanes
@@ -101,10 +102,8 @@ def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_sha
     workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (as in
     ``copy_engine.ag_gemm_ce``). Launches only: no host synchronisation, no allocation.
     """
-    import torch
-
     ch, r, base = channel, channel.rank, plan.base
-    main, lanes = fork_lanes(ch, plan.lanes, functools.partial(_send_lane, ch, plan, a_shard), watch)
+    main, lanes = fork_lanes(ch, plan.lanes, watch, _send_lane, ch, plan, a_shard)
     rows, ks, ws = base.rows, base.k_shard, ch.world_size
     flags = ch.data.view(ws, ce.MAX_CHUNKS)
     if base.gather_dim == 0:

@@ -218,17 +218,22 @@ def ag_gemm_push_ws(
     b,
     out,
     inbox,
+    flags,
+    sync,
+    heap_bases,
+    rank: int,
+    world_size: int,
     gather_dim: int,
     config: FusedConfig,
+    num_sms: int,
     phase: str = "all",
     cache: dict | None = None,
     transport: str = "sms",
-    **workspace: Any,
+    watch: Any = None,
 ):
-    """``out = all_gather(a_shard, gather_dim) @ b``; arguments as ``ag_gemm_push`` (``phase`` must be
-    ``"all"``: the Gluon consumer has no interpreter path; ``transport``: :data:`TRANSPORTS`;
-    ``workspace``: the rest of ``ag_gemm_push``'s, its ``watch`` bounding both kernels' waits on peers);
-    collective."""
+    """``out = all_gather(a_shard, gather_dim) @ b``; arguments as ``ag_gemm_push`` (named, as there: every
+    call's path; ``phase`` must be ``"all"``: the Gluon consumer has no interpreter path; ``transport``:
+    :data:`TRANSPORTS`; ``watch``: the watch slot bounding both kernels' waits on peers); collective."""
     import torch
 
     if phase != "all":
@@ -240,7 +245,10 @@ def ag_gemm_push_ws(
         why = ws_config_error(consumer, a_shard.element_size()) or tensors_error(
             a_shard, b, inbox, gather_dim, consumer
         )
-        kept = dict(inbox=inbox, gather_dim=gather_dim, config=config, **workspace)
+        kept = dict(
+            inbox=inbox, flags=flags, sync=sync, heap_bases=heap_bases, rank=rank, world_size=world_size,
+            gather_dim=gather_dim, config=config, num_sms=num_sms, watch=watch,
+        )  # fmt: skip
         if why is not None:
             _run_push(a_shard, b, out, cache, **kept)
             return out
