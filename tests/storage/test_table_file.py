@@ -133,7 +133,7 @@ def test_not_json_not_text_empty(tmp_path):
     with pytest.raises(TableFileError, match=r"e\.json: empty file"):
         read_table(empty)
     top = _write_json(tmp_path, [1, 2], "list.json")
-    with pytest.raises(TableFileError, match="expected a JSON object at the top"):
+    with pytest.raises(TableFileError, match=r"list\.json: expected a JSON object, got list"):
         read_table(top)
     with pytest.raises(TableFileError, match="cannot read"):
         read_table(tmp_path / "missing.json")
