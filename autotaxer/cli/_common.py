@@ -21,6 +21,21 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def flag(*decls: str, help: str) -> Any:
+    """A boolean option (``"--x"``, ``"--x/--no-x"``, short names after) shown in ``--help`` as a bare
+    flag, without a ``<bool>`` placeholder."""
+    return typer.Option(*decls, help=help, metavar="")
+
+
+def choice(decl: str, choices: tuple[str, ...], *, help: str) -> Any:
+    """An option taking one of ``choices``, shown in ``--help`` as ``<a|b|c>`` (the command checks the
+    value, naming the option)."""
+    return typer.Option(decl, help=help, metavar=f"<{'|'.join(choices)}>")
+
+
+#: Timing modes of ``--timing`` and ``--dispatch-timing`` (eager back-to-back calls, CUDA-graph replays).
+TIMINGS = ("eager", "graph")
+
 DbOption = Annotated[
     str | None,
     typer.Option(
@@ -31,7 +46,7 @@ DbOption = Annotated[
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.", metavar="")]
+QuietOption = Annotated[bool, flag("--quiet", "-q", help="Print only errors.")]
 OpFilter = Annotated[str | None, typer.Option("--op", help=f"Only this op, e.g. {DEFAULT_OP}.")]
 GpuFilter = Annotated[
     str | None,
@@ -41,16 +56,12 @@ GpuFilter = Annotated[
 DEVICES = ("auto", "cuda", "cpu")
 WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
 ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
-DeviceOption = Annotated[
-    str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
-]
+DeviceOption = Annotated[str, choice("--device", DEVICES, help="auto: GPUs when visible, else CPU.")]
 VariantsOption = Annotated[
     str | None,
     typer.Option("--variants", help="Comma-separated variants (default: every one; the BSP forms always)."),
 ]
-YesOption = Annotated[
-    bool, typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar="")
-]
+YesOption = Annotated[bool, flag("--yes", help="Run even a CPU run estimated at more than an hour.")]
 WorldSizeFilter = Annotated[
     int | None,
     typer.Option("--world-size", min=1, help="Only this world size."),

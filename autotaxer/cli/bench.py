@@ -18,6 +18,7 @@ import typer
 
 from ._common import (
     DEVICES,
+    TIMINGS,
     DbOption,
     DeviceOption,
     FormatOption,
@@ -26,6 +27,8 @@ from ._common import (
     VariantsOption,
     WorldSizeOption,
     YesOption,
+    choice,
+    flag,
     print_json,
 )
 
@@ -40,12 +43,8 @@ def bench_command(
     max_configs: Annotated[
         int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
     ] = 8,
-    peers: Annotated[
-        bool, typer.Option("--peers/--no-peers", help="PyTorch and Iris stock kernels.", metavar="")
-    ] = True,
-    dispatch: Annotated[
-        bool, typer.Option("--dispatch/--no-dispatch", help="Time dispatch().", metavar="")
-    ] = True,
+    peers: Annotated[bool, flag("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
+    dispatch: Annotated[bool, flag("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
     peer_timeout: Annotated[
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
@@ -57,10 +56,7 @@ def bench_command(
         int | None, typer.Option("--samples", min=1, help="Timed samples, median of them (GPU default 9).")
     ] = None,
     dispatch_timing: Annotated[
-        str | None,
-        typer.Option(
-            "--dispatch-timing", help="Serve only winners tuned with this timing.", metavar="<eager|graph>"
-        ),
+        str | None, choice("--dispatch-timing", TIMINGS, help="Serve only winners tuned with this timing.")
     ] = None,
     fmt: FormatOption = OutputFormat.human,
     yes: YesOption = False,
@@ -81,7 +77,7 @@ def bench_command(
         raise ValueError(f"--world-size: must be >= 1, got {world_size}")
     if device not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
-    if dispatch_timing not in (None, "eager", "graph"):
+    if dispatch_timing is not None and dispatch_timing not in TIMINGS:
         raise ValueError(f"--dispatch-timing: expected eager or graph, got {dispatch_timing!r}")
     try:
         target = detect_target(device, world_size)

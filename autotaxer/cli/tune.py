@@ -14,7 +14,18 @@ from typing import Annotated, Any
 import typer
 
 from .._problem import MAX_WORLD_SIZE
-from ._common import DEVICES, DbOption, DeviceOption, ShapesOption, VariantsOption, WorldSizeOption, YesOption
+from ._common import (
+    DEVICES,
+    TIMINGS,
+    DbOption,
+    DeviceOption,
+    ShapesOption,
+    VariantsOption,
+    WorldSizeOption,
+    YesOption,
+    choice,
+    flag,
+)
 
 
 def tune_command(
@@ -34,9 +45,7 @@ def tune_command(
         float, typer.Option("--trial-timeout", help="Watchdog seconds per trial.")
     ] = 120.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampler and input seed.")] = 0,
-    sampler: Annotated[
-        str, typer.Option("--sampler", help="grid: exhaustive.", metavar="<tpe|random|grid>")
-    ] = "tpe",
+    sampler: Annotated[str, choice("--sampler", ("tpe", "random", "grid"), help="grid: exhaustive.")] = "tpe",
     device: DeviceOption = "auto",
     variants: VariantsOption = None,
     sampled: Annotated[
@@ -47,23 +56,12 @@ def tune_command(
             "budget is at least those plus this many (default: 8 on GPUs, 0 on CPU).",
         ),
     ] = None,
-    retune: Annotated[
-        bool, typer.Option("--retune", help="Delete the studies and winners first.", metavar="")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", help="Plain log lines instead of the live display.", metavar="")
-    ] = False,
-    jsonl: Annotated[
-        bool, typer.Option("--jsonl", help="JSON lines on stdout, one per event.", metavar="")
-    ] = False,
-    wide: Annotated[
-        bool, typer.Option("--wide", help="Summary with full keys, BSP times and parameters.", metavar="")
-    ] = False,
+    retune: Annotated[bool, flag("--retune", help="Delete the studies and winners first.")] = False,
+    quiet: Annotated[bool, flag("--quiet", help="Plain log lines instead of the live display.")] = False,
+    jsonl: Annotated[bool, flag("--jsonl", help="JSON lines on stdout, one per event.")] = False,
+    wide: Annotated[bool, flag("--wide", help="Summary with full keys, BSP times and parameters.")] = False,
     timing: Annotated[
-        str,
-        typer.Option(
-            "--timing", help="Back-to-back calls, or replays of a CUDA graph.", metavar="<eager|graph>"
-        ),
+        str, choice("--timing", TIMINGS, help="Back-to-back calls, or replays of a CUDA graph.")
     ] = "eager",
     warm_start: Annotated[
         list[Path] | None,
