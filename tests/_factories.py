@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
+
+import pytest
 
 from autotaxer import ProblemKey
 from autotaxer.measure import TimingConfig
@@ -25,6 +28,41 @@ def rank_key(ctx, m: int, n: int, k: int, gather_dim: int, dtype: str = "fp32") 
         {"M": m, "N": n, "K": k},
         {"gather_dim": gather_dim},
     )
+
+
+def layout_keys(ctx, op: str, shape: dict[str, int], dim_field: str) -> Iterator[tuple[int, str, ProblemKey]]:
+    """``(dim, b_layout, key)``: bf16 keys of ``op`` on ``ctx``'s GPU model and world size, for both values
+    of the layout field ``dim_field`` (``gather_dim``, ``scatter_dim``) and both weight layouts."""
+    for dim in (0, 1):
+        for layout in ("kn", "nk"):
+            layouts = {dim_field: dim, "b_layout": layout}
+            key = ProblemKey.make(op, ctx.target.gpu_model, ctx.world_size, "bf16", shape, layouts)
+            yield dim, layout, key
+
+
+def on_gpus(*world_sizes: int) -> pytest.MarkDecorator:
+    """Parametrize a test's ``world_size`` over ``world_sizes``, each case marked ``gpu`` for that many GPUs
+    (skipped where fewer are visible), ids ``ws1``, ``ws2``, ..."""
+    cases = [pytest.param(n, marks=pytest.mark.gpu(world_size=n), id=f"ws{n}") for n in world_sizes]
+    return pytest.mark.parametrize("world_size", cases)
+
+
+def kept_results(op, variant, ws, key: ProblemKey, ctx, seeds: tuple[int, ...] = (1, 2)) -> list[tuple]:
+    """``(seed, output)`` of one call of ``variant`` (workspace ``ws``) per seed's fresh inputs, every
+    output kept alive (so that a variant handing out one buffer twice shows in :func:`kept_errors`)."""
+    return [(s, variant.run(ws, op.make_inputs(key, ctx.rank, ctx.device, s), ctx)) for s in seeds]
+
+
+def kept_errors(op, key: ProblemKey, ctx, results: list[tuple]) -> tuple[list[float], int]:
+    """After a device synchronisation: each of :func:`kept_results`' outputs' relative error against the
+    op's fp32 reference of its seed, and how many distinct buffers the outputs are."""
+    import torch
+
+    from autotaxer.ops import relative_error
+
+    torch.cuda.synchronize()
+    errs = [relative_error(c, op.reference(key, ctx.rank, ctx.device, s)) for s, c in results]
+    return errs, len({c.data_ptr() for _, c in results})
 
 
 def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):
