@@ -82,6 +82,22 @@ def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, vari
     )
 
 
+# -- several checks in one spawned group of CPU ranks (spawning one costs seconds) ---------------------
+def by_check(per_rank: list[dict]) -> dict[str, list]:
+    """``{check: results in rank order}`` from every rank's ``{check: result}``."""
+    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
+def at_world_size(request, world_size: int, check: str, fn, args: tuple = ()) -> list:
+    """Results in rank order of ``fn(ctx, *args)`` on ``world_size`` CPU ranks: at 2 ranks the ``check``
+    entry of the test module's ``two_ranks`` fixture (one group that ran every check), else a new group."""
+    from autotaxer.testing import run_ranks
+
+    if world_size == 2:
+        return request.getfixturevalue("two_ranks")[check]
+    return run_ranks(fn, world_size, "cpu", args=args, timeout=300)
+
+
 # -- the tuner in one process (tests/tuner, tests/storage) -------------------------------------------
 FAST = TimingConfig(mode="eager", warmup=0, iters=1, samples=1)
 KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"gather_dim": 0})
