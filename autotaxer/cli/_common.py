@@ -68,6 +68,11 @@ WorldSizeFilter = Annotated[
 ]
 
 
+def variant_names(text: str | None) -> tuple[str, ...] | None:
+    """The names of a ``--variants`` list (None: the option was not given, so every variant)."""
+    return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
+
+
 def open_db(url: str | None, upgrade: bool = True, read_only: bool = False) -> Database:
     """Open the tuning database (migrating it unless ``upgrade`` is False; ``read_only``: a read command,
     which writes, creates and migrates nothing)."""

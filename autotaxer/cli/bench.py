@@ -30,6 +30,7 @@ from ._common import (
     choice,
     flag,
     print_json,
+    variant_names,
 )
 
 
@@ -92,7 +93,7 @@ def bench_command(
         cases=cases,
         world_size=world_size,
         device=target.device_type,
-        variants=tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None,
+        variants=variant_names(variants),
         max_configs=max_configs,
         warmup=timing.warmup,
         iters=iters if iters is not None else timing.iters,
