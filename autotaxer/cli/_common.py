@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -71,6 +72,18 @@ WorldSizeFilter = Annotated[
 def variant_names(text: str | None) -> tuple[str, ...] | None:
     """The names of a ``--variants`` list (None: the option was not given, so every variant)."""
     return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
+
+
+def load_rows(path: Path, world_size: int) -> list[Any]:
+    """The rows of the shapes file ``path``, its warnings echoed as ``warning: ...`` lines on stderr."""
+    from autotaxer.shapes import load_shapes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = load_shapes(path, world_size)
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
+    return rows
 
 
 def open_db(url: str | None, upgrade: bool = True, read_only: bool = False) -> Database:

@@ -10,7 +10,6 @@ the default one that ``tune`` writes. Prints its estimate first and each row as 
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +28,7 @@ from ._common import (
     YesOption,
     choice,
     flag,
+    load_rows,
     print_json,
     variant_names,
 )
@@ -127,13 +127,7 @@ def bench_command(
 
 
 def _load_rows(path: Path, world_size: int) -> list[Any]:
-    from ..shapes import load_shapes
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        rows = load_shapes(path, world_size)
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+    rows = load_rows(path, world_size)
     ops = _bench_ops()
     skipped = sum(r.op not in ops for r in rows)
     if skipped:

@@ -7,7 +7,6 @@ tunes, the others follow (see ``autotaxer/tuner/distributed.py``). Re-running th
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +24,7 @@ from ._common import (
     YesOption,
     choice,
     flag,
+    load_rows,
     variant_names,
 )
 
@@ -129,16 +129,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _load_rows(path: Path, world_size: int, op: str | None) -> list[Any]:
-    from ..shapes import ShapesError, load_shapes
+    from ..shapes import ShapesError
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            rows = load_shapes(path, world_size)
-        except (ShapesError, ValueError, OSError) as e:
-            _fail(str(e))
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+    try:
+        rows = load_rows(path, world_size)
+    except (ShapesError, ValueError, OSError) as e:
+        _fail(str(e))
     if op is not None:
         rows = [r for r in rows if r.op == op]
     if not rows:
