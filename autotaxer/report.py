@@ -166,6 +166,15 @@ def _slug(*parts: Any) -> str:
     return _SLUG_RE.sub("-", "_".join(str(p) for p in parts)).strip("-").lower()
 
 
+def _label_line_plot(ax: Any, title: str, xlabel: str, ylabel: str, title_size: int) -> None:
+    """Axis labels, the title, a light grid and a small legend: how the line plots of the page look."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=title_size)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def _speedup_figure(
     title: str, series: Mapping[str, list[tuple[int, float]]], ceiling: list[tuple[int, float]]
 ):
@@ -180,11 +189,7 @@ def _speedup_figure(
         ax.plot(xs, ys, "k--", linewidth=1.5, label="ceiling: BSP / max(AG, GEMM)")
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("M (global rows)")
-    ax.set_ylabel("speedup over BSP (faster mode each)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _label_line_plot(ax, title, "M (global rows)", "speedup over BSP (faster mode each)", title_size=10)
     return fig
 
 
@@ -224,11 +229,7 @@ def _history_figure(title: str, trials: list[tuple[int, float, str]]):
     xs, ys = zip(*line, strict=True)
     ax.step(xs, ys, where="post", color="black", linewidth=1.2, label="best so far")
     ax.set_yscale("log")
-    ax.set_xlabel("trial number")
-    ax.set_ylabel("median time (µs)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    _label_line_plot(ax, title, "trial number", "median time (µs)", title_size=9)
     return fig
 
 

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
+from ._json_object import parse_json_object
 from .records import RECORD_FIELDS, RecordError, WinnerRecord
 
 TABLE_SCHEMA_VERSION = 1
@@ -134,12 +135,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def _parse_json(path: Path, text: str) -> list[tuple[WinnerRecord, str]]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TableFileError(f"{path}:{e.lineno}: not valid JSON: {e.msg} (column {e.colno})") from None
-    if not isinstance(doc, dict):
-        raise TableFileError(f"{path}: expected a JSON object at the top, got {type(doc).__name__}")
+    doc = parse_json_object(text, path, TableFileError)
     if doc.get("format") != TABLE_FORMAT:
         raise TableFileError(
             f"{path}: field 'format': expected {TABLE_FORMAT!r}, got {doc.get('format')!r} "

@@ -65,6 +65,7 @@ def _time(
     import torch.distributed as dist
 
     import autotaxer.async_tp as atp
+    from autotaxer.tools.one_rank import ms_per_call
 
     def switch(name: str) -> None:
         if name in with_autotaxer:
@@ -82,13 +83,7 @@ def _time(
             switch(name)
             dist.barrier()
             torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                fn()
-            end.record()
-            torch.cuda.synchronize()
-            times[name].append(start.elapsed_time(end) / iters)
+            times[name].append(ms_per_call(fn, iters))
     med = torch.tensor([statistics.median(t) for t in times.values()], device="cuda")
     dist.all_reduce(med, op=dist.ReduceOp.MAX)
     return dict(zip(fns, med.tolist(), strict=True))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 from autotaxer.tools.one_rank import fused_one_rank, interleaved
 
@@ -39,21 +38,9 @@ TMA_CONFIGS = [(128, 128, 64, 8, 4, 5, 0)]  # also timed with --tma
 _ROW_NAMES = {"push": "fused", "push_tma": "tma"}
 
 
-def _time(fn, reps: int = 50) -> float:
-    import torch
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times)
+def _time(fn) -> float:
+    """Median ms per call of ``fn`` alone: warm-up, then 5 samples of 50 back-to-back calls."""
+    return interleaved([fn], reps=50, rounds=5)[0]
 
 
 def fused_side_by_side(a, b, out, ref, cfg, kinds: tuple[str, ...] = ("push",)) -> dict:

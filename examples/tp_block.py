@@ -56,28 +56,28 @@ def _scatter_rows(x: torch.Tensor) -> torch.Tensor:
     return summed.chunk(ws)[dist.get_rank()].clone()
 
 
-class GatherRows(torch.autograd.Function):
+class _Collective(torch.autograd.Function):
+    """``forward(x)``, whose gradient is ``backward(grad)``: all-gather and reduce-scatter are each
+    other's adjoint."""
+
+    @staticmethod
+    def forward(ctx, x, forward, backward):
+        ctx.backward_fn = backward
+        return forward(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.backward_fn(grad), None, None
+
+
+def gather_rows(x: torch.Tensor) -> torch.Tensor:
     """All-gather along dim 0; backward reduce-scatters."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return _gather_rows(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _scatter_rows(grad)
+    return _Collective.apply(x, _gather_rows, _scatter_rows)
 
 
-class ScatterRows(torch.autograd.Function):
+def scatter_rows(x: torch.Tensor) -> torch.Tensor:
     """Reduce-scatter along dim 0 (a row-parallel layer's output); backward all-gathers."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return _scatter_rows(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather_rows(grad)
+    return _Collective.apply(x, _scatter_rows, _gather_rows)
 
 
 # -- the model --------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ class Layer(nn.Module):
     def _column(self, x: torch.Tensor, weights: list[torch.Tensor]) -> list[torch.Tensor]:
         rows = x.reshape(-1, x.shape[-1])
         if self.plain:
-            gathered = GatherRows.apply(rows)
+            gathered = gather_rows(rows)
             outs = [F.linear(gathered, w) for w in weights]
         else:
             _, outs = autotaxer.fused_all_gather_matmul(rows, [w.t() for w in weights], 0)
@@ -129,7 +129,7 @@ class Layer(nn.Module):
 
     def _row(self, x: torch.Tensor, layer: nn.Module) -> torch.Tensor:
         if self.plain:
-            return ScatterRows.apply(F.linear(x, layer.weight))
+            return scatter_rows(F.linear(x, layer.weight))
         return layer(x)
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
+
+import pytest
 
 from autotaxer import ProblemKey
 from autotaxer.measure import TimingConfig
@@ -27,6 +30,41 @@ def rank_key(ctx, m: int, n: int, k: int, gather_dim: int, dtype: str = "fp32") 
     )
 
 
+def layout_keys(ctx, op: str, shape: dict[str, int], dim_field: str) -> Iterator[tuple[int, str, ProblemKey]]:
+    """``(dim, b_layout, key)``: bf16 keys of ``op`` on ``ctx``'s GPU model and world size, for both values
+    of the layout field ``dim_field`` (``gather_dim``, ``scatter_dim``) and both weight layouts."""
+    for dim in (0, 1):
+        for layout in ("kn", "nk"):
+            layouts = {dim_field: dim, "b_layout": layout}
+            key = ProblemKey.make(op, ctx.target.gpu_model, ctx.world_size, "bf16", shape, layouts)
+            yield dim, layout, key
+
+
+def on_gpus(*world_sizes: int) -> pytest.MarkDecorator:
+    """Parametrize a test's ``world_size`` over ``world_sizes``, each case marked ``gpu`` for that many GPUs
+    (skipped where fewer are visible), ids ``ws1``, ``ws2``, ..."""
+    cases = [pytest.param(n, marks=pytest.mark.gpu(world_size=n), id=f"ws{n}") for n in world_sizes]
+    return pytest.mark.parametrize("world_size", cases)
+
+
+def kept_results(op, variant, ws, key: ProblemKey, ctx, seeds: tuple[int, ...] = (1, 2)) -> list[tuple]:
+    """``(seed, output)`` of one call of ``variant`` (workspace ``ws``) per seed's fresh inputs, every
+    output kept alive (so that a variant handing out one buffer twice shows in :func:`kept_errors`)."""
+    return [(s, variant.run(ws, op.make_inputs(key, ctx.rank, ctx.device, s), ctx)) for s in seeds]
+
+
+def kept_errors(op, key: ProblemKey, ctx, results: list[tuple]) -> tuple[list[float], int]:
+    """After a device synchronisation: each of :func:`kept_results`' outputs' relative error against the
+    op's fp32 reference of its seed, and how many distinct buffers the outputs are."""
+    import torch
+
+    from autotaxer.ops import relative_error
+
+    torch.cuda.synchronize()
+    errs = [relative_error(c, op.reference(key, ctx.rank, ctx.device, s)) for s, c in results]
+    return errs, len({c.data_ptr() for _, c in results})
+
+
 def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):
     return WinnerRecord(
         key=make_key(m, **key_kw),
@@ -42,6 +80,22 @@ def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, vari
         measured_at=datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
         device_type="cuda",
     )
+
+
+# -- several checks in one spawned group of CPU ranks (spawning one costs seconds) ---------------------
+def by_check(per_rank: list[dict]) -> dict[str, list]:
+    """``{check: results in rank order}`` from every rank's ``{check: result}``."""
+    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+
+
+def at_world_size(request, world_size: int, check: str, fn, args: tuple = ()) -> list:
+    """Results in rank order of ``fn(ctx, *args)`` on ``world_size`` CPU ranks: at 2 ranks the ``check``
+    entry of the test module's ``two_ranks`` fixture (one group that ran every check), else a new group."""
+    from autotaxer.testing import run_ranks
+
+    if world_size == 2:
+        return request.getfixturevalue("two_ranks")[check]
+    return run_ranks(fn, world_size, "cpu", args=args, timeout=300)
 
 
 # -- the tuner in one process (tests/tuner, tests/storage) -------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -21,6 +22,21 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+def flag(*decls: str, help: str) -> Any:
+    """A boolean option (``"--x"``, ``"--x/--no-x"``, short names after) shown in ``--help`` as a bare
+    flag, without a ``<bool>`` placeholder."""
+    return typer.Option(*decls, help=help, metavar="")
+
+
+def choice(decl: str, choices: tuple[str, ...], *, help: str) -> Any:
+    """An option taking one of ``choices``, shown in ``--help`` as ``<a|b|c>`` (the command checks the
+    value, naming the option)."""
+    return typer.Option(decl, help=help, metavar=f"<{'|'.join(choices)}>")
+
+
+#: Timing modes of ``--timing`` and ``--dispatch-timing`` (eager back-to-back calls, CUDA-graph replays).
+TIMINGS = ("eager", "graph")
+
 DbOption = Annotated[
     str | None,
     typer.Option(
@@ -31,7 +47,7 @@ DbOption = Annotated[
     ),
 ]
 FormatOption = Annotated[OutputFormat, typer.Option("--format", help="Output for people or for programs.")]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="Print only errors.", metavar="")]
+QuietOption = Annotated[bool, flag("--quiet", "-q", help="Print only errors.")]
 OpFilter = Annotated[str | None, typer.Option("--op", help=f"Only this op, e.g. {DEFAULT_OP}.")]
 GpuFilter = Annotated[
     str | None,
@@ -41,20 +57,33 @@ GpuFilter = Annotated[
 DEVICES = ("auto", "cuda", "cpu")
 WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
 ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
-DeviceOption = Annotated[
-    str, typer.Option("--device", help="auto: GPUs when visible, else CPU.", metavar="<auto|cuda|cpu>")
-]
+DeviceOption = Annotated[str, choice("--device", DEVICES, help="auto: GPUs when visible, else CPU.")]
 VariantsOption = Annotated[
     str | None,
     typer.Option("--variants", help="Comma-separated variants (default: every one; the BSP forms always)."),
 ]
-YesOption = Annotated[
-    bool, typer.Option("--yes", help="Run even a CPU run estimated at more than an hour.", metavar="")
-]
+YesOption = Annotated[bool, flag("--yes", help="Run even a CPU run estimated at more than an hour.")]
 WorldSizeFilter = Annotated[
     int | None,
     typer.Option("--world-size", min=1, help="Only this world size."),
 ]
+
+
+def variant_names(text: str | None) -> tuple[str, ...] | None:
+    """The names of a ``--variants`` list (None: the option was not given, so every variant)."""
+    return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
+
+
+def load_rows(path: Path, world_size: int) -> list[Any]:
+    """The rows of the shapes file ``path``, its warnings echoed as ``warning: ...`` lines on stderr."""
+    from autotaxer.shapes import load_shapes
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = load_shapes(path, world_size)
+    for w in caught:
+        typer.echo(f"warning: {w.message}", err=True)
+    return rows
 
 
 def open_db(url: str | None, upgrade: bool = True, read_only: bool = False) -> Database:

@@ -10,7 +10,6 @@ the default one that ``tune`` writes. Prints its estimate first and each row as 
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +17,7 @@ import typer
 
 from ._common import (
     DEVICES,
+    TIMINGS,
     DbOption,
     DeviceOption,
     FormatOption,
@@ -26,7 +26,11 @@ from ._common import (
     VariantsOption,
     WorldSizeOption,
     YesOption,
+    choice,
+    flag,
+    load_rows,
     print_json,
+    variant_names,
 )
 
 
@@ -40,12 +44,8 @@ def bench_command(
     max_configs: Annotated[
         int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
     ] = 8,
-    peers: Annotated[
-        bool, typer.Option("--peers/--no-peers", help="PyTorch and Iris stock kernels.", metavar="")
-    ] = True,
-    dispatch: Annotated[
-        bool, typer.Option("--dispatch/--no-dispatch", help="Time dispatch().", metavar="")
-    ] = True,
+    peers: Annotated[bool, flag("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
+    dispatch: Annotated[bool, flag("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
     peer_timeout: Annotated[
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
@@ -57,10 +57,7 @@ def bench_command(
         int | None, typer.Option("--samples", min=1, help="Timed samples, median of them (GPU default 9).")
     ] = None,
     dispatch_timing: Annotated[
-        str | None,
-        typer.Option(
-            "--dispatch-timing", help="Serve only winners tuned with this timing.", metavar="<eager|graph>"
-        ),
+        str | None, choice("--dispatch-timing", TIMINGS, help="Serve only winners tuned with this timing.")
     ] = None,
     fmt: FormatOption = OutputFormat.human,
     yes: YesOption = False,
@@ -81,7 +78,7 @@ def bench_command(
         raise ValueError(f"--world-size: must be >= 1, got {world_size}")
     if device not in DEVICES:
         raise ValueError(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
-    if dispatch_timing not in (None, "eager", "graph"):
+    if dispatch_timing is not None and dispatch_timing not in TIMINGS:
         raise ValueError(f"--dispatch-timing: expected eager or graph, got {dispatch_timing!r}")
     try:
         target = detect_target(device, world_size)
@@ -96,7 +93,7 @@ def bench_command(
         cases=cases,
         world_size=world_size,
         device=target.device_type,
-        variants=tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None,
+        variants=variant_names(variants),
         max_configs=max_configs,
         warmup=timing.warmup,
         iters=iters if iters is not None else timing.iters,
@@ -130,13 +127,7 @@ def bench_command(
 
 
 def _load_rows(path: Path, world_size: int) -> list[Any]:
-    from ..shapes import load_shapes
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        rows = load_shapes(path, world_size)
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+    rows = load_rows(path, world_size)
     ops = _bench_ops()
     skipped = sum(r.op not in ops for r in rows)
     if skipped:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import QuietOption
+from ._common import QuietOption, flag
 
 
 def _name(key: Any) -> str:
@@ -63,7 +63,7 @@ def merge(
         typer.Option(help="Speedup gain over BSP a current shipped record must be beaten by to be replaced."),
     ] = 0.02,
     replace_all: Annotated[
-        bool, typer.Option("--all", help="Take every new record, whatever the shipped one.", metavar="")
+        bool, flag("--all", help="Take every new record, whatever the shipped one.")
     ] = False,
     quiet: QuietOption = False,
 ) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand
 
-from ._common import DbOption
+from ._common import DbOption, flag
 
 
 def report_command(
@@ -23,9 +23,7 @@ def report_command(
     ] = None,
     out: Annotated[Path, typer.Option("--out", help="Folder for index.html and the PNGs.")] = Path("report"),
     db: DbOption = None,
-    no_db: Annotated[
-        bool, typer.Option("--no-db", help="Bench results only; do not read a database.", metavar="")
-    ] = False,
+    no_db: Annotated[bool, flag("--no-db", help="Bench results only; do not read a database.")] = False,
 ) -> None:
     """Write an HTML report of bench results and the tuning database.
 

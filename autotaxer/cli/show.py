@@ -15,6 +15,7 @@ from ._common import (
     OpFilter,
     OutputFormat,
     WorldSizeFilter,
+    flag,
     open_db,
     params_text,
     print_json,
@@ -36,10 +37,7 @@ def show(
         ),
     ] = None,
     wide: Annotated[
-        bool,
-        typer.Option(
-            "--wide", help="Every field: full keys, parameters, BSP time, trials, dates.", metavar=""
-        ),
+        bool, flag("--wide", help="Every field: full keys, parameters, BSP time, trials, dates.")
     ] = False,
 ) -> None:
     """Print the winner of every tuned problem.

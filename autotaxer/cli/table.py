@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import DbOption, GpuFilter, OpFilter, QuietOption, WorldSizeFilter, open_db
+from ._common import DbOption, GpuFilter, OpFilter, QuietOption, WorldSizeFilter, flag, open_db
 
 
 class FileFormat(str, Enum):
@@ -50,8 +50,7 @@ def import_table(
     ],
     db: DbOption = None,
     replace: Annotated[
-        bool,
-        typer.Option("--replace", help="Overwrite stored records even when they are faster.", metavar=""),
+        bool, flag("--replace", help="Overwrite stored records even when they are faster.")
     ] = False,
     quiet: QuietOption = False,
 ) -> None:

@@ -7,14 +7,26 @@ tunes, the others follow (see ``autotaxer/tuner/distributed.py``). Re-running th
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from .._problem import MAX_WORLD_SIZE
-from ._common import DEVICES, DbOption, DeviceOption, ShapesOption, VariantsOption, WorldSizeOption, YesOption
+from ._common import (
+    DEVICES,
+    TIMINGS,
+    DbOption,
+    DeviceOption,
+    ShapesOption,
+    VariantsOption,
+    WorldSizeOption,
+    YesOption,
+    choice,
+    flag,
+    load_rows,
+    variant_names,
+)
 
 
 def tune_command(
@@ -34,9 +46,7 @@ def tune_command(
         float, typer.Option("--trial-timeout", help="Watchdog seconds per trial.")
     ] = 120.0,
     seed: Annotated[int, typer.Option("--seed", help="Sampler and input seed.")] = 0,
-    sampler: Annotated[
-        str, typer.Option("--sampler", help="grid: exhaustive.", metavar="<tpe|random|grid>")
-    ] = "tpe",
+    sampler: Annotated[str, choice("--sampler", ("tpe", "random", "grid"), help="grid: exhaustive.")] = "tpe",
     device: DeviceOption = "auto",
     variants: VariantsOption = None,
     sampled: Annotated[
@@ -47,23 +57,12 @@ def tune_command(
             "budget is at least those plus this many (default: 8 on GPUs, 0 on CPU).",
         ),
     ] = None,
-    retune: Annotated[
-        bool, typer.Option("--retune", help="Delete the studies and winners first.", metavar="")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", help="Plain log lines instead of the live display.", metavar="")
-    ] = False,
-    jsonl: Annotated[
-        bool, typer.Option("--jsonl", help="JSON lines on stdout, one per event.", metavar="")
-    ] = False,
-    wide: Annotated[
-        bool, typer.Option("--wide", help="Summary with full keys, BSP times and parameters.", metavar="")
-    ] = False,
+    retune: Annotated[bool, flag("--retune", help="Delete the studies and winners first.")] = False,
+    quiet: Annotated[bool, flag("--quiet", help="Plain log lines instead of the live display.")] = False,
+    jsonl: Annotated[bool, flag("--jsonl", help="JSON lines on stdout, one per event.")] = False,
+    wide: Annotated[bool, flag("--wide", help="Summary with full keys, BSP times and parameters.")] = False,
     timing: Annotated[
-        str,
-        typer.Option(
-            "--timing", help="Back-to-back calls, or replays of a CUDA graph.", metavar="<eager|graph>"
-        ),
+        str, choice("--timing", TIMINGS, help="Back-to-back calls, or replays of a CUDA graph.")
     ] = "eager",
     warm_start: Annotated[
         list[Path] | None,
@@ -88,7 +87,9 @@ def tune_command(
     Resumable: the same command goes on where a run stopped; --retune starts over. Without GPUs the CPU
     pipeline runs (records for gpu_model cpu, never served to GPUs).
     """
+    from ..measure import TimingConfig
     from ..tuner.distributed import launch_env
+    from ..tuner.run import TuneConfig
 
     if device not in DEVICES:
         _fail(f"--device: expected one of {', '.join(DEVICES)}, got {device!r}")
@@ -104,14 +105,22 @@ def tune_command(
     if launch is not None and launch.world_size != world_size:
         _fail(f"--world-size {world_size} but this launch has WORLD_SIZE={launch.world_size}")
     keys_rows = _load_rows(shapes, world_size, op)
-    selected = tuple(v.strip() for v in variants.split(",") if v.strip()) if variants else None
-    warm = _warm_start(warm_start or [])
-    options = (trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled)
+    config = TuneConfig(  # completed for the device once it is known (_for_device)
+        trials=trials,
+        timeout_s=timeout,
+        trial_timeout_s=trial_timeout,
+        seed=seed,
+        sampler=sampler,
+        variants=variant_names(variants),
+        retune=retune,
+        timing=TimingConfig(mode=timing),
+        warm_start=_warm_start(warm_start or []),
+    )
     output = (quiet, jsonl, wide)
     if launch is None:
-        _tune_spawned(keys_rows, world_size, device, db, options, output, yes)
+        _tune_spawned(keys_rows, world_size, device, db, config, sampled, output, yes)
     else:
-        _tune_launched(keys_rows, launch, device, db, options, output)
+        _tune_launched(keys_rows, launch, device, db, config, sampled, output)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -120,16 +129,12 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _load_rows(path: Path, world_size: int, op: str | None) -> list[Any]:
-    from ..shapes import ShapesError, load_shapes
+    from ..shapes import ShapesError
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            rows = load_shapes(path, world_size)
-        except (ShapesError, ValueError, OSError) as e:
-            _fail(str(e))
-    for w in caught:
-        typer.echo(f"warning: {w.message}", err=True)
+    try:
+        rows = load_rows(path, world_size)
+    except (ShapesError, ValueError, OSError) as e:
+        _fail(str(e))
     if op is not None:
         rows = [r for r in rows if r.op == op]
     if not rows:
@@ -152,25 +157,19 @@ def _warm_start(paths: list[Path]) -> dict[str, tuple[tuple[str, dict], ...]]:
     return {k: tuple(v) for k, v in warm.items()}
 
 
-def _config(trials, timeout, trial_timeout, seed, sampler, selected, retune, timing, warm, sampled,
-            device_type):  # fmt: skip
-    from ..measure import TimingConfig
-    from ..tuner.run import TuneConfig
+def _for_device(config: Any, sampled: int | None, device_type: str) -> Any:
+    """``config`` with the device's timing defaults and ``--sampled`` (default: 8 on GPUs, 0 on CPU),
+    validated."""
+    from dataclasses import replace
 
-    if device_type == "cpu" and timing == "graph":
+    from ..measure import TimingConfig
+
+    mode = config.timing.mode
+    if device_type == "cpu" and mode == "graph":
         _fail("--timing graph needs CUDA; use --timing eager on CPU")
-    config = TuneConfig(
-        trials=trials,
-        sampled=(8 if device_type == "cuda" else 0) if sampled is None else sampled,
-        timeout_s=timeout,
-        trial_timeout_s=trial_timeout,
-        seed=seed,
-        sampler=sampler,
-        variants=selected,
-        retune=retune,
-        timing=TimingConfig.for_device(device_type, timing),
-        warm_start=warm,
-    )
+    if sampled is None:
+        sampled = 8 if device_type == "cuda" else 0
+    config = replace(config, sampled=sampled, timing=TimingConfig.for_device(device_type, mode))
     try:
         config.validate()
     except ValueError as e:
@@ -259,7 +258,7 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
         _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
 
 
-def _tune_spawned(rows, world_size, device, db_url, options, output, yes: bool) -> None:
+def _tune_spawned(rows, world_size, device, db_url, config, sampled, output, yes: bool) -> None:
     from .._target import detect_target, visible_gpus
     from ..tuner import SpawnedGroup
     from ._estimate import tune_verdict
@@ -274,7 +273,7 @@ def _tune_spawned(rows, world_size, device, db_url, options, output, yes: bool) 
         target = detect_target(device, world_size)
     except (RuntimeError, ValueError) as e:
         _fail(str(e))
-    config = _config(*options, target.device_type)
+    config = _for_device(config, sampled, target.device_type)
     keys = _keys(rows, target, world_size, config)
     found = tune_verdict(keys, config.trials, world_size, yes) if target.device_type == "cpu" else None
     if found is not None and found[0] == "refuse":
@@ -297,7 +296,7 @@ def _tune_spawned(rows, world_size, device, db_url, options, output, yes: bool) 
         database.close()
 
 
-def _tune_launched(rows, launch, device, db_url, options, output) -> None:
+def _tune_launched(rows, launch, device, db_url, config, sampled, output) -> None:
     import torch
 
     from ..tuner.distributed import LaunchedGroup, follow, init_launched
@@ -310,7 +309,7 @@ def _tune_launched(rows, launch, device, db_url, options, output) -> None:
     if launch.rank != 0:
         follow(ctx)
         return
-    config = _config(*options, device)
+    config = _for_device(config, sampled, device)
     keys = _keys(rows, ctx.target, launch.world_size, config)
     reporter = _reporter(*output)
     database = _open_db(db_url)

@@ -43,7 +43,7 @@ import itertools
 import logging
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,10 @@ def _hot_key(op: str, tensors: tuple) -> tuple | None:
 
 
 @dataclass(frozen=True)
-class RuntimeConfig:
-    """Settings of a runtime; defaults suit most users.
+class RuntimeConfig(TableSources):
+    """Settings of a runtime; defaults suit most users. Where the table comes from (``tables``,
+    ``db_url``, ``env_tables``, ``shipped_tables``, ``strict``, ``timing``) is declared by the base class,
+    :class:`~autotaxer.runtime.table.TableSources`.
 
     ``tables``: extra table files or folders, highest precedence (then ``$AUTOTAXER_TABLE`` when
     ``env_tables``, then ``db_url``, then the shipped ``tuning_db/`` when ``shipped_tables``).
@@ -116,12 +118,6 @@ class RuntimeConfig:
     """
 
     heap_size: int = 1 << 30
-    tables: tuple[str, ...] = ()
-    db_url: str | None = None
-    env_tables: bool = True
-    shipped_tables: bool = True
-    strict: bool = False
-    timing: str | None = None
     max_m_ratio: float = 2.0
     min_nearest_speedup: float = 1.1
     workspace_cache: int = 64
@@ -157,7 +153,7 @@ class RuntimeConfig:
         self.peer_timeout()  # $AUTOTAXER_PEER_TIMEOUT, when it decides
         sources = self.table_sources()
         sources.validate()
-        for path in sources.paths:  # refused at init, not at the first call
+        for path in sources.tables:  # refused at init, not at the first call
             if not Path(path).expanduser().exists():
                 raise ValueError(f"tables: {path}: no such table file or folder")
 
@@ -174,14 +170,13 @@ class RuntimeConfig:
         return self.db_url or default_url()
 
     def table_sources(self) -> TableSources:
-        return TableSources(
-            paths=tuple(str(p) for p in self.tables) if not isinstance(self.tables, str) else self.tables,
-            db_url=self.tuning_db_url() if self.tune_misses is not None else self.db_url,
-            use_env=self.env_tables,
-            use_shipped=self.shipped_tables,
-            strict=self.strict,
-            timing=self.timing,
-        )
+        """This config's table settings, ``tables`` as strings; with ``tune_misses`` the tuning database is
+        a source (the winners tuned at first calls are served from it)."""
+        own = {f.name: getattr(self, f.name) for f in fields(TableSources)}
+        if not isinstance(self.tables, str):  # a single string is refused by validate(), by name
+            own["tables"] = tuple(str(p) for p in self.tables)
+        own["db_url"] = self.tuning_db_url() if self.tune_misses is not None else self.db_url
+        return TableSources(**own)
 
 
 class ConsensusError(RuntimeError):

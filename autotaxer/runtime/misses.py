@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .._json_object import parse_json_object
 from .._problem import ProblemKey
 
 #: Environment variable naming the misses file.
@@ -92,12 +93,7 @@ def read_misses(path: str | os.PathLike) -> list[Miss]:
         if not line.strip():
             continue
         where = f"{p}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise MissesFileError(f"{where}: not JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise MissesFileError(f"{where}: expected a JSON object")
+        obj = parse_json_object(line, p, MissesFileError, line=lineno)
         try:
             key = ProblemKey.from_text(_field(obj, "key", str, where))
         except ValueError as e:

@@ -2,11 +2,11 @@
 
 Sources, highest precedence first (a key found in a higher source hides every lower record of it):
 
-1. explicit paths given to the runtime (``TableSources.paths``; earlier paths win);
-2. ``$AUTOTAXER_TABLE``: ``os.pathsep``-separated files or folders (earlier entries win);
+1. explicit paths given to the runtime (``TableSources.tables``; earlier paths win);
+2. ``$AUTOTAXER_TABLE`` (``env_tables``): ``os.pathsep``-separated files or folders (earlier entries win);
 3. a tuning database URL (``TableSources.db_url``; SQLAlchemy is imported only then);
-4. the shipped defaults, ``tuning_db/*.json`` (package data ``autotaxer.tuning_db`` in a wheel, the
-   repository's ``tuning_db/`` folder in an editable install).
+4. the shipped defaults (``shipped_tables``), ``tuning_db/*.json`` (package data ``autotaxer.tuning_db``
+   in a wheel, the repository's ``tuning_db/`` folder in an editable install).
 
 A folder given as a path means every ``*.json`` and ``*.csv`` table in it. Within one source, duplicate
 keys keep the faster record timed the same way (of an eager and a graph-timed record, the eager one).
@@ -41,12 +41,13 @@ TIMINGS = (None, "eager", "graph")
 
 @dataclass(frozen=True)
 class TableSources:
-    """Where the runtime table comes from (see the module docstring for precedence)."""
+    """Where the runtime table comes from (see the module docstring for precedence); the first settings
+    of :class:`autotaxer.RuntimeConfig`, which names them the same."""
 
-    paths: tuple[str, ...] = ()
+    tables: tuple[str, ...] = ()
     db_url: str | None = None
-    use_env: bool = True
-    use_shipped: bool = True
+    env_tables: bool = True
+    shipped_tables: bool = True
     strict: bool = False
     timing: str | None = None
 
@@ -54,11 +55,11 @@ class TableSources:
         """Raise ``ValueError`` naming the field when a value is unusable."""
         if self.timing not in TIMINGS:
             raise ValueError(f"timing: expected one of eager, graph or None (any), got {self.timing!r}")
-        if isinstance(self.paths, str):
-            raise ValueError("paths: expected a tuple of paths, got a single string")
-        for p in self.paths:
+        if isinstance(self.tables, str):
+            raise ValueError("tables: expected a tuple of paths, got a single string")
+        for p in self.tables:
             if not str(p):
-                raise ValueError("paths: empty path")
+                raise ValueError("tables: empty path")
 
 
 @dataclass(frozen=True)
@@ -161,14 +162,14 @@ def _read_database(url: str) -> list[Any]:
 def _sources(cfg: TableSources, environ: Mapping[str, str] | None) -> list[tuple[str, list[Any]]]:
     """``(label, records)`` per source, highest precedence first."""
     out: list[tuple[str, list[Any]]] = []
-    for p in cfg.paths:
+    for p in cfg.tables:
         out.append((str(p), _read_files(_expand(p))))
-    if cfg.use_env:
+    if cfg.env_tables:
         for p in env_table_paths(environ):
             out.append((f"${TABLE_ENV}:{p}", _read_files(_expand(p))))
     if cfg.db_url is not None:
         out.append((cfg.db_url, _read_database(cfg.db_url)))
-    if cfg.use_shipped:
+    if cfg.shipped_tables:
         shipped = shipped_table_dir()
         if shipped is not None:
             out.append((f"shipped:{shipped}", _read_files(sorted(shipped.glob("*.json")))))

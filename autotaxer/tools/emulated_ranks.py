@@ -52,6 +52,15 @@ def _bytes(shape: tuple[int, ...], dtype: Any) -> int:
     return -(-torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size() // _ALIGN) * _ALIGN
 
 
+def inbox_heap(world_size: int, box: tuple[int, ...], dtype: Any, n_flags: int, device: Any) -> tuple:
+    """A heap of just one inbox of shape ``box`` (``dtype``) and ``n_flags`` int32 flags per rank, as the
+    fused kernels' workspaces lay them out: ``(heap, inboxes, flags)``, one view per rank of each."""
+    import torch
+
+    heap = EmulatedHeap(world_size, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), device)
+    return heap, heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+
+
 def _rel_err(out: Any, ref: Any) -> float:
     err = ((out.float() - ref).norm() / ref.norm()).item()
     return float("inf") if err != err else err  # NaN never passes

@@ -4,13 +4,26 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+
+
+def ms_per_call(fn: Callable[[], object], reps: int) -> float:
+    """Milliseconds per call of ``reps`` back-to-back calls of ``fn``: CUDA events on the current stream
+    around them, then a device synchronisation."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
 
 
 def interleaved(fns, reps: int = 50, rounds: int = 7) -> list[float]:
     """Median ms per call of each of ``fns``, timed side by side: warm-up, then ``rounds`` rounds of one
     ``reps``-call sample of each, the order rotated each round (clock drift falls on all alike)."""
-    import torch
-
     for fn in fns:
         for _ in range(3):
             fn()
@@ -18,13 +31,7 @@ def interleaved(fns, reps: int = 50, rounds: int = 7) -> list[float]:
     order = list(range(len(fns)))
     for r in range(rounds):
         for i in order[r % len(order) :] + order[: r % len(order)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(reps):
-                fns[i]()
-            end.record()
-            torch.cuda.synchronize()
-            times[i].append(start.elapsed_time(end) / reps)
+            times[i].append(ms_per_call(fns[i], reps))
     return [statistics.median(t) for t in times]
 
 

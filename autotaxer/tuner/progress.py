@@ -13,6 +13,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 
+def _speedup(bsp_us: float | None, us: float | None) -> float | None:
+    """BSP's time over ``us`` (None where either is missing or zero)."""
+    return bsp_us / us if bsp_us and us else None
+
+
 @dataclass(frozen=True)
 class TrialEvent:
     """One finished (or pruned) trial of shape ``shape_index`` (1-based) of ``n_shapes``."""
@@ -36,9 +41,7 @@ class TrialEvent:
 
     @property
     def speedup(self) -> float | None:
-        if self.best_us and self.bsp_us:
-            return self.bsp_us / self.best_us
-        return None
+        return _speedup(self.bsp_us, self.best_us)
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,7 @@ class ShapeResult:
 
     @property
     def speedup(self) -> float | None:
-        if self.median_us and self.bsp_us:
-            return self.bsp_us / self.median_us
-        return None
+        return _speedup(self.bsp_us, self.median_us)
 
 
 @dataclass(frozen=True)

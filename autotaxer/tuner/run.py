@@ -112,8 +112,19 @@ def trial_seed(base: int | None, number: int) -> int:
     return ((base or 0) * 1_000_003 + number * 7_919 + 1) % (2**31 - 1)
 
 
-def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float, float]:
-    """(failure, median_us, rel_err, timing_s) over all ranks."""
+@dataclass(frozen=True)
+class _Outcome:
+    """A trial's result over every rank: why it failed (None: it ran right), its median µs (the slowest
+    rank's), the largest relative error (NaN: not checked) and the seconds its ranks spent timing."""
+
+    failure: str | None = None
+    median_us: float | None = None
+    rel_err: float = math.nan
+    timing_s: float = 0.0
+
+
+def _combine(replies: list[RankReply]) -> _Outcome:
+    """The outcome of one trial from every rank's reply."""
     errors = [r.error for r in replies if r.error]
     # a rank whose wait on a peer gave up names the silent peer, and a rank that raised names its error;
     # its peers only see the agreed failure
@@ -121,11 +132,11 @@ def _combine(replies: list[RankReply]) -> tuple[str | None, float | None, float,
     rel = max((r.rel_err for r in replies if not math.isnan(r.rel_err)), default=math.nan)
     timing = max(r.timing_s for r in replies)
     if errors:
-        return errors[0], None, rel, timing
+        return _Outcome(failure=errors[0], rel_err=rel, timing_s=timing)
     medians = [r.median_us for r in replies if r.median_us is not None]
     if len(medians) != len(replies) or not all(math.isfinite(m) and m > 0 for m in medians):
-        return f"timing failed: medians {medians}", None, rel, timing
-    return None, max(medians), rel, timing
+        return _Outcome(failure=f"timing failed: medians {medians}", rel_err=rel, timing_s=timing)
+    return _Outcome(median_us=max(medians), rel_err=rel, timing_s=timing)
 
 
 class _ShapeTuner:
@@ -291,7 +302,7 @@ class _ShapeTuner:
                 trial.set_user_attr("pruned", reason)
                 study.tell(trial, state=TrialState.PRUNED)
                 told = True
-                self._emit(study, trial.number, name, params, "PRUNED", target, t0, failure=reason)
+                self._emit(study, trial.number, name, params, "PRUNED", target, t0, _Outcome(failure=reason))
                 return
             req = TrialRequest(
                 self.op.name,
@@ -310,35 +321,31 @@ class _ShapeTuner:
 
                 self.executor.on_abort = record_abort
             try:
-                replies = self.executor.run(req, self.config.trial_timeout_s, on_wait=beat)
-                failure, median, rel, timing_s = _combine(replies)
+                outcome = _combine(self.executor.run(req, self.config.trial_timeout_s, on_wait=beat))
             except TrialAborted as e:
-                failure, median, rel, timing_s = e.reason, None, math.nan, 0.0
+                outcome = _Outcome(failure=e.reason)
             self.ran += 1
-            overhead_ms = (time.perf_counter() - t0 - timing_s) * 1e3
-            if not math.isnan(rel):
-                trial.set_user_attr("rel_err", rel)
+            overhead_ms = (time.perf_counter() - t0 - outcome.timing_s) * 1e3
+            if not math.isnan(outcome.rel_err):
+                trial.set_user_attr("rel_err", outcome.rel_err)
             trial.set_user_attr("overhead_ms", overhead_ms)
             try:
-                if failure is None:
-                    trial.set_user_attr("median_us", median)
-                    study.tell(trial, median)
+                if outcome.failure is None:
+                    trial.set_user_attr("median_us", outcome.median_us)
+                    study.tell(trial, outcome.median_us)
                 else:
-                    trial.set_user_attr("failure", failure)
+                    trial.set_user_attr("failure", outcome.failure)
                     study.tell(trial, state=TrialState.FAIL)
             except UpdateFinishedTrialError:  # another tuner took it for abandoned: its result is dropped
                 self.reporter.note(f"{self.key.text}: trial {trial.number} was ended by another tuner")
                 return
             told = True
-            if failure is None:
+            if outcome.failure is None:
                 self._store_winner(study, final=False)
-            overhead_ms = (time.perf_counter() - t0 - timing_s) * 1e3
+            overhead_ms = (time.perf_counter() - t0 - outcome.timing_s) * 1e3
             self.overheads.append(overhead_ms)
-            state = "COMPLETE" if failure is None else "FAIL"
-            self._emit(
-                study, trial.number, name, params, state, target, t0,
-                median=median, rel=rel, failure=failure, overhead_ms=overhead_ms,
-            )  # fmt: skip
+            state = "COMPLETE" if outcome.failure is None else "FAIL"
+            self._emit(study, trial.number, name, params, state, target, t0, outcome, overhead_ms)
         except BaseException as exc:
             if not told:  # Ctrl-C, SIGTERM, a database error: never leave this trial RUNNING
                 try:  # interrupted, not failed: resume runs its configuration again
@@ -356,9 +363,7 @@ class _ShapeTuner:
         state: str,
         target: int,
         t0: float,
-        median: float | None = None,
-        rel: float = math.nan,
-        failure: str | None = None,
+        outcome: _Outcome,
         overhead_ms: float | None = None,
     ) -> None:
         c = counts(study)
@@ -375,9 +380,9 @@ class _ShapeTuner:
                 variant=variant,
                 params=params,
                 state=state,
-                median_us=median,
-                rel_err=None if math.isnan(rel) else rel,
-                failure=failure,
+                median_us=outcome.median_us,
+                rel_err=None if math.isnan(outcome.rel_err) else outcome.rel_err,
+                failure=outcome.failure,
                 best_us=best.value if best is not None else None,
                 bsp_us=bsp.value if bsp is not None else None,
                 wall_ms=(time.perf_counter() - t0) * 1e3,

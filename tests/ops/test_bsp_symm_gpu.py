@@ -5,6 +5,7 @@ measured by the tuner beside ``bsp`` (a BSP form)."""
 from __future__ import annotations
 
 import pytest
+from _factories import kept_errors, kept_results, layout_keys, on_gpus
 
 from autotaxer.testing import run_ranks
 
@@ -15,10 +16,7 @@ CASES = [
 
 
 def _check(ctx) -> dict:
-    import torch
-
-    from autotaxer import ProblemKey
-    from autotaxer.ops import get_op, relative_error
+    from autotaxer.ops import get_op
     from autotaxer.ops._symm_backend import select
 
     select("nccl")  # NCCL's windows need its symmetric-memory backend (torch's fused ops the other)
@@ -30,19 +28,10 @@ def _check(ctx) -> dict:
         if reason is not None:
             found[op_name] = reason
             continue
-        for dim in (0, 1):
-            for layout in ("kn", "nk"):
-                key = ProblemKey.make(
-                    op_name, ctx.target.gpu_model, ctx.world_size, "bf16", shape,
-                    {dim_field: dim, "b_layout": layout},
-                )  # fmt: skip
-                ws = variant.prepare(key, {}, ctx)
-                results = [
-                    (s, variant.run(ws, op.make_inputs(key, ctx.rank, ctx.device, s), ctx)) for s in (1, 2)
-                ]
-                torch.cuda.synchronize()
-                errs = [relative_error(c, op.reference(key, ctx.rank, ctx.device, s)) for s, c in results]
-                found[(op_name, dim, layout)] = (max(errs), len({c.data_ptr() for _, c in results}))
+        for dim, layout, key in layout_keys(ctx, op_name, shape, dim_field):
+            ws = variant.prepare(key, {}, ctx)
+            errs, distinct = kept_errors(op, key, ctx, kept_results(op, variant, ws, key, ctx))
+            found[(op_name, dim, layout)] = (max(errs), distinct)
     return found
 
 
@@ -59,11 +48,6 @@ def _assert(results: list[dict]) -> None:
             assert distinct == 2, (case, got)
 
 
-@pytest.mark.gpu
-def test_bsp_symm_on_one_gpu() -> None:
-    _assert(run_ranks(_check, 1, "cuda", timeout=300))
-
-
-@pytest.mark.gpu(world_size=2)
-def test_bsp_symm_on_two_gpus() -> None:
-    _assert(run_ranks(_check, 2, "cuda", timeout=300))
+@on_gpus(1, 2)
+def test_bsp_symm_on_gpus(world_size: int) -> None:
+    _assert(run_ranks(_check, world_size, "cuda", timeout=300))

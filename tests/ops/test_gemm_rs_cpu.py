@@ -7,6 +7,7 @@ shape. Test ids name the op and the world size."""
 from __future__ import annotations
 
 import pytest
+from _factories import at_world_size, by_check
 
 from autotaxer.testing import run_ranks
 
@@ -94,18 +95,13 @@ def _two_rank_checks(ctx) -> dict:
 @pytest.fixture(scope="module")
 def two_ranks() -> dict[str, list]:
     """``{check: results in rank order}`` of :func:`_two_rank_checks`."""
-    per_rank = run_ranks(_two_rank_checks, 2, "cpu", timeout=600)
-    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+    return by_check(run_ranks(_two_rank_checks, 2, "cpu", timeout=600))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4], ids=lambda w: f"gemm_rs-ws{w}")
 def test_dispatch_values_and_gradients_match_plain_pytorch(world_size: int, request) -> None:
-    if world_size == 2:
-        results = request.getfixturevalue("two_ranks")["dispatch"]
-    else:
-        results = run_ranks(_dispatch_and_grads, world_size, "cpu", timeout=300)
-    for per_rank in results:
+    for per_rank in at_world_size(request, world_size, "dispatch", _dispatch_and_grads):
         for case, got in per_rank.items():
             assert got["values"] < 1e-5 and got["alive"], (case, got)
             for name in ("c", "grad_a", "grad_b"):

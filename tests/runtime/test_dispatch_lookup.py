@@ -232,6 +232,21 @@ def test_bad_misses_file_names_file_line_and_field(tmp_path) -> None:
     assert not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("{oops", r"m\.jsonl:2: not valid JSON: Expecting property name .* \(column 2\)"),
+        ("[1, 2]", r"m\.jsonl:2: expected a JSON object, got list"),
+    ],
+)
+def test_misses_line_that_is_no_json_object_names_file_and_line(tmp_path, bad: str, message: str) -> None:
+    path = tmp_path / "m.jsonl"
+    good = {"key": key(8).text, "source": "fallback", "variant": "bsp", "calls": 1}
+    path.write_text(json.dumps(good) + "\n" + bad + "\n")
+    with pytest.raises(MissesFileError, match=message):
+        read_misses(path)
+
+
 def test_nearest_never_reuses_a_variant_tied_to_its_tuned_size() -> None:
     """ag_gemm's Triton GEMM variants (push, pull, push_tma) are tuned for their M's tile waves: on 4xH200
     M=256's push record (1.19x there) ran 0.75x of BSP at M=128, so a neighbour's push is passed over."""

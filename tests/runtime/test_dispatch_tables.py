@@ -55,14 +55,14 @@ def test_precedence_paths_then_env_then_database_then_shipped(tmp_path, shipped)
     write_table([rec(8, 4), rec(16, 4)], tmp_path / "env.json")
     write_table([rec(8, 8)], tmp_path / "explicit.json")
     environ = {"AUTOTAXER_TABLE": str(tmp_path / "env.json")}
-    cfg = TableSources(paths=(str(tmp_path / "explicit.json"),), db_url=url)
+    cfg = TableSources(tables=(str(tmp_path / "explicit.json"),), db_url=url)
     t = load_table(cfg, TARGET, env=ENV, environ=environ)
     assert chunks_by_m(t) == {8: 8, 16: 4, 24: 2, 32: 1}
     assert t.origins[key(8)] == str(tmp_path / "explicit.json")
     assert t.origins[key(32)].startswith("shipped:")
     # each source can be switched off
     t = load_table(
-        TableSources(db_url=url, use_env=False, use_shipped=False), TARGET, env=ENV, environ=environ
+        TableSources(db_url=url, env_tables=False, shipped_tables=False), TARGET, env=ENV, environ=environ
     )
     assert chunks_by_m(t) == {8: 2, 16: 2, 24: 2}
 
@@ -74,7 +74,7 @@ def test_earlier_paths_win_and_env_holds_several_entries(tmp_path, shipped) -> N
     folder.mkdir()
     write_table([rec(8, 4), rec(40, 4)], folder / "c.json")
     t = load_table(
-        TableSources(paths=(str(tmp_path / "b.json"), str(tmp_path / "a.json"))), TARGET, env=ENV, environ={}
+        TableSources(tables=(str(tmp_path / "b.json"), str(tmp_path / "a.json"))), TARGET, env=ENV, environ={}
     )
     assert chunks_by_m(t) == {8: 2, 16: 1, 24: 2}
     environ = {"AUTOTAXER_TABLE": os.pathsep.join([str(tmp_path / "a.json"), "", str(folder)])}
@@ -95,7 +95,7 @@ def test_timing_keeps_only_records_measured_that_way(tmp_path, shipped) -> None:
     )
     # a higher source with a graph record of M=8 hides nothing for eager users
     write_table([rec(8, 8, env=graph)], tmp_path / "mine.json")
-    sources = {"paths": (str(tmp_path / "mine.json"),)}
+    sources = {"tables": (str(tmp_path / "mine.json"),)}
     assert chunks_by_m(load_table(TableSources(**sources), TARGET, env=ENV, environ={})) == {
         8: 8,
         16: 2,
@@ -113,7 +113,7 @@ def test_timing_keeps_only_records_measured_that_way(tmp_path, shipped) -> None:
     both.mkdir()
     write_table([rec(64, 1, median_us=9.0)], both / "eager.json")
     write_table([rec(64, 2, median_us=3.0, env=graph)], both / "graph.json")
-    one = {"paths": (str(both),), "use_shipped": False}
+    one = {"tables": (str(both),), "shipped_tables": False}
     assert chunks_by_m(load_table(TableSources(**one), TARGET, env=ENV, environ={})) == {64: 1}
     assert chunks_by_m(load_table(TableSources(**one, timing="graph"), TARGET, env=ENV, environ={})) == {
         64: 2
@@ -146,7 +146,7 @@ def test_strict_mode_refuses_stale_records_and_lower_sources_take_over(tmp_path,
     write_table(
         [rec(8, 2, kernel_hash="f" * 64), rec(16, 2, env={**ENV, "triton": "2.0.0"})], tmp_path / "x.json"
     )
-    cfg = TableSources(paths=(str(tmp_path / "x.json"),), strict=True)
+    cfg = TableSources(tables=(str(tmp_path / "x.json"),), strict=True)
     with pytest.warns(RuntimeWarning, match="strict mode refused 2"):
         t = load_table(cfg, TARGET, env=ENV, environ={})
     assert chunks_by_m(t) == {8: 1, 16: 1}
@@ -165,9 +165,9 @@ def test_bad_sources_raise_clear_errors(tmp_path, shipped) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"format": "autotaxer-tuning-table", "schema_version": 1, "records": [{"op": 3}]}')
     with pytest.raises(TableFileError, match="bad.json"):
-        load_table(TableSources(paths=(str(bad),)), TARGET, env=ENV, environ={})
+        load_table(TableSources(tables=(str(bad),)), TARGET, env=ENV, environ={})
     with pytest.raises(FileNotFoundError, match="missing.json"):
-        load_table(TableSources(paths=(str(tmp_path / "missing.json"),)), TARGET, env=ENV, environ={})
+        load_table(TableSources(tables=(str(tmp_path / "missing.json"),)), TARGET, env=ENV, environ={})
 
 
 def test_init_refuses_a_missing_table_file_by_name(tmp_path) -> None:
@@ -201,7 +201,7 @@ def test_digest_depends_on_decisions_only() -> None:
     ],
 )
 def test_runtime_config_names_the_bad_field(field: str, value) -> None:
-    with pytest.raises(ValueError, match=field if field != "tables" else "paths"):
+    with pytest.raises(ValueError, match=f"{field}:"):
         RuntimeConfig(**{field: value}).validate()
 
 

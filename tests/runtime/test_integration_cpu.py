@@ -5,6 +5,7 @@ nn.Linear's transposed weight, gradients against plain PyTorch, ``torch.compile`
 from __future__ import annotations
 
 import pytest
+from _factories import at_world_size, by_check
 
 from autotaxer.testing import run_ranks
 
@@ -88,18 +89,13 @@ def two_ranks(tmp_path_factory) -> dict[str, list]:
     """``{check: results in rank order}`` of :func:`_two_rank_checks`."""
     table = tmp_path_factory.mktemp("tables") / "t.json"
     _write_fresh_table(table, 2)
-    per_rank = run_ranks(_two_rank_checks, 2, "cpu", args=(str(table),), timeout=600)
-    return {name: [r[name] for r in per_rank] for name in per_rank[0]}
+    return by_check(run_ranks(_two_rank_checks, 2, "cpu", args=(str(table),), timeout=600))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4], ids=lambda w: f"ws{w}")
 def test_gradients_match_plain_pytorch(world_size: int, request) -> None:
-    if world_size == 2:
-        results = request.getfixturevalue("two_ranks")["grads"]
-    else:
-        results = run_ranks(_all_grad_cases, world_size, "cpu", args=(GRAD_CASES, False), timeout=300)
-    for per_rank in results:
+    for per_rank in at_world_size(request, world_size, "grads", _all_grad_cases, (GRAD_CASES, False)):
         for case, got in per_rank.items():
             assert got["grad_fn"] != "NoneType", case
             for name in ("c", "grad_a", "grad_b"):

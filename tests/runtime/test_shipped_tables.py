@@ -33,7 +33,7 @@ def _keys(timing: str = "eager") -> set:
 
 def _table(timing: str | None):
     # env={}: no software-version comparison (CI runs other torch/triton versions than the device did)
-    return load_table(TableSources(use_env=False, timing=timing), H200, env={}, environ={})
+    return load_table(TableSources(env_tables=False, timing=timing), H200, env={}, environ={})
 
 
 @pytest.mark.parametrize("timing", ["eager", "graph"])

@@ -63,5 +63,5 @@ def test_a_database_another_process_is_still_creating_is_a_source_of_no_records(
     con = sqlite3.connect(path)
     con.execute("PRAGMA journal_mode = WAL")  # the file exists, with SQLite's header and no table
     con.close()
-    sources = TableSources(db_url=f"sqlite:///{path}", use_env=False, use_shipped=False)
+    sources = TableSources(db_url=f"sqlite:///{path}", env_tables=False, shipped_tables=False)
     assert load_table(sources, cpu_target(), env={}).records == {}

@@ -80,7 +80,9 @@ def _writer(url: str, first_m: int, median_base: float, parity: int, variant: st
         db.close()
 
 
-def _run_writers(url: str, specs) -> None:
+def _winners_after_writers(tmp_path, specs) -> list:
+    """The winners of a fresh SQLite database after one process per ``_writer`` spec wrote it at once."""
+    url = f"sqlite:///{tmp_path}/t.sqlite"
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(specs))
     procs = [ctx.Process(target=_writer, args=(url, *spec, barrier)) for spec in specs]
@@ -92,24 +94,20 @@ def _run_writers(url: str, specs) -> None:
         if p.is_alive():
             p.kill()
     assert [p.exitcode for p in procs] == [0] * len(procs)
+    with open_database(url) as db:
+        return db.winners()
 
 
 @pytest.mark.slow
 def test_two_processes_lose_no_records(tmp_path):
-    url = f"sqlite:///{tmp_path}/t.sqlite"
-    _run_writers(url, [(1, 10.0, 0, "a"), (1001, 10.0, 0, "b")])
-    with open_database(url) as db:
-        recs = db.winners()
+    recs = _winners_after_writers(tmp_path, [(1, 10.0, 0, "a"), (1001, 10.0, 0, "b")])
     assert sorted(r.key["M"] for r in recs) == list(range(1, 51)) + list(range(1001, 1051))
 
 
 @pytest.mark.slow
 def test_two_processes_on_the_same_keys_keep_the_faster(tmp_path):
-    url = f"sqlite:///{tmp_path}/t.sqlite"
     # Process "a" writes 10.0 on even i (11.0 on odd), "b" 10.5 on odd i (11.5 on even).
-    _run_writers(url, [(1, 10.0, 0, "a"), (1, 10.5, 1, "b")])
-    with open_database(url) as db:
-        recs = db.winners()
+    recs = _winners_after_writers(tmp_path, [(1, 10.0, 0, "a"), (1, 10.5, 1, "b")])
     assert len(recs) == 50
     for r in recs:
         i = r.key["M"] - 1

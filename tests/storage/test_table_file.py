@@ -115,28 +115,23 @@ def test_bad_json_rejected(tmp_path, recs, mutate, pattern):
         read_table(_write_json(tmp_path, doc))
 
 
-def test_not_json_not_text_empty(tmp_path):
-    bad = tmp_path / "t.json"
-    bad.write_text('{"format": "autotaxer-tuning-table",\n "records": [}')
-    with pytest.raises(TableFileError, match=r"t\.json:2: not valid JSON"):
-        read_table(bad)
-    binary = tmp_path / "b.json"
-    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
-    with pytest.raises(TableFileError, match=r"b\.json: not a text file"):
-        read_table(binary)
-    latin = tmp_path / "l.csv"
-    latin.write_bytes(b"caf\xe9")
-    with pytest.raises(TableFileError, match="not a text file"):
-        read_table(latin)
-    empty = tmp_path / "e.json"
-    empty.write_text("  \n")
-    with pytest.raises(TableFileError, match=r"e\.json: empty file"):
-        read_table(empty)
-    top = _write_json(tmp_path, [1, 2], "list.json")
-    with pytest.raises(TableFileError, match="expected a JSON object at the top"):
-        read_table(top)
-    with pytest.raises(TableFileError, match="cannot read"):
-        read_table(tmp_path / "missing.json")
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("t.json", b'{"format": "autotaxer-tuning-table",\n "records": [}', r"t\.json:2: not valid JSON"),
+        ("b.json", b"\x89PNG\r\n\x1a\n\x00\x00\x00", r"b\.json: not a text file"),
+        ("l.csv", b"caf\xe9", r"l\.csv: not a text file"),
+        ("e.json", b"  \n", r"e\.json: empty file"),
+        ("list.json", b"[1, 2]", r"list\.json: expected a JSON object, got list"),
+        ("missing.json", None, r"missing\.json.*cannot read"),
+    ],
+)
+def test_not_json_not_text_empty(tmp_path, name: str, data: bytes | None, message: str) -> None:
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    with pytest.raises(TableFileError, match=message):
+        read_table(path)
 
 
 def _csv_lines(tmp_path, recs):

@@ -51,30 +51,25 @@ def _records(*variants: str) -> list[dict]:
     return [{"op": "ag_gemm", "variant": v} for v in variants]
 
 
+def _fingerprints(launches: list, **variants: tuple[str, str]) -> dict:
+    """A fingerprint as restamp's ``_fingerprint`` returns it: ``ag_gemm/<name>``'s (hash, code) for each
+    ``name=(hash, code)``, and the scenarios' launches."""
+    found = {f"ag_gemm/{name}": {"hash": h, "code": code} for name, (h, code) in variants.items()}
+    return {"variants": found, "launches": launches}
+
+
 def test_decide_restamps_moved_code_and_identical_launches_only() -> None:
     scenarios = [{"variant": "push"}, {"variant": "push"}, {"variant": "pull"}, {"variant": "push_tma"}]
-    base = {
-        "variants": {
-            "ag_gemm/bsp": {"hash": "b0", "code": "c"},
-            "ag_gemm/copy_engine": {"hash": "e0", "code": "ce"},
-            "ag_gemm/push": {"hash": "p0", "code": "x"},
-            "ag_gemm/pull": {"hash": "l0", "code": "x"},
-            "ag_gemm/push_tma": {"hash": "t0", "code": "x"},
-            "ag_gemm/push_ws": {"hash": "w0", "code": "x"},
-        },
-        "launches": [[_launch()], [_launch()], [_launch("t2")], [_launch()]],
-    }
-    now = {
-        "variants": {
-            "ag_gemm/bsp": {"hash": "b0", "code": "c"},
-            "ag_gemm/copy_engine": {"hash": "e1", "code": "ce"},
-            "ag_gemm/push": {"hash": "p1", "code": "y"},
-            "ag_gemm/pull": {"hash": "l1", "code": "y"},
-            "ag_gemm/push_tma": {"hash": "t1", "code": "y"},
-            "ag_gemm/push_ws": {"hash": "w1", "code": "y"},
-        },
-        "launches": [[_launch()], [_launch()], [_launch("t3")], [_launch(grid=131)]],
-    }
+    base = _fingerprints(
+        [[_launch()], [_launch()], [_launch("t2")], [_launch()]],
+        bsp=("b0", "c"), copy_engine=("e0", "ce"), push=("p0", "x"), pull=("l0", "x"), push_tma=("t0", "x"),
+        push_ws=("w0", "x"),
+    )  # fmt: skip
+    now = _fingerprints(
+        [[_launch()], [_launch()], [_launch("t3")], [_launch(grid=131)]],
+        bsp=("b0", "c"), copy_engine=("e1", "ce"), push=("p1", "y"), pull=("l1", "y"), push_tma=("t1", "y"),
+        push_ws=("w1", "y"),
+    )  # fmt: skip
     records = _records("bsp", "copy_engine", "push", "pull", "push_tma", "push_ws")
     verdicts = restamp.decide(records, base, now, scenarios)
     assert verdicts == {
@@ -99,20 +94,9 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
     ]}  # fmt: skip
     (tmp_path / "t.json").write_text(json.dumps(table))
     fake = {
-        None: {
-            "variants": {
-                "ag_gemm/copy_engine": {"hash": "e1", "code": "y"},
-                "ag_gemm/bsp": {"hash": "b0", "code": "c"},
-            },
-            "launches": [[{"schedule": "y"}]],  # the copy-engine record's schedule differs too
-        },  # noqa: E501
-        "base": {
-            "variants": {
-                "ag_gemm/copy_engine": {"hash": "e0", "code": "x"},
-                "ag_gemm/bsp": {"hash": "b0", "code": "c"},
-            },
-            "launches": [[{"schedule": "x"}]],
-        },  # noqa: E501
+        # the copy-engine record is traced: its schedule differs too
+        None: _fingerprints([[{"schedule": "y"}]], copy_engine=("e1", "y"), bsp=("b0", "c")),
+        "base": _fingerprints([[{"schedule": "x"}]], copy_engine=("e0", "x"), bsp=("b0", "c")),
     }
     monkeypatch.setattr(restamp, "_base_tree", lambda repo, rev, into: "base")
     monkeypatch.setattr(restamp, "_fingerprint", lambda request, tree, cwd: fake[tree])

@@ -42,6 +42,11 @@ def _tune(
     )
 
 
+def _run_args(shapes: Path, db: str, world_size: int = 2) -> list[str]:
+    """The options of every tune run here: ``--world-size``, ``--shapes`` and ``--db``."""
+    return ["--world-size", str(world_size), "--shapes", str(shapes), "--db", db]
+
+
 def _trials(url: str, key: ProblemKey) -> list:
     import optuna
 
@@ -68,7 +73,7 @@ def test_planted_hang_crash_and_wrong_are_survived_and_recorded(tmp_path: Path) 
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
     # grid: a fixed order (bsp, hang, crash, the cpu_chunked points, wrong) so every fault is hit once.
     variants = "planted_hang,planted_crash,cpu_chunked,planted_wrong"
-    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--sampler", "grid"]
+    args = [*_run_args(shapes, url), "--sampler", "grid"]
     proc = _tune([*args, "--trial-timeout", "4", "--variants", variants, "--quiet"], env=PLANTED)
     assert proc.returncode == 0, proc.stderr
     trials = {t.params["variant"]: t for t in _trials(url, _key(2, 16, 8, 8, 0))}
@@ -96,7 +101,7 @@ def test_a_kernel_wait_that_gave_up_is_a_failed_trial_naming_the_silent_peer(tmp
     op, variant, key and peer named, not by the process watchdog, and tuning goes on."""
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
-    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--sampler", "grid", "--quiet"]
+    args = [*_run_args(shapes, url), "--sampler", "grid", "--quiet"]
     proc = _tune([*args, "--variants", "planted_never_signal", "--trial-timeout", "60"], env=PLANTED)
     assert proc.returncode == 0, proc.stderr
     trials = {t.params["variant"]: t for t in _trials(url, _key(2, 16, 8, 8, 0))}
@@ -113,7 +118,7 @@ def test_a_kernel_wait_that_gave_up_is_a_failed_trial_naming_the_silent_peer(tmp
 def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n16,8,16,fp32,1\n")
-    args = ["--world-size", "2", "--shapes", str(shapes), "--db", url, "--trials", "8", "--seed", "1"]
+    args = [*_run_args(shapes, url), "--trials", "8", "--seed", "1"]
     proc = _tune([*args, "--jsonl"])
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -150,18 +155,7 @@ def test_warm_start_table_records_run_right_after_the_baseline(tmp_path: Path) -
     )
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n")
-    args = [
-        "--world-size",
-        "2",
-        "--shapes",
-        str(shapes),
-        "--db",
-        url,
-        "--trials",
-        "2",
-        "--warm-start",
-        str(table),
-    ]
+    args = [*_run_args(shapes, url), "--trials", "2", "--warm-start", str(table)]
     proc = _tune([*args, "--jsonl"])
     assert proc.returncode == 0, proc.stderr
     notes = [json.loads(line) for line in proc.stdout.splitlines() if '"note"' in line]
@@ -178,7 +172,7 @@ def test_world_size_3_and_a_finished_run_resumes_as_a_no_op(tmp_path: Path) -> N
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n12,8,24,fp32,1\n")
     key = _key(3, 12, 8, 24, 1)
-    args = ["--world-size", "3", "--shapes", str(shapes), "--db", url, "--trials", "6", "--quiet"]
+    args = [*_run_args(shapes, url, 3), "--trials", "6", "--quiet"]
     proc = _tune(args)
     assert proc.returncode == 0, proc.stderr
     finished = [t for t in _trials(url, key) if t.state.name in ("COMPLETE", "FAIL")]
@@ -200,7 +194,7 @@ def test_world_size_8_headline_command_survives_a_hang(tmp_path: Path) -> None:
     it) and every other point validated."""
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n8,8,16,fp32,1\n")
-    args = ["--world-size", "8", "--shapes", str(shapes), "--db", url, "--sampler", "grid", "--quiet"]
+    args = [*_run_args(shapes, url, 8), "--sampler", "grid", "--quiet"]
     # a trial at 8 ranks takes ~1 s on a loaded 2-core machine: 6 s lets the hangs end soon
     args += ["--variants", "planted_hang,cpu_chunked", "--trial-timeout", "6"]
     proc = _tune(args, env=PLANTED, timeout=600)
@@ -247,7 +241,7 @@ def test_resume_after_sigkill_continues_without_duplicates(tmp_path: Path) -> No
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
     key = _key(2, 16, 8, 8, 0)
-    cmd = [AUTOTAXER, "tune", "--device", "cpu", "--world-size", "2", "--shapes", str(shapes), "--db", url]
+    cmd = [AUTOTAXER, "tune", "--device", "cpu", *_run_args(shapes, url)]
     cmd += ["--sampler", "grid", "--variants", "planted_hang,cpu_chunked", "--trial-timeout", "5", "--jsonl"]
     env = {**os.environ, **PLANTED}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -345,17 +339,7 @@ def test_bad_input_exits_2_before_anything_is_written(
 ) -> None:
     shapes = _shapes(tmp_path, csv)
     db_file = tmp_path / "t.sqlite"
-    args = [
-        "tune",
-        "--world-size",
-        "2",
-        "--shapes",
-        str(shapes),
-        "--db",
-        f"sqlite:///{db_file}",
-        "--device",
-        "cpu",
-    ]
+    args = ["tune", *_run_args(shapes, f"sqlite:///{db_file}"), "--device", "cpu"]
     result = CliRunner().invoke(_app(), [*args, *extra])
     assert result.exit_code == 2, result.output
     assert message in result.output
@@ -369,17 +353,7 @@ def test_cuda_without_enough_gpus_is_refused(tmp_path: Path) -> None:
         pytest.skip("a machine with 64 GPUs")
     shapes = _shapes(tmp_path, "M,N,K\n64,8,8\n")
     db_file = tmp_path / "t.sqlite"
-    args = [
-        "tune",
-        "--world-size",
-        "64",
-        "--shapes",
-        str(shapes),
-        "--db",
-        f"sqlite:///{db_file}",
-        "--device",
-        "cuda",
-    ]
+    args = ["tune", *_run_args(shapes, f"sqlite:///{db_file}", 64), "--device", "cuda"]
     result = CliRunner().invoke(_app(), args)
     assert result.exit_code == 2
     assert "needs 64 GPUs" in result.output
@@ -392,19 +366,7 @@ def test_inside_torchrun_rank_0_tunes_and_the_others_follow(tmp_path: Path) -> N
     shapes = _shapes(tmp_path, "M,N,K,dtype\n16,8,8,fp32\n")
     torchrun = [sys.executable, "-m", "torch.distributed.run"]  # torchrun, wherever its script was installed
     cmd = [*torchrun, "--standalone", "--nproc-per-node", "2", "--no-python", AUTOTAXER, "tune"]
-    cmd += [
-        "--device",
-        "cpu",
-        "--world-size",
-        "2",
-        "--shapes",
-        str(shapes),
-        "--db",
-        url,
-        "--trials",
-        "4",
-        "--quiet",
-    ]
+    cmd += ["--device", "cpu", *_run_args(shapes, url), "--trials", "4", "--quiet"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "launched 1" in proc.stderr  # the launch's own ranks: nothing spawned
@@ -420,7 +382,7 @@ def test_both_weight_layouts_are_tuned_exported_and_imported_apart(tmp_path: Pat
     inputs made as ``weight.t()``; export and import keep the field."""
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim,b_layout\n32,16,16,fp32,0,nk\n32,16,16,fp32,0,kn\n")
-    proc = _tune(["--world-size", "2", "--shapes", str(shapes), "--db", url, "--trials", "4", "--quiet"])
+    proc = _tune([*_run_args(shapes, url), "--trials", "4", "--quiet"])
     assert proc.returncode == 0, proc.stderr
     kn = _key(2, 32, 16, 16, 0)
     nk = ProblemKey.make(

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...tools.emulated_ranks import EmulatedHeap, _bytes, _rel_err, _tolerance
+from ..._problem import ProblemKey
+from ...tools.emulated_ranks import _rel_err, _tolerance, inbox_heap
 from .._forms import EmulatedForm
 
 
@@ -54,8 +55,7 @@ def check_ag_gemm(
     ms, ks = shard_dims(m, k, ws, gd)
     geo = geometry(config, ms, ks)
     box, n_flags = inbox_shape(ms, ks, ws), flags_count(geo, ws)
-    heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), device)
-    inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+    heap, inbox, flags = inbox_heap(ws, box, dtype, n_flags, device)
     syncs = [torch.zeros(SYNC_WORDS, dtype=torch.int64, device=device) for _ in range(ws)]
     grid, tiles = grid_and_tiles(m, n, config, num_sms)
     per_call = tiles + config.comm_sms if config.comm_sms else 0  # the tile queue's draws per call
@@ -100,18 +100,10 @@ def _never_signal_fused(kind: str, ctx: Any, randn: Any, dtype: Any) -> Any:
     """Rank 0's call of the fused kernel (``push`` or ``pull``); returns its watch slot."""
     import torch
 
-    from autotaxer import ProblemKey
-
-    dev, ws, target = ctx.device, ctx.world_size, ctx.target
-    from autotaxer.kernels.ag_gemm.fused import (
-        SYNC_WORDS,
-        FusedConfig,
-        flags_count,
-        geometry,
-        inbox_shape,
-    )
+    from autotaxer.kernels.ag_gemm.fused import SYNC_WORDS, FusedConfig, flags_count, geometry, inbox_shape
     from autotaxer.kernels.ag_gemm.fused import launch as fused_launch
 
+    dev, ws, target = ctx.device, ctx.world_size, ctx.target
     m, n, k = 12 * ws, 40, 40
     config = FusedConfig(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2,
                          comm_sms=1, row_chunks=2, k_chunks=2)  # fmt: skip
@@ -120,8 +112,7 @@ def _never_signal_fused(kind: str, ctx: Any, randn: Any, dtype: Any) -> Any:
     )
     ms = m // ws
     box, n_flags = inbox_shape(ms, k, ws), flags_count(geometry(config, ms, k), ws)
-    heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), dev)
-    inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+    heap, inbox, flags = inbox_heap(ws, box, dtype, n_flags, dev)
     slot = ctx.watch_slot(key, kind)
     sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=dev)
     out = torch.empty(m, n, dtype=dtype, device=dev)
@@ -135,11 +126,9 @@ def _never_signal_flag_wait(kind: str, ctx: Any, randn: Any, dtype: Any) -> Any:
     """The copy-engine schedules' flag wait on a peer's flag; returns its watch slot."""
     import torch
 
-    from autotaxer import ProblemKey
-
-    dev, ws, target = ctx.device, ctx.world_size, ctx.target
     from autotaxer.kernels.common import signal as sig
 
+    dev, ws, target = ctx.device, ctx.world_size, ctx.target
     key = ProblemKey.make("ag_gemm", target.gpu_model, ws, "fp32", {"M": 2 * ws, "N": 8, "K": 8},
                           {"gather_dim": 0})  # fmt: skip
     slot = ctx.watch_slot(key, "copy_engine")

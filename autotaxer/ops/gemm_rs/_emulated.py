@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...tools.emulated_ranks import EmulatedHeap, _bytes, _rel_err, _tolerance
+from ..._problem import ProblemKey
+from ...tools.emulated_ranks import _rel_err, _tolerance, inbox_heap
 from .._forms import EmulatedForm
 
 
@@ -48,8 +49,7 @@ def check_gemm_rs_push(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     mo, no = out_dims(m, n, ws, sd)
     box, n_flags = inbox_shape(mo, no, ws), flags_count(m, n, ws, sd, config)
-    heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), device)
-    inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+    heap, inbox, flags = inbox_heap(ws, box, dtype, n_flags, device)
     syncs = [torch.zeros(SYNC_WORDS, dtype=torch.int64, device=device) for _ in range(ws)]
     grid = grid_of(config, num_sms)
     for call in range(1, calls + 1):
@@ -86,24 +86,15 @@ def _never_signal_push(kind: str, ctx: Any, randn: Any, dtype: Any) -> Any:
     """Rank 0's call of the fused push kernel; returns its watch slot."""
     import torch
 
-    from autotaxer import ProblemKey
+    from autotaxer.kernels.gemm_rs.push import SYNC_WORDS, RsConfig, flags_count, gemm_rs_push, inbox_shape
 
     dev, ws, target = ctx.device, ctx.world_size, ctx.target
-    from autotaxer.kernels.gemm_rs.push import (
-        SYNC_WORDS,
-        RsConfig,
-        flags_count,
-        gemm_rs_push,
-        inbox_shape,
-    )
-
     m, n, ks = 16 * ws, 24, 16
     config = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
     key = ProblemKey.make("gemm_rs", target.gpu_model, ws, "fp32", {"M": m, "N": n, "K": ks * ws},
                           {"scatter_dim": 0})  # fmt: skip
     box, n_flags = inbox_shape(m // ws, n, ws), flags_count(m, n, ws, 0, config)
-    heap = EmulatedHeap(ws, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), dev)
-    inbox, flags = heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
+    heap, inbox, flags = inbox_heap(ws, box, dtype, n_flags, dev)
     slot = ctx.watch_slot(key, "push")
     sync = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=dev)
     gemm_rs_push(a=randn(m, ks), b=randn(ks, n), out=torch.empty(m // ws, n, dtype=dtype, device=dev),
