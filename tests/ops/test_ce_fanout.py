@@ -170,54 +170,26 @@ class _Nothing:
         pass
 
 
-def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int) -> None:
-    import threading
-
-    import autotaxer.kernels.ag_gemm.experimental.ce_fanout as fan
+def _gathers_on_a_heap(world_size: int, gather_dim: int, make_plan, launch) -> None:
+    """Three calls of an all-gather schedule on every rank's thread: ``make_plan(channel, m, k)`` and
+    ``launch(channel, plan, inbox, a_shard, b, out)``; every rank's ``out`` against the fp64 product."""
     import torch
-
-    _patch_transport(monkeypatch, fan)
 
     m, n, k = 8 * world_size, 24, 16 * world_size
     rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
     ranks = _heap_ranks(world_size, world_size * rows * ks * 4)
-    plans = [
-        fan.make_fanout_plan(
-            ch,
-            m=m,
-            k=k,
-            gather_dim=gather_dim,
-            elem=4,
-            chunks=chunks,
-            streams=streams,
-            gemms=gemms,
-            fp32_accumulate=False,
-        )  # fmt: skip
-        for ch in ranks
-    ]
-    errors: list = []
-
-    def one(r: int, a_shard, b, out) -> None:
-        try:
-            fan.ag_gemm_ce_fanout(ranks[r], plans[r], ranks[r].arena(0).view(torch.float32), a_shard, b, out)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-
+    plans = [make_plan(ch, m, k) for ch in ranks]
     for call in range(3):  # the tokens carry over from call to call
         gen = torch.Generator().manual_seed(call)
-        a = torch.randn(m, k, generator=gen)
-        b = torch.randn(k, n, generator=gen)
+        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
         shards = a.split(rows, 0) if gather_dim == 0 else a.split(ks, 1)
         outs = [torch.full((m, n), float("nan")) for _ in ranks]
-        threads = [
-            threading.Thread(target=one, args=(r, shards[r].contiguous(), b, outs[r]))
-            for r in range(world_size)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors, errors
+
+        def rank_call(r: int, shards=shards, b=b, outs=outs) -> None:
+            inbox = ranks[r].arena(0).view(torch.float32)
+            launch(ranks[r], plans[r], inbox, shards[r].contiguous(), b, outs[r])
+
+        _run_ranks(world_size, rank_call)
         ref = a.double() @ b.double()
         for r, out in enumerate(outs):
             err = ((out.double() - ref).norm() / ref.norm()).item()
@@ -232,7 +204,17 @@ def _emulate(monkeypatch, world_size: int, gather_dim: int, gemms: str, streams:
 def test_schedule_gathers_and_multiplies_on_an_emulated_heap(
     monkeypatch, world_size: int, gather_dim: int, gemms: str, streams: int, chunks: int
 ) -> None:
-    _emulate(monkeypatch, world_size, gather_dim, gemms, streams, chunks)
+    import autotaxer.kernels.ag_gemm.experimental.ce_fanout as fan
+
+    _patch_transport(monkeypatch, fan)
+
+    def make_plan(ch, m: int, k: int):
+        return fan.make_fanout_plan(
+            ch, m=m, k=k, gather_dim=gather_dim, elem=4, chunks=chunks, streams=streams, gemms=gemms,
+            fp32_accumulate=False,
+        )  # fmt: skip
+
+    _gathers_on_a_heap(world_size, gather_dim, make_plan, fan.ag_gemm_ce_fanout)
 
 
 # -- ce_grouped and gemm_rs's copy_engine: the same threads-as-ranks emulation ----------------------------
@@ -320,33 +302,15 @@ def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
     monkeypatch, world_size: int, gather_dim: int, group: int, streams: int
 ) -> None:
     import autotaxer.kernels.ag_gemm.experimental.ce_grouped as grp
-    import torch
 
     _patch_transport(monkeypatch, grp)
-    m, n, k = 8 * world_size, 24, 16 * world_size
-    rows, ks = (m // world_size, k) if gather_dim == 0 else (m, k // world_size)
-    ranks = _heap_ranks(world_size, world_size * rows * ks * 4)
-    plans = [
-        grp.make_grouped_plan(
+
+    def make_plan(ch, m: int, k: int):
+        return grp.make_grouped_plan(
             ch, m=m, k=k, gather_dim=gather_dim, elem=4, streams=streams, group=group, fp32_accumulate=False
-        )  # fmt: skip
-        for ch in ranks
-    ]
-    for call in range(3):  # the tokens carry over from call to call
-        gen = torch.Generator().manual_seed(call)
-        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
-        shards = a.split(rows, 0) if gather_dim == 0 else a.split(ks, 1)
-        outs = [torch.full((m, n), float("nan")) for _ in ranks]
+        )
 
-        def rank_call(r: int, shards=shards, b=b, outs=outs) -> None:
-            inbox = ranks[r].arena(0).view(torch.float32)
-            grp.ag_gemm_ce_grouped(ranks[r], plans[r], inbox, shards[r].contiguous(), b, outs[r])
-
-        _run_ranks(world_size, rank_call)
-        ref = a.double() @ b.double()
-        for r, out in enumerate(outs):
-            err = ((out.double() - ref).norm() / ref.norm()).item()
-            assert err < 1e-5, f"call {call} rank {r}: relative error {err}"
+    _gathers_on_a_heap(world_size, gather_dim, make_plan, grp.ag_gemm_ce_grouped)
 
 
 @pytest.mark.parametrize(

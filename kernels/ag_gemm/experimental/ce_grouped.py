@@ -96,12 +96,8 @@ def _send_lane(ch: ce.Channel, plan: GroupedPlan, a_shard: Any, peers: tuple[int
 
 def ag_gemm_ce_grouped(channel: ce.Channel, plan: GroupedPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
                        acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
-    """Compute ``out = all_gather(a_shard) @ b`` with the grouped schedule; collective.
-
-    ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped
-    workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (as in
-    ``copy_engine.ag_gemm_ce``). Launches only: no host synchronisation, no allocation.
-    """
+    """Compute ``out = all_gather(a_shard) @ b`` with the grouped schedule; collective. Arguments as
+    :func:`.ce_fanout.ag_gemm_ce_fanout`'s; launches only."""
     ch, r, base = channel, channel.rank, plan.base
     main, lanes = fork_lanes(ch, plan.lanes, watch, _send_lane, ch, plan, a_shard)
     rows, ks, ws = base.rows, base.k_shard, ch.world_size
