@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from .._problem import ProblemKey, Target, torch_dtype
 from ._base import Params, RunContext, Variant
@@ -16,9 +16,18 @@ from ._base import Params, RunContext, Variant
 
 class CopyEngineBase(Variant):
     """Where every copy-engine variant runs: CUDA devices of NVIDIA (``cuMemcpyAsync``), with the
-    ``cuda.bindings`` and ``iris`` packages."""
+    ``cuda.bindings`` and ``iris`` packages; a variant declares its space and seeds as its op's
+    ``_space`` functions (``space_of``, ``seeds_of``: ``key -> ...``)."""
 
     device_types = frozenset({"cuda"})
+    space_of: ClassVar[Callable[[ProblemKey], dict[str, tuple[Any, ...]]]]
+    seeds_of: ClassVar[Callable[[ProblemKey], list[dict[str, Any]]]]
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        return type(self).space_of(key)
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        return type(self).seeds_of(key)
 
     def unavailable_reason(self, target: Target) -> str | None:
         reason = super().unavailable_reason(target)

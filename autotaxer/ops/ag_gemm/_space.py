@@ -188,6 +188,8 @@ CE_CHUNKS = (1, 2, 4, 8)
 CE_GATHER_FIRST_M = 256
 #: ``copy_engine`` seeds, the 2xH200 tuning run's usual winners: one chunk (two at large M), stream memops.
 CE_SEEDS = (("memop", 1), ("memop", 2), ("triton", 1))
+#: The flags' back ends: stream memory operations (NVIDIA) or 1-program Triton kernels.
+CE_SIGNALS = ("memop", "triton")
 #: ``ce_fanout``/``ce_grouped``: side streams the peers are dealt to (at most one per peer counts).
 CE_STREAMS = (8, 4, 2, 1)
 #: ``ce_fanout``: chunks per peer shard (a copy-engine copy costs about 16 µs however small).
@@ -202,7 +204,7 @@ def copy_engine_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
     gd = key["gather_dim"]
     return {
         "gather_first": (False, True) if gd == 0 else (False,),
-        "signal": ("memop", "triton"),
+        "signal": CE_SIGNALS,
         "chunks": CE_CHUNKS,
         "accumulate": ("out",) if gd == 0 else ("out", "fp32"),
         "order": ("rotated",) if key.world_size <= 2 else ("rotated", "reverse"),
@@ -217,6 +219,26 @@ def copy_engine_seeds(key: ProblemKey) -> list[dict[str, Any]]:
         {"gather_first": gather_first, "signal": s, "chunks": c, "accumulate": "out", "order": "rotated"}
         for s, c in CE_SEEDS
     ]
+
+
+def ce_fanout_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
+    """``ce_fanout``'s space: lanes, one GEMM per run of peers or per peer (``range``: gather_dim=0
+    only), the flags' back end, chunks and (gather_dim=1) the accumulation."""
+    gd = key["gather_dim"]
+    return {
+        "streams": CE_STREAMS,
+        "gemms": ("range", "peer") if gd == 0 else ("peer",),
+        "signal": CE_SIGNALS,
+        "chunks": CE_FANOUT_CHUNKS,
+        "accumulate": ("out",) if gd == 0 else ("out", "fp32"),
+    }
+
+
+def ce_grouped_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
+    """``ce_grouped``'s space: peers per GEMM, lanes, the flags' back end and (gather_dim=1) the
+    accumulation."""
+    accumulate = ("out",) if key["gather_dim"] == 0 else ("out", "fp32")
+    return {"group": CE_GROUPS, "streams": CE_STREAMS, "signal": CE_SIGNALS, "accumulate": accumulate}
 
 
 def _stream_counts(key: ProblemKey) -> list[int]:

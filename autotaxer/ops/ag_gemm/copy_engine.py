@@ -27,13 +27,8 @@ class CopyEngineVariant(CopyEngineBase):
     declare their space; availability, the workspace and the call are shared."""
 
     name = "copy_engine"
-
-    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        return copy_engine_space(key)
-
-    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """The 2xH200 tuning run's usual winners (:data:`._space.CE_SEEDS`)."""
-        return copy_engine_seeds(key)
+    space_of = staticmethod(copy_engine_space)
+    seeds_of = staticmethod(copy_engine_seeds)  # the 2xH200 tuning run's usual winners
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.ag_gemm.copy_engine import MAX_CHUNKS

@@ -23,13 +23,8 @@ from ._space import copy_engine_seeds, copy_engine_space
 
 class CopyEngineVariant(CopyEngineBase):
     name = "copy_engine"
-
-    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        return copy_engine_space(key)
-
-    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Every owner on a stream of its own, then one stream (:data:`._space.CE_SEEDS`)."""
-        return copy_engine_seeds(key)
+    space_of = staticmethod(copy_engine_space)
+    seeds_of = staticmethod(copy_engine_seeds)  # every owner on a stream of its own, then one stream
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.common.lanes import _streams_reason

@@ -15,27 +15,15 @@ from typing import Any
 
 from ...._problem import ProblemKey, Target
 from ..._base import Params
-from .._space import CE_FANOUT_CHUNKS, CE_STREAMS, ce_fanout_seeds
+from .._space import ce_fanout_seeds, ce_fanout_space
 from ..copy_engine import CopyEngineVariant
 
 
 class CeFanoutVariant(CopyEngineVariant):
     name = "ce_fanout"
     experimental = True
-
-    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        gd = key["gather_dim"]
-        return {
-            "streams": CE_STREAMS,
-            "gemms": ("range", "peer") if gd == 0 else ("peer",),
-            "signal": ("memop", "triton"),
-            "chunks": CE_FANOUT_CHUNKS,
-            "accumulate": ("out",) if gd == 0 else ("out", "fp32"),
-        }
-
-    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Every peer on a stream of its own, then half as many streams (:func:`._space.ce_fanout_seeds`)."""
-        return ce_fanout_seeds(key)
+    space_of = staticmethod(ce_fanout_space)
+    seeds_of = staticmethod(ce_fanout_seeds)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.common.lanes import _streams_reason

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...._problem import ProblemKey, Target
 from ..._base import Params
-from .._space import CE_GROUPS, CE_STREAMS, ce_grouped_seeds
+from .._space import ce_grouped_seeds, ce_grouped_space
 from ..copy_engine import CopyEngineVariant
 
 
@@ -38,19 +38,8 @@ def _group_reason(group: int, peers: int) -> str | None:
 class CeGroupedVariant(CopyEngineVariant):
     name = "ce_grouped"
     experimental = True
-
-    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
-        return {
-            "group": CE_GROUPS,
-            "streams": CE_STREAMS,
-            "signal": ("memop", "triton"),
-            "accumulate": ("out",) if key["gather_dim"] == 0 else ("out", "fp32"),
-        }
-
-    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
-        """Every peer on a stream of its own, GEMMs of half the peers, then of every run
-        (:func:`._space.ce_grouped_seeds`)."""
-        return ce_grouped_seeds(key)
+    space_of = staticmethod(ce_grouped_space)
+    seeds_of = staticmethod(ce_grouped_seeds)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
         from autotaxer.kernels.common.lanes import _streams_reason
