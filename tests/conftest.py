@@ -1,5 +1,6 @@
-"""Shared pytest set-up: the ``gpu`` marker skips cleanly where no GPU is visible; one Triton-interpreter
-process serves every interpreter test (``interpreter_worker``); pytest's summary is the last line."""
+"""Shared pytest set-up: the ``gpu`` marker skips cleanly where no GPU is visible; the longest tests run
+first (with ``-n``, workers then end together); one Triton-interpreter process serves every interpreter
+test (``interpreter_worker``); pytest's summary is the last line."""
 
 from __future__ import annotations
 
@@ -20,7 +21,18 @@ def _gpus() -> int:
         return 0
 
 
+#: The longest tests (a minute or more on 2 cores), started first; then the other ``slow`` ones.
+LONGEST = ("test_readme.py::", "test_random_kills", "test_a_layers_keys_are_recorded", "test_a_rank_killed_mid")
+
+
+def _start_order(item) -> int:
+    if any(name in item.nodeid for name in LONGEST):
+        return 0
+    return 1 if item.get_closest_marker("slow") is not None else 2
+
+
 def pytest_collection_modifyitems(config, items):
+    items.sort(key=_start_order)  # stable: the collection order within each group
     n = _gpus()
     for item in items:
         marker = item.get_closest_marker("gpu")
