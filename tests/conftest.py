@@ -22,7 +22,9 @@ def _gpus() -> int:
 
 
 #: The longest tests (a minute or more on 2 cores), started first; then the other ``slow`` ones.
-LONGEST = ("test_readme.py::", "test_random_kills", "test_a_layers_keys_are_recorded", "test_a_rank_killed_mid")
+LONGEST = (
+    "test_readme.py::", "test_random_kills", "test_a_layers_keys_are_recorded", "test_a_rank_killed_mid",
+)  # fmt: skip
 
 
 def _start_order(item) -> int:
