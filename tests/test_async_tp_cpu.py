@@ -361,7 +361,9 @@ def _warm_up_compiled(ctx, tmp: str) -> dict:
 
     def block(a, b_up, b_down):
         if torch.compiler.is_compiling():
-            _, (h,) = torch.ops.symm_mem.fused_all_gather_matmul(a, [b_up], 0, group_name)
+            # return_A=False: served whichever variant wins (a winner that cannot hand out A leaves
+            # return_A calls to torch, see test_calls_are_served_where_tuned_and_torchs_elsewhere)
+            _, (h,) = torch.ops.symm_mem.fused_all_gather_matmul(a, [b_up], 0, group_name, return_A=False)
             return torch.ops.symm_mem.fused_matmul_reduce_scatter(h, b_down, "sum", 0, group_name)
         h = funcol.all_gather_tensor(a, 0, group_name) @ b_up
         return funcol.reduce_scatter_tensor(h @ b_down, "sum", 0, group_name)
