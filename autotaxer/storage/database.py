@@ -268,6 +268,8 @@ class Database:
                 raise self._optuna_mismatch(e) from None
             except sa_exc.DBAPIError as e:
                 raise DatabaseError(f"{self.display_url}: {e.orig}") from e
+            if sqlite:
+                _complete_optuna_indexes(storage.engine)
         if sqlite:
             _serialize_sqlite_transactions(storage.engine)
         return storage
@@ -467,6 +469,18 @@ def _ensure_wal(cur) -> None:
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.05)
+
+
+def _complete_optuna_indexes(engine: Engine) -> None:
+    """Create the indexes of Optuna's tables that are missing. SQLite runs each statement of Optuna's
+    schema creation in its own transaction, so a process killed between a ``CREATE TABLE`` and its
+    ``CREATE UNIQUE INDEX`` left a ``studies`` table without its unique study name: the next tuners then
+    created one study twice and every later run failed to load it. Runs under the schema lock."""
+    from optuna.storages._rdb import models
+
+    for table in models.BaseModel.metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(bind=engine, checkfirst=True)
 
 
 def _serialize_sqlite_transactions(engine: Engine) -> None:

@@ -173,3 +173,25 @@ def test_error_mid_transaction_rolls_back(tmp_path, monkeypatch):
             db.upsert_winners([make_record(100 + m, median_us=1.0) for m in range(6)])
         monkeypatch.undo()
         assert [r.to_dict() for r in db.winners()] == before
+
+
+def test_a_schema_creation_killed_before_its_indexes_is_completed_at_the_next_open(tmp_path) -> None:
+    """A tuner killed between Optuna's ``CREATE TABLE studies`` and its unique index (SQLite runs them in
+    separate transactions) must not leave a database where one key can get two studies."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/k.sqlite"
+    with open_database(url) as db:
+        db.optuna_storage()
+    con = sqlite3.connect(tmp_path / "k.sqlite")
+    indexes = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "ix_studies_study_name" in indexes
+    con.execute("DROP INDEX ix_studies_study_name")  # what the kill left
+    con.commit()
+    con.close()
+    with open_database(url) as db:
+        storage = db.optuna_storage()
+        optuna.create_study(study_name="k", storage=storage)
+        with pytest.raises(optuna.exceptions.DuplicatedStudyError):
+            optuna.create_study(study_name="k", storage=storage)
+        assert optuna.load_study(study_name="k", storage=storage).study_name == "k"
