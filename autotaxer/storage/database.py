@@ -269,7 +269,14 @@ class Database:
             except sa_exc.DBAPIError as e:
                 raise DatabaseError(f"{self.display_url}: {e.orig}") from e
             if sqlite:
-                _complete_optuna_indexes(storage.engine)
+                try:
+                    _complete_optuna_indexes(storage.engine)
+                except sa_exc.IntegrityError as e:
+                    raise DatabaseError(
+                        f"{self.display_url}: Optuna's tables hold one key twice ({e.orig}): a tuner was "
+                        "killed while it created them, before their unique index. Export its winners "
+                        "(autotaxer export) and tune into a new --db"
+                    ) from None
         if sqlite:
             _serialize_sqlite_transactions(storage.engine)
         return storage

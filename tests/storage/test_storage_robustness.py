@@ -195,3 +195,19 @@ def test_a_schema_creation_killed_before_its_indexes_is_completed_at_the_next_op
         with pytest.raises(optuna.exceptions.DuplicatedStudyError):
             optuna.create_study(study_name="k", storage=storage)
         assert optuna.load_study(study_name="k", storage=storage).study_name == "k"
+
+
+def test_a_database_already_holding_a_key_twice_is_refused_by_name(tmp_path) -> None:
+    url = f"sqlite:///{tmp_path}/k.sqlite"
+    with open_database(url) as db:
+        db.optuna_storage()
+    con = sqlite3.connect(tmp_path / "k.sqlite")
+    con.execute("DROP INDEX ix_studies_study_name")
+    con.execute("INSERT INTO studies (study_id, study_name) VALUES (1, 'k'), (2, 'k')")
+    con.commit()
+    con.close()
+    with (
+        open_database(url) as db,
+        pytest.raises(DatabaseError, match=r"k\.sqlite: Optuna's tables hold one key"),
+    ):
+        db.optuna_storage()
