@@ -12,6 +12,8 @@ from autotaxer.testing import run_ranks
 
 OPS = ("fused_all_gather_matmul", "fused_matmul_reduce_scatter")
 SCALED = ("fused_all_gather_scaled_matmul", "fused_scaled_matmul_reduce_scatter")
+#: A runtime that reads only the tables a test names (and writes no misses file).
+QUIET_CONFIG = {"shipped_tables": False, "env_tables": False, "persist_misses": False}
 
 
 def _dumps(names: tuple[str, ...]) -> dict[str, str]:
@@ -235,11 +237,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
     import autotaxer.async_tp as atp
 
     def init(tables: tuple[str, ...]):
-        return autotaxer.init(
-            autotaxer.RuntimeConfig(
-                tables=tables, env_tables=False, shipped_tables=False, persist_misses=False
-            )
-        )
+        return autotaxer.init(autotaxer.RuntimeConfig(tables=tables, **QUIET_CONFIG))
 
     out: dict = {}
     rt = init(())
@@ -391,9 +389,6 @@ def _warm_up_compiled(ctx, tmp: str) -> dict:
     finally:
         atp.disable()
     return out
-
-
-QUIET_CONFIG = {"shipped_tables": False, "env_tables": False, "persist_misses": False}
 
 
 @pytest.mark.slow
