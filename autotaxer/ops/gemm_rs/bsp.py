@@ -14,8 +14,12 @@ from ._op import out_shape
 
 def reduce_scatter(full: Any, out: Any, scatter_dim: int, group: Any = None) -> Any:
     """``out`` = this rank's slice along ``scatter_dim`` of the sum over ranks of ``full`` (2-D); NCCL's
-    ``reduce_scatter_tensor``, or on CPU (gloo has none) an all-reduce and the rank's slice."""
-    return reduce_scatter_async(full, out, scatter_dim, group)[0]
+    ``reduce_scatter_tensor``, or on CPU (gloo has none) an all-reduce and the rank's slice. The current
+    stream waits for the collective: ``out`` is ready to read and ``full`` free to overwrite."""
+    out, work = reduce_scatter_async(full, out, scatter_dim, group)
+    if work is not None:
+        work.wait()
+    return out
 
 
 def reduce_scatter_async(full: Any, out: Any, scatter_dim: int, group: Any = None) -> tuple[Any, Any]:
