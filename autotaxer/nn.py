@@ -21,12 +21,15 @@ The op serving each layer comes from the op registry: the first op whose ``layer
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .functional import _world_size, resolve_group
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 
 class _ShardedLinear(nn.Module):
@@ -43,9 +46,9 @@ class _ShardedLinear(nn.Module):
         out_features: int,
         bias: bool = True,
         *,
-        group: Any = None,
-        device: Any = None,
-        dtype: Any = None,
+        group: dist.ProcessGroup | str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
         op: str | None = None,
     ) -> None:
         super().__init__()

@@ -29,9 +29,15 @@ def flag(*decls: str, help: str) -> Any:
 
 
 def choice(decl: str, choices: tuple[str, ...], *, help: str) -> Any:
-    """An option taking one of ``choices``, shown in ``--help`` as ``<a|b|c>`` (the command checks the
-    value, naming the option)."""
-    return typer.Option(decl, help=help, metavar=f"<{'|'.join(choices)}>")
+    """An option taking one of ``choices``, shown in ``--help`` as ``<a|b|c>``; any other value is a usage
+    error naming the option and the choices (exit 2)."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in choices:
+            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return typer.Option(decl, help=help, metavar=f"<{'|'.join(choices)}>", callback=check)
 
 
 #: Timing modes of ``--timing`` and ``--dispatch-timing`` (eager back-to-back calls, CUDA-graph replays).

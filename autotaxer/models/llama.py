@@ -39,15 +39,23 @@ COMMS = ("autotaxer", "plain", "none")
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """Sizes of one decoder layer; the defaults are Llama-3-70B's."""
+    """Sizes of one decoder layer; the defaults are Llama-3-70B's. ``heads``, ``kv_heads`` and ``ffn`` are
+    split over the ranks (:meth:`validate` checks they divide); ``hidden`` and ``head_dim`` stay whole."""
 
     hidden: int = 8192
+    """The model width (the residual stream), whole on every rank."""
     heads: int = 64
+    """Query heads, split over the ranks."""
     kv_heads: int = 8
+    """Key/value heads (grouped-query attention), split over the ranks."""
     head_dim: int = 128
+    """The size of one head (even: rotary positions pair its halves)."""
     ffn: int = 28672
+    """The SwiGLU MLP's inner width, split over the ranks."""
     eps: float = 1e-5
+    """RMSNorm's epsilon."""
     rope_theta: float = 500000.0
+    """The rotary embedding's base."""
 
     def validate(self, world_size: int = 1) -> None:
         """Raise ``ValueError`` naming the field that cannot be sharded over ``world_size`` ranks."""

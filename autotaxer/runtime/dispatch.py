@@ -311,28 +311,7 @@ class Runtime:
         """Run ``op`` on this rank's ``tensors`` with the tuned variant; collective over the group."""
         if _is_compiling():
             return compiled_dispatch(op, tensors, out, layout, self.group)
-        # The same lines as module-level dispatch(). The hot key leaves the layout out (unpacking its items
-        # into the key cost more than comparing two small dicts); the layout must equal the plan's.
-        w = self._watch
-        if w.view[0] != w.expect or self._checking:
-            self._before_call(op, tensors, layout)
-        if len(tensors) == 2:
-            x, y = tensors
-            try:
-                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
-            except AttributeError:  # not tensors: _find tells every rank which argument
-                plan = None
-            if plan is None or plan.layout != layout:
-                plan = self._find(op, tensors, layout)
-            if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
-                plan.calls += 1
-                plan.last_used = next(self._clock)
-                return differentiable_call(plan, tensors, out)
-        else:
-            plan = self._find(op, tensors, layout)
-        plan.calls += 1
-        plan.last_used = next(self._clock)
-        return plan.run(plan.workspace, tensors, plan.ctx, out)
+        return _serve(self, op, tensors, out, layout)
 
     def dispatch_saving(self, op: str, *tensors: Any, **layout: int) -> tuple[Any, Any]:
         """``(output, saved)``: the call as :meth:`dispatch` makes it, plus what its backward keeps
@@ -817,20 +796,11 @@ __all__ = [
 ]  # fmt: skip
 
 
-def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:
-    """Run ``op`` (e.g. ``"ag_gemm"``) with the tuned variant; the same result as BSP. Collective.
-
-    ``dispatch("ag_gemm", a_shard, b, gather_dim=0, group=None, out=None)``: ``a_shard`` is this rank's
-    part of A, ``b`` the full B; returns ``C (M, N)`` (in ``out`` when given). See the module docstring
-    for what the first call of a shape does and for CUDA graphs and ``torch.compile``.
-    """
-    if _is_compiling():
-        return compiled_dispatch(op, tensors, out, layout, group)
-    rt = _RUNTIMES.get(group)
-    if rt is None:
-        rt = init(None, group)
-    # Runtime.dispatch's lines, inline (no extra Python frame). The hot key is exact for op, shapes and
-    # dtypes; the layout (names and values) must equal the plan's, else the full signature decides.
+def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dict[str, int]) -> Any:
+    """The hot path of :func:`dispatch` and :meth:`Runtime.dispatch` (their tuple and dict passed as they
+    are: re-packing ``*tensors, **layout`` would cost ~0.7 µs a call). The hot key is exact for op, shapes,
+    strides and dtypes and leaves the layout out (unpacking its items into the key cost more than comparing
+    two small dicts); the layout must equal the plan's, else the full signature decides."""
     w = rt._watch
     if w.view[0] != w.expect or rt._checking:
         rt._before_call(op, tensors, layout)
@@ -851,3 +821,18 @@ def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layou
     plan.calls += 1
     plan.last_used = next(rt._clock)
     return plan.run(plan.workspace, tensors, plan.ctx, out)
+
+
+def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:
+    """Run ``op`` (e.g. ``"ag_gemm"``) with the tuned variant; the same result as BSP. Collective.
+
+    ``dispatch("ag_gemm", a_shard, b, gather_dim=0, group=None, out=None)``: ``a_shard`` is this rank's
+    part of A, ``b`` the full B; returns ``C (M, N)`` (in ``out`` when given). See the module docstring
+    for what the first call of a shape does and for CUDA graphs and ``torch.compile``.
+    """
+    if _is_compiling():
+        return compiled_dispatch(op, tensors, out, layout, group)
+    rt = _RUNTIMES.get(group)
+    if rt is None:
+        rt = init(None, group)
+    return _serve(rt, op, tensors, out, layout)

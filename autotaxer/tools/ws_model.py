@@ -24,6 +24,10 @@ import argparse
 import random
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
 
 Wait = Callable[[], bool]
 Coroutine = Generator[tuple[str, Wait], None, None]
@@ -31,20 +35,24 @@ Coroutine = Generator[tuple[str, Wait], None, None]
 
 @dataclass(frozen=True)
 class WsProblem:
-    """One two-rank call of ``push_ws_fwd`` as the kernel sees it (``block_*`` the consumer's tiles, the
-    flags one per ``block_m x block_k`` box, as the forwarding transport requires)."""
+    """One two-rank call of ``push_ws_fwd`` as the kernel sees it: C (m, n) = gather(A) (m, k) @ B (k, n),
+    the shards row blocks (``gather_dim`` 0) or K slices (1), ``config`` the consumer's tiles, ring depth
+    and tile order (default 128x128x64 tiles, 5 stages); one flag per ``block_m x block_k`` box of A, as
+    the forwarding transport requires, and one persistent CTA per SM."""
 
     m: int
     n: int
     k: int
     gather_dim: int
-    block_m: int = 128
-    block_n: int = 128
-    block_k: int = 64
-    stages: int = 5
-    group_m: int = 8
+    config: WsConfig = None  # type: ignore[assignment]  # None: the default above
     num_sms: int = 132
     world_size: int = 2
+
+    def __post_init__(self) -> None:
+        if self.config is None:
+            from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
+
+            object.__setattr__(self, "config", WsConfig(block_n=128, stages=5))
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -103,19 +111,17 @@ class _Rank:
     def __init__(
         self, p: WsProblem, rank: int, release_due: Callable[..., object], release_after: int
     ) -> None:
-        from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig, consumer_group_m
+        from autotaxer.kernels.ag_gemm.experimental.ws import consumer_group_m
 
         self.p, self.rank = p, rank
         self.ms, self.ks = p.shard
-        self.num_pid_m, self.num_pid_n = _cdiv(p.m, p.block_m), _cdiv(p.n, p.block_n)
+        self.num_pid_m, self.num_pid_n = _cdiv(p.m, p.config.block_m), _cdiv(p.n, p.config.block_n)
         self.tiles = self.num_pid_m * self.num_pid_n
         self.grid = min(p.num_sms, self.tiles)
-        config = WsConfig(block_m=p.block_m, block_n=p.block_n, block_k=p.block_k, stages=p.stages,
-                          group_m=p.group_m)  # fmt: skip
-        self.group_m = consumer_group_m(config, p.gather_dim, self.ms, self.tiles, self.grid, True)
-        self.first_m = (rank * self.ms) // p.block_m if p.gather_dim == 0 else 0
-        self.k_steps = _cdiv(p.k if p.gather_dim == 0 else self.ks, p.block_k)
-        self.n_rc, self.n_kc = _cdiv(self.ms, p.block_m), _cdiv(self.ks, p.block_k)
+        self.group_m = consumer_group_m(p.config, p.gather_dim, self.ms, self.tiles, self.grid, True)
+        self.first_m = (rank * self.ms) // p.config.block_m if p.gather_dim == 0 else 0
+        self.k_steps = _cdiv(p.k if p.gather_dim == 0 else self.ks, p.config.block_k)
+        self.n_rc, self.n_kc = _cdiv(self.ms, p.config.block_m), _cdiv(self.ks, p.config.block_k)
         self.flags: dict[tuple[int, int, int], int] = {}
         self.release_due, self.release_after = release_due, release_after
 
@@ -125,7 +131,7 @@ class _Rank:
         slices = 1 if p.gather_dim == 0 else p.world_size
         for t in range(cta, self.tiles, self.grid):
             pid_m, pid_n = _tile_of(t, self.num_pid_m, self.num_pid_n, self.group_m, self.first_m)
-            off_m = pid_m * p.block_m
+            off_m = pid_m * p.config.block_m
             for step in range(slices):
                 if p.gather_dim == 0:
                     src, row = off_m // self.ms, off_m % self.ms
@@ -137,9 +143,9 @@ class _Rank:
 
     def landed(self, src: int, row: int) -> int:
         """Leading K chunks of ``src``'s rows ``row..`` whose every row chunk's flag is up."""
-        row_hi = min(row + self.p.block_m, self.ms) - 1
+        row_hi = min(row + self.p.config.block_m, self.ms) - 1
         landed = self.n_kc
-        for rc in range(row // self.p.block_m, row_hi // self.p.block_m + 1):
+        for rc in range(row // self.p.config.block_m, row_hi // self.p.config.block_m + 1):
             kc = 0
             while kc < self.n_kc and self.flags.get((src, rc, kc), 0) >= 1:
                 kc += 1
@@ -152,11 +158,11 @@ def _load(r: _Rank, cta: int, ready: list[_Barrier], empty: list[_Barrier]) -> C
     k_len = p.k if p.gather_dim == 0 else r.ks
     for it, _, src, row, ks in r.steps(cta):
         if src != r.rank:
-            need = (min(ks * p.block_k + p.block_k, k_len) - 1) // p.block_k + 1
+            need = (min(ks * p.config.block_k + p.config.block_k, k_len) - 1) // p.config.block_k + 1
             what = f"load: flags of rank {src}'s rows {row}.. up to K chunk {need - 1}"
             yield what, lambda src=src, row=row, need=need: r.landed(src, row) >= need
-        s = it % p.stages
-        yield f"load: slot {s} empty (step {it})", empty[s].passed(((it // p.stages) & 1) ^ 1)
+        s = it % p.config.stages
+        yield f"load: slot {s} empty (step {it})", empty[s].passed(((it // p.config.stages) & 1) ^ 1)
         ready[s].arrive()  # the TMA load lands
 
 
@@ -165,7 +171,7 @@ def _forward(r: _Rank, peer: _Rank, cta: int, ready: list[_Barrier], empty: list
     p = r.p
     pending, pending_it = -1, 0
     for it, pid_n, src, row, ks in r.steps(cta):
-        s = it % p.stages
+        s = it % p.config.stages
         mine = (src == r.rank) & (ks % r.num_pid_n == pid_n)
         for when in (False, True):
             if when == after_wait and bool(r.release_due(pending, pending_it, it, mine, src != r.rank,
@@ -174,9 +180,9 @@ def _forward(r: _Rank, peer: _Rank, cta: int, ready: list[_Barrier], empty: list
                 pending = -1
             if not when:
                 what = f"forward: slot {s} ready (step {it}, holding box {pending})"
-                yield what, ready[s].passed((it // p.stages) & 1)
+                yield what, ready[s].passed((it // p.config.stages) & 1)
         if mine:
-            pending, pending_it = (row // p.block_m) * r.n_kc + ks, it
+            pending, pending_it = (row // p.config.block_m) * r.n_kc + ks, it
         empty[s].arrive()
     if pending >= 0:
         peer.flags[(r.rank, pending // r.n_kc, pending % r.n_kc)] = 1
@@ -188,26 +194,25 @@ def _mma(r: _Rank, cta: int, ready: list[_Barrier], empty: list[_Barrier]) -> Co
     it = 0
     for _ in range(cta, r.tiles, r.grid):
         for ks in range(slices * r.k_steps):
-            s = it % p.stages
-            yield f"mma: slot {s} ready (step {it})", ready[s].passed((it // p.stages) & 1)
+            s = it % p.config.stages
+            yield f"mma: slot {s} ready (step {it})", ready[s].passed((it // p.config.stages) & 1)
             if ks > 0:
-                empty[(it + p.stages - 1) % p.stages].arrive()
+                empty[(it + p.config.stages - 1) % p.config.stages].arrive()
             it += 1
-        empty[(it + p.stages - 1) % p.stages].arrive()
+        empty[(it + p.config.stages - 1) % p.config.stages].arrive()
 
 
 def served_error(r: _Rank) -> str | None:
     """Why the launcher refuses to forward this call (``forward_error``, or gather_dim=0 tiles that straddle
     two ranks' rows, which TMA cannot read: the variant runs ``push``'s kernel instead), else None."""
-    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig, forward_error
+    from autotaxer.kernels.ag_gemm.experimental.ws import forward_error
 
     p = r.p
-    if p.gather_dim == 0 and r.ms % p.block_m:
-        return f"gather_dim=0: {r.ms}-row shards straddle {p.block_m}-row tiles"
-    config = WsConfig(
-        block_m=p.block_m, block_n=p.block_n, block_k=p.block_k, stages=p.stages, group_m=p.group_m
+    if p.gather_dim == 0 and r.ms % p.config.block_m:
+        return f"gather_dim=0: {r.ms}-row shards straddle {p.config.block_m}-row tiles"
+    return forward_error(
+        (p.config.block_m, r.n_rc, p.config.block_k, r.n_kc), p.config, p.gather_dim, r.tiles, r.grid
     )
-    return forward_error((p.block_m, r.n_rc, p.block_k, r.n_kc), config, p.gather_dim, r.tiles, r.grid)
 
 
 def _kernel_rule() -> tuple[Callable[..., object], int]:
@@ -241,8 +246,8 @@ def run_forward(
     for r in ranks:
         peer = ranks[1 - r.rank]
         for cta in range(r.grid):
-            ready = [_Barrier(1) for _ in range(problem.stages)]
-            empty = [_Barrier(2) for _ in range(problem.stages)]
+            ready = [_Barrier(1) for _ in range(problem.config.stages)]
+            empty = [_Barrier(2) for _ in range(problem.config.stages)]
             where = f"rank {r.rank} CTA {cta}"
             for part in (
                 _load(r, cta, ready, empty),
@@ -287,8 +292,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-m", type=int, default=8)
     parser.add_argument("--num-sms", type=int, default=132)
     args = parser.parse_args(argv)
-    problem = WsProblem(args.m, args.n, args.k, args.gather_dim, block_n=args.block_n, stages=args.stages,
-                        group_m=args.group_m, num_sms=args.num_sms)  # fmt: skip
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
+
+    config = WsConfig(block_n=args.block_n, stages=args.stages, group_m=args.group_m)
+    problem = WsProblem(args.m, args.n, args.k, args.gather_dim, config, num_sms=args.num_sms)
     outcome = run_forward(problem)
     print(f"{problem}: {outcome}")
     return 1 if outcome.deadlock else 0

@@ -46,7 +46,8 @@ class TrialEvent:
 
 @dataclass(frozen=True)
 class ShapeResult:
-    """The outcome of one shape: the winner (if any) and the study's counts."""
+    """The outcome of one shape: the winner (if any; ``median_us`` its time, ``bsp_us`` the fastest BSP
+    form's) and the study's trial counts over every run of it."""
 
     key: str
     variant: str | None

@@ -38,11 +38,11 @@ class RsPlan:
     no: int  # columns of one owner's slice
     elem: int
     owners: tuple[int, ...]  # peers in the order their slices are computed: r+1, r+2, ...
-    lanes: tuple[tuple[int, ...], ...]
     inbox_ptr: int  # this rank's inbox (W slots, slot s = source s's partial of this rank's slice)
     remote_slot: tuple[tuple[int, int], ...]  # (owner, address of this rank's slot in owner's inbox)
     remote_data: tuple[tuple[int, int], ...]  # (owner, address of owner's data[rank, 0])
     remote_done: tuple[tuple[int, int], ...]  # (source, address of source's done[rank])
+    lanes: tuple[tuple[int, ...], ...]  # the owners dealt to the side streams (one tuple a stream)
 
     @property
     def slice_bytes(self) -> int:

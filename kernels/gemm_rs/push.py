@@ -6,7 +6,7 @@ The kernel and its synchronisation are in :mod:`.push_kernel`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import triton
 
@@ -14,6 +14,9 @@ from ..common.gemm import GemmConfig
 from ..common.tma import Scratch, scratch_allocator
 from ..common.watch import unnamed_slot
 from .push_kernel import gemm_rs_push_kernel
+
+if TYPE_CHECKING:
+    import torch
 
 KERNEL = gemm_rs_push_kernel
 #: int64 words of a rank's ``sync`` buffer: the program arrivals (only grow).
@@ -65,24 +68,24 @@ def tma_ready(a: Any, b: Any) -> str | None:
 
 def gemm_rs_push(
     *,
-    a: Any,
-    b: Any,
-    out: Any,
-    inbox: Any,
-    flags: Any,
-    sync: Any,
-    heap_bases: Any,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    inbox: torch.Tensor,
+    flags: torch.Tensor,
+    sync: torch.Tensor,
+    heap_bases: torch.Tensor,
+    scratch: Scratch | None = None,
+    watch: torch.Tensor | None = None,
     rank: int,
     world_size: int,
     scatter_dim: int,
+    tma: bool = False,
+    pull: bool = False,
     config: RsConfig,
     num_sms: int,
     phase: str = "all",
-    tma: bool = False,
-    scratch: Scratch | None = None,
-    pull: bool = False,
-    watch: Any = None,
-) -> Any:
+) -> torch.Tensor:
     """``out`` = this rank's slice of ``sum_r a_r @ b_r`` along ``scatter_dim``; collective over
     ``world_size`` ranks. ``inbox`` (:func:`inbox_shape`, a's dtype) and ``flags`` (int32,
     :func:`flags_count`, zeroed once) live in the symmetric heap; ``sync`` (int64, zeroed once) counts the

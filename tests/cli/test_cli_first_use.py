@@ -195,3 +195,25 @@ def test_no_option_help_is_swallowed_as_rich_markup() -> None:
         if getattr(param, "help", None) and re.search(r"\[[a-z][^\]]*\]", param.help)
     ]
     assert swallowed == []
+
+
+@pytest.mark.parametrize(
+    "command, option, value",
+    [("tune", "--device", "xpu"), ("bench", "--device", "gpu"), ("tune", "--timing", "cuda-graph"),
+     ("tune", "--sampler", "cmaes"), ("bench", "--dispatch-timing", "Graph")],
+)  # fmt: skip
+def test_a_value_outside_an_options_choices_is_a_usage_error_naming_it(
+    tmp_path, command: str, option: str, value: str
+) -> None:
+    """Every ``<a|b|c>`` option is checked before the command runs: exit 2, the option and its choices
+    named, no traceback, nothing written."""
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("M,N,K,dtype\n64,64,64,fp32\n")
+    db = tmp_path / "t.sqlite"
+    args = [command, "--world-size", "1", "--shapes", str(shapes), "--db", f"sqlite:///{db}", option, value]
+    result = CliRunner(env={"COLUMNS": "120"}).invoke(app, args)
+    assert result.exit_code == 2, result.output
+    out = result.output
+    assert f"'{option}'" in out and "expected one of" in out and repr(value) in out
+    assert "Traceback" not in result.output
+    assert not db.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["shapes.csv"]

@@ -14,34 +14,32 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-# (M, N, K, gather_dim, dtype, column-major B, FusedConfig fields)
-CASES = [
-    (256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 16, 4, 8, 0)),
-    (1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 4, 6, 8, 4, 2, 0)),
-    (512, 4096, 8192, 0, "fp16", False, (128, 256, 64, 8, 8, 4, 16, 16, 8, 0)),
-    (127, 8000, 8192, 1, "bf16", False, (128, 256, 64, 8, 8, 3, 16, 1, 4, 0)),
-    (8, 4096, 4000, 1, "fp16", True, (128, 128, 64, 8, 4, 4, 4, 1, 2, 0)),
-    (4096, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 32, 16, 1, 0)),
+# ((M, N, K, gather_dim, dtype, column-major B, FusedConfig fields), transport)
+ALL_CASES = [
+    # push_ws: dedicated producer SMs
+    ((256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 16, 4, 8, 0)), "sms"),
+    ((1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 4, 6, 8, 4, 2, 0)), "sms"),
+    ((512, 4096, 8192, 0, "fp16", False, (128, 256, 64, 8, 8, 4, 16, 16, 8, 0)), "sms"),
+    ((127, 8000, 8192, 1, "bf16", False, (128, 256, 64, 8, 8, 3, 16, 1, 4, 0)), "sms"),
+    ((8, 4096, 4000, 1, "fp16", True, (128, 128, 64, 8, 4, 4, 4, 1, 2, 0)), "sms"),
+    ((4096, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 32, 16, 1, 0)), "sms"),
     # comm_sms=0: no producer kernel, each consumer CTA moves its share first
-    (256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 16, 8, 0)),
-    (1024, 8000, 4000, 1, "fp16", True, (128, 256, 64, 8, 8, 3, 0, 4, 4, 0)),
-]
-
-# push_ws_fwd (comm_sms=0, one flag per 128x64 box): each rank's forward warp sends the boxes its local
-# tiles load. gather_dim=0 in one wave (any tile order) and in several (local tiles first, ragged N and
-# K); gather_dim=1 in one wave (each rank's kernel has half the SMs here), ragged M, M=8, a short K slice
-FORWARD_CASES = [
-    (256, 4096, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 1, 128, 0)),
-    (512, 4096, 8192, 0, "fp16", True, (128, 256, 64, 8, 8, 4, 0, 2, 128, 0)),
-    (1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 8, 5, 0, 4, 63, 0)),
-    (256, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 2, 64, 0)),
-    (127, 8000, 8192, 1, "bf16", True, (128, 256, 64, 8, 8, 4, 0, 1, 64, 0)),
-    (8, 4096, 4000, 1, "fp16", False, (128, 128, 64, 1, 4, 4, 0, 1, 32, 0)),
+    ((256, 8192, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 16, 8, 0)), "sms"),
+    ((1024, 8000, 4000, 1, "fp16", True, (128, 256, 64, 8, 8, 3, 0, 4, 4, 0)), "sms"),
+    # push_ws_fwd (comm_sms=0, one flag per 128x64 box): each rank's forward warp sends the boxes its
+    # local tiles load. gather_dim=0 in one wave (any tile order) and in several (local tiles first,
+    # ragged N and K); gather_dim=1 in one wave (each rank's kernel has half the SMs here), ragged M, M=8,
+    # a short K slice
+    ((256, 4096, 8192, 0, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 1, 128, 0)), "forward"),
+    ((512, 4096, 8192, 0, "fp16", True, (128, 256, 64, 8, 8, 4, 0, 2, 128, 0)), "forward"),
+    ((1024, 8000, 4000, 0, "bf16", True, (128, 128, 64, 8, 8, 5, 0, 4, 63, 0)), "forward"),
+    ((256, 4096, 8192, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 2, 64, 0)), "forward"),
+    ((127, 8000, 8192, 1, "bf16", True, (128, 256, 64, 8, 8, 4, 0, 1, 64, 0)), "forward"),
+    ((8, 4096, 4000, 1, "fp16", False, (128, 128, 64, 1, 4, 4, 0, 1, 32, 0)), "forward"),
     # the 2-GPU hang of issue 35: a K slice of 4 steps, so each tile's last box was released only from a
     # peer step (tests/tools/test_ws_model.py reproduces it on CPU)
-    (256, 640, 512, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 2, 4, 0)),
+    ((256, 640, 512, 1, "bf16", False, (128, 128, 64, 8, 8, 5, 0, 2, 4, 0)), "forward"),
 ]
-ALL_CASES = [(c, "sms") for c in CASES] + [(c, "forward") for c in FORWARD_CASES]
 
 
 def _hopper() -> str | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
 
 from autotaxer.tools.ws_model import WsProblem, run_forward
 
@@ -17,7 +18,7 @@ def _old_rule(pending, pending_it, it, mine, peer_step, release_after):
     return (pending >= 0) & (mine | (it - pending_it >= release_after))
 
 
-HANG = WsProblem(256, 640, 512, 1, block_n=128, stages=5, group_m=8)
+HANG = WsProblem(256, 640, 512, 1, WsConfig(block_n=128, stages=5, group_m=8))
 
 
 @pytest.mark.emulated
@@ -44,10 +45,10 @@ def test_old_rule_still_matches_what_ran_on_gpus() -> None:
     """The model agrees with the GPUs on the configurations that ran before the fix: the shipped 2xH200
     record (gather_dim=1, M=512, N=K=8192, 128x256 tiles) and the one-GPU test cases completed."""
     for problem in (
-        WsProblem(512, 8192, 8192, 1, block_n=256, stages=4),
-        WsProblem(256, 4096, 8192, 1, block_n=128, num_sms=66),
-        WsProblem(8, 4096, 4000, 1, block_n=128, stages=4, group_m=1, num_sms=66),
-        WsProblem(256, 640, 512, 0, block_n=128),
+        WsProblem(512, 8192, 8192, 1, WsConfig(block_n=256, stages=4)),
+        WsProblem(256, 4096, 8192, 1, num_sms=66),
+        WsProblem(8, 4096, 4000, 1, WsConfig(block_n=128, stages=4, group_m=1), num_sms=66),
+        WsProblem(256, 640, 512, 0),
     ):
         assert not run_forward(problem, release_due=_old_rule, after_wait=True).deadlock, problem
 
@@ -59,7 +60,7 @@ def test_no_served_configuration_deadlocks() -> None:
     served = 0
     shapes = [(256, 640, 512), (128, 384, 256), (200, 1000, 640), (512, 256, 128), (1024, 512, 768)]
     for (m, n, k), gd, bn, stages, group_m in itertools.product(shapes, (0, 1), (128, 256), (3, 5), (8, 1)):
-        problem = WsProblem(m, n, k, gd, block_n=bn, stages=stages, group_m=group_m, num_sms=8)
+        problem = WsProblem(m, n, k, gd, WsConfig(block_n=bn, stages=stages, group_m=group_m), num_sms=8)
         try:
             outcome = run_forward(problem)
         except ValueError:  # the launcher refuses it (gather_dim=1 over more than one wave)
@@ -71,4 +72,4 @@ def test_no_served_configuration_deadlocks() -> None:
 
 def test_refuses_what_the_launcher_refuses() -> None:
     with pytest.raises(ValueError, match="one wave"):
-        run_forward(WsProblem(512, 8192, 8192, 1, block_n=128))
+        run_forward(WsProblem(512, 8192, 8192, 1))

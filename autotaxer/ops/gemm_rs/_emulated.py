@@ -4,11 +4,16 @@ signal."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..._problem import ProblemKey
 from ...tools.emulated_ranks import _rel_err, _tolerance, inbox_heap
 from .._forms import EmulatedForm
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotaxer.kernels.gemm_rs.push import RsConfig
 
 
 def check_gemm_rs_push(
@@ -17,13 +22,13 @@ def check_gemm_rs_push(
     m: int,
     n: int,
     k: int,
-    config: Any,
+    config: RsConfig,
     *,
+    dtype: torch.dtype | None = None,
     layout: str = "kn",
-    dtype: Any = None,
     tma: bool = False,
     calls: int = 3,
-    device: Any = "cpu",
+    device: torch.device | str = "cpu",
     num_sms: int = 4,
     seed: int = 0,
     pull: bool = False,

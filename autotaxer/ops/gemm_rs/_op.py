@@ -47,6 +47,9 @@ def _b(key: ProblemKey, rank: int, device: Any, seed: int):
 
 
 class GemmRs(MatmulOp):
+    """GEMM + reduce-scatter: rank r holds ``A_r (M, K/ws)`` and ``B_r (K/ws, N)`` and gets its slice,
+    along ``scatter_dim``, of ``sum_r A_r @ B_r`` (``b_layout`` from B's strides)."""
+
     name = "gemm_rs"
     shape_fields = ("M", "N", "K")
     layout_choices = {"scatter_dim": (0, 1), "b_layout": B_LAYOUTS}

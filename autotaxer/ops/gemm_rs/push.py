@@ -12,6 +12,7 @@ against BSP needs peers (the 2- and 8-GPU run issues: ``bench/run_device.sh``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from ..._problem import ProblemKey, Target, torch_dtype
@@ -70,7 +71,13 @@ class PushVariant(Variant):
         import torch
 
         from autotaxer.kernels.common.tma import Scratch
-        from autotaxer.kernels.gemm_rs.push import SYNC_WORDS, RsConfig, flags_count, inbox_shape
+        from autotaxer.kernels.gemm_rs.push import (
+            SYNC_WORDS,
+            RsConfig,
+            flags_count,
+            gemm_rs_push,
+            inbox_shape,
+        )
 
         GemmRs().validate(key)
         reason = self.check(key, ctx.target, params)
@@ -96,13 +103,12 @@ class PushVariant(Variant):
             "scratch": Scratch(),  # the TMA descriptors' global scratch (push_tma)
             "watch": ctx.watch_slot(key, self.name),  # bounds the kernel's waits on peers, names this site
         }
-        # the launcher's arguments that every call of this workspace passes unchanged
-        buffers["call"] = dict(
-            inbox=buffers["inbox"], flags=buffers["flags"], sync=buffers["sync"],
-            heap_bases=buffers["heap_bases"],
-            rank=ctx.rank, world_size=ctx.world_size, scatter_dim=key["scatter_dim"], config=config,
-            num_sms=ctx.target.num_sms, tma=self.tma, scratch=buffers["scratch"], pull=self.pull,
-            watch=buffers["watch"].tensor,
+        # the launcher bound to what every call of this workspace passes unchanged
+        buffers["launch"] = partial(
+            gemm_rs_push, inbox=buffers["inbox"], flags=buffers["flags"], sync=buffers["sync"],
+            heap_bases=buffers["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
+            scatter_dim=key["scatter_dim"], config=config, num_sms=ctx.target.num_sms, tma=self.tma,
+            scratch=buffers["scratch"], pull=self.pull, watch=buffers["watch"].tensor,
         )  # fmt: skip
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -110,13 +116,10 @@ class PushVariant(Variant):
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
         import torch
 
-        from autotaxer.kernels.gemm_rs.push import gemm_rs_push
-
         a, b = inputs
-        buf = ws.buffers
         if out is None:  # fresh from the caching allocator: no later call writes it
             out = torch.empty(out_shape(ws.key), dtype=a.dtype, device=a.device)
-        return gemm_rs_push(a=a, b=b, out=out, **buf["call"])
+        return ws.buffers["launch"](a=a, b=b, out=out)
 
     def run_for_backward(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext) -> Any:
         """``(C slice, None)``: backward needs only the inputs it already holds."""

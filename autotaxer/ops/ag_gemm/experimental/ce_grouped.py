@@ -36,20 +36,25 @@ def _group_reason(group: int, peers: int) -> str | None:
 
 
 class CeGroupedVariant(CopyEngineVariant):
+    """``copy_engine`` with the peers dealt to ``streams`` side streams and their GEMMs grouped ``group``
+    peers at a time (the module docstring)."""
+
     name = "ce_grouped"
     experimental = True
     space_of = staticmethod(ce_grouped_space)
     seeds_of = staticmethod(ce_grouped_seeds)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        """Why ``params`` cannot serve ``key``, else None: 3 ranks at least, streams and groups that fit
+        the peers, then ``copy_engine``'s rules for one chunk in rotated order."""
         from autotaxer.kernels.common.lanes import _streams_reason
 
         gd, ws = key["gather_dim"], key.world_size
+        if ws < 3:
+            return "ce_grouped needs at least 3 ranks (with one peer it is copy_engine)"
         missing = {"streams", "group", "signal", "accumulate"} - set(params)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
-        if ws < 3:
-            return "ce_grouped needs at least 3 ranks (with one peer it is copy_engine)"
         reason = _streams_reason(params["streams"], ws - 1) or _group_reason(params["group"], ws - 1)
         if reason is not None:
             return reason
