@@ -33,6 +33,13 @@ Wait = Callable[[], bool]
 Coroutine = Generator[tuple[str, Wait], None, None]
 
 
+def _default_config() -> WsConfig:
+    """128x128x64 tiles, 5 stages (the kernel module is imported only when a problem is made)."""
+    from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
+
+    return WsConfig(block_n=128, stages=5)
+
+
 @dataclass(frozen=True)
 class WsProblem:
     """One two-rank call of ``push_ws_fwd`` as the kernel sees it: C (m, n) = gather(A) (m, k) @ B (k, n),
@@ -44,15 +51,9 @@ class WsProblem:
     n: int
     k: int
     gather_dim: int
-    config: WsConfig = None  # type: ignore[assignment]  # None: the default above
+    config: WsConfig = field(default_factory=_default_config)
     num_sms: int = 132
     world_size: int = 2
-
-    def __post_init__(self) -> None:
-        if self.config is None:
-            from autotaxer.kernels.ag_gemm.experimental.ws import WsConfig
-
-            object.__setattr__(self, "config", WsConfig(block_n=128, stages=5))
 
     @property
     def shard(self) -> tuple[int, int]:
