@@ -24,7 +24,12 @@ _VARIANT_MODULES = (
     "copy_engine",
 )
 #: Opt-in variants (``experimental = True``): registered, tuned only when named.
-_EXPERIMENTAL_MODULES = ("experimental.push_ws", "experimental.ce_fanout", "experimental.ce_grouped")
+_EXPERIMENTAL_MODULES = (
+    "experimental.push_ws",
+    "experimental.ce_fanout",
+    "experimental.ce_grouped",
+    "experimental.ce_persistent",
+)
 #: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).
 _TEST_MODULES = ("autotaxer.testing.planted",)
 

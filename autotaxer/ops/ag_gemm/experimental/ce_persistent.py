@@ -1,0 +1,192 @@
+"""``ce_persistent``: the copy engine moves every peer's rows (0 SMs for communication), one persistent
+Triton GEMM consumes them, each tile waiting on the arrival flag of the chunk its rows come from (issue 47).
+
+Where ``copy_engine`` / ``ce_fanout`` run one vendor GEMM per peer chunk (at 4 ranks each a quarter of M,
+with its own launch and tail), this runs one launch over all of ``C``'s tiles: the local shard's rows
+first (no copy, no wait), then the peers' in the order they land (rank-rotated: every rank sends to
+``r-1`` first). The GEMM is the fused kernels' consumer (``push``'s ``cp.async`` loop, or ``push_tma``'s
+TMA loop with ``tma=1``), so its tiles are the tuner's, not cuBLAS'. Both ``gather_dim`` values and
+both ``b_layout`` values run; the flags are the channel's ``triton`` back end (epoch-valued: the GEMM
+compares them with the device-resident epoch), so there is no ``signal`` parameter.
+
+Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
+``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt
+to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles). Experimental: not yet
+measured on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and compiled for
+sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
+``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...._problem import ProblemKey, Target, torch_dtype
+from ...._target import tma_unavailable
+from ..._base import Params, RunContext, Workspace
+from ..._copy_engine import CopyEngineBase, channel_buffers, transport_error
+
+#: The search space, most decisive first; the first value of each is the safe default.
+SPACE: dict[str, tuple[Any, ...]] = {
+    "block_m": (128, 64),
+    "block_n": (256, 128),
+    "block_k": (64, 128),
+    "group_m": (8, 4),
+    "num_warps": (8, 4),
+    "num_stages": (3, 4, 5),
+    "chunks": (4, 1, 2, 8, 16),
+    "streams": (1, 2, 4, 8),
+    "tma": (1, 0),
+}
+#: Seeds: cuBLAS-class tilings on H100/H200 (128x256x64 on 8 warps, 3 stages; 128x128x64 on 4 warps,
+#: 4 stages), TMA first; the copies in 4 chunks per peer shard (fewer where the shard is smaller).
+SEED_TILES: tuple[tuple[int, int, int, int, int], ...] = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4))
+SEED_CHUNKS = (4, 2, 1)
+#: Shared memory of one CTA on H100/H200 (the fused variants' budget).
+SMEM_BYTES = 232448
+_ELEM_BYTES = {"bf16": 2, "fp16": 2}
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _shard_rows(key: ProblemKey) -> int:
+    return key["M"] // key.world_size if key["gather_dim"] == 0 else key["M"]
+
+
+def ce_persistent_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
+    """:data:`SPACE` (the same at every key; :meth:`CePersistentVariant.check` prunes it)."""
+    return dict(SPACE)
+
+
+def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """:data:`SEED_TILES` with TMA, then without, on one side stream and on one per peer (up to 8), each
+    with the most of :data:`SEED_CHUNKS` that cuts the shard into that many chunks."""
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width, uniform_rows
+
+    peers = max(1, key.world_size - 1)
+    streams = dict.fromkeys((1, min(8, _next_pow2(peers))))
+    seeds = []
+    for tma in (1, 0):
+        for bm, bn, bk, warps, stages in SEED_TILES:
+            rows = _shard_rows(key)
+            chunks = next(
+                (c for c in SEED_CHUNKS if len(uniform_rows(rows, chunk_width(rows, c, bm))) == c), 1
+            )
+            for s in streams:
+                seeds.append(
+                    {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps,
+                     "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma}
+                )  # fmt: skip
+    return seeds
+
+
+class CePersistentVariant(CopyEngineBase):
+    """The copy engine's transfer and one persistent GEMM waiting per tile (the module docstring)."""
+
+    name = "ce_persistent"
+    experimental = True
+    space_of = staticmethod(ce_persistent_space)
+    seeds_of = staticmethod(ce_persistent_seeds)
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        """:func:`ce_persistent_seeds` that :meth:`check` keeps at ``key`` on ``target``."""
+        return [s for s in ce_persistent_seeds(key) if self.check(key, target, s) is None]
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        """Why ``params`` cannot serve ``key`` on ``target``, else None (the transport's rules, the GEMM's
+        tiles, chunks that each cut the shard differently, side streams that deal the peers differently,
+        TMA where the tensors allow it)."""
+        from autotaxer.kernels.ag_gemm.experimental.ce_persistent import (
+            CePersistentConfig,
+            chunk_width,
+            uniform_rows,
+        )
+        from autotaxer.kernels.common.gemm import register_error, smem_error
+        from autotaxer.kernels.common.lanes import _streams_reason
+
+        missing = set(SPACE) - set(params)
+        if missing:
+            return f"missing parameters: {', '.join(sorted(missing))}"
+        reason = transport_error(self.name, key, "triton")
+        if reason is not None:
+            return reason
+        try:
+            config = CePersistentConfig(**params)
+            config.validate()
+        except (TypeError, ValueError) as exc:
+            return str(exc)
+        gd, m, k, ws = key["gather_dim"], key["M"], key["K"], key.world_size
+        if gd not in (0, 1) or (m if gd == 0 else k) % ws:
+            return "shape: not divisible by the world size"
+        if config.block_m > max(16, _next_pow2(m)):
+            return f"block_m: {config.block_m} is larger than M={m} needs"
+        reason = register_error(config) or smem_error(config, _ELEM_BYTES[key.dtype], SMEM_BYTES)
+        if reason is not None:
+            return reason
+        rows = _shard_rows(key)
+        made = len(uniform_rows(rows, chunk_width(rows, config.chunks, config.block_m)))
+        if made != config.chunks:
+            return f"chunks: {config.chunks} chunks of a {rows}-row shard give {made} (a smaller count's cut)"
+        reason = _streams_reason(config.streams, ws - 1)
+        if reason is not None:
+            return reason
+        if config.tma:
+            reason = tma_unavailable(self.name, target)
+            if reason is not None:
+                return f"tma: {reason}"
+            if gd == 0 and rows % config.block_m:
+                return f"tma: {config.block_m}-row tiles straddle {rows}-row shards (TMA reads one owner)"
+            ks = k if gd == 0 else k // ws
+            if ks * _ELEM_BYTES[key.dtype] % 16:
+                return "tma: a shard row is not a multiple of 16 bytes"
+        return None
+
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        import torch
+
+        from autotaxer.kernels.ag_gemm.experimental.ce_persistent import (
+            SYNC_WORDS,
+            CePersistentConfig,
+            make_persistent_plan,
+        )
+
+        reason = self.check(key, ctx.target, params)
+        if reason is not None:
+            raise ValueError(f"{self.name}: {reason}")
+        config = CePersistentConfig(**params)
+
+        def plan(channel: Any, elem: int) -> Any:
+            return make_persistent_plan(
+                channel, m=key["M"], n=key["N"], k=key["K"], gather_dim=key["gather_dim"], elem=elem,
+                config=config, num_sms=ctx.target.num_sms,
+            )  # fmt: skip
+
+        buffers = channel_buffers(self.name, key, {**params, "signal": "triton"}, ctx, plan)
+        buffers["sync"] = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device)
+        buffers["cache"] = {}  # compiled launches, by the call's tensors
+        return Workspace(key, dict(params), buffers)
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import torch
+
+        from autotaxer.kernels.ag_gemm.experimental.ce_persistent import ag_gemm_ce_persistent
+
+        a_shard, b = inputs
+        a_shard = a_shard.contiguous()  # the peer copies move whole rows; B may be kn or nk
+        if out is None:
+            out = torch.empty(
+                (ws.key["M"], ws.key["N"]), dtype=torch_dtype(ws.key.dtype), device=a_shard.device
+            )
+        buf = ws.buffers
+        return ag_gemm_ce_persistent(
+            buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf["sync"],
+            watch=buf["watch"].tensor, cache=buf["cache"],
+        )  # fmt: skip
+
+
+VARIANTS = [CePersistentVariant()]

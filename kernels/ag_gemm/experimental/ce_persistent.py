@@ -1,0 +1,294 @@
+"""Copy-engine all-gather + one persistent Triton GEMM whose tiles wait on per-chunk arrival flags.
+
+Issue 47: at four and eight ranks the chunked vendor GEMMs of :mod:`..copy_engine` / :mod:`.ce_fanout`
+(one cuBLAS call per peer chunk, each a quarter or an eighth of M with its own launch and tail) and the
+SM-driven pushes (producers take SMs from the GEMM) stay near BSP. Here no SM moves data and one GEMM
+launch covers every tile. On rank ``r``:
+
+* side streams (*lanes*, forked from the caller's stream after the device-resident epoch advanced): for
+  each peer ``p`` in the order ``r-1, r-2, ...`` wait until ``p`` has consumed the previous call's data
+  (the channel's ``done`` flag), then copy ``A_r`` chunk by chunk into ``p``'s inbox with the copy engine
+  (``cuMemcpyAsync`` over NVLink), each chunk followed by a stream-ordered release of ``p``'s flag for
+  ``(r, chunk)`` at the epoch (:func:`..common.signal.signal`: a 1-warp kernel). Every rank sends to
+  ``r-1`` first, so rank ``r`` receives ``r+1``'s rows first, then ``r+2``'s: the order its tiles take.
+  ``gather_dim=1`` sends chunk-major (chunk 0 to every peer first): every tile there needs every peer;
+* the caller's stream: one persistent GEMM (:func:`..consume.consume_tiles`, or its TMA form
+  :func:`..consume_tma.consume_tiles_tma`: the consumer of ``push`` / ``push_tma``, imported unchanged)
+  over all of ``C``'s tiles. gather_dim=0: the local shard's row tiles first (read from the user's
+  tensor, never waiting), then ``r+1``'s, ``r+2``'s, ... (rank-rotated, grouped inside one shard), each
+  tile waiting (acquire loads at system scope, bounded by the watch slot) for the flags of the chunks its
+  rows come from; tiles are drawn from a queue so programs that finish early take the next ones;
+* then it tells every peer that its inbox has been consumed and joins the lanes
+  (:func:`..common.channel.join_lanes`).
+
+The channel (inbox arena, flags, ``done`` tokens, epoch, side stream) is the copy-engine family's
+(:mod:`..common.channel`); this schedule uses its ``triton`` back end only (epoch-valued flags: the GEMM
+compares each flag with the epoch it reads from device memory). The tile queue's position comes from a
+per-workspace arrival count (:func:`..common.sync.epoch_begin`), as in the fused kernel: nothing is
+reset between calls, nothing the host passes changes from call to call, so a CUDA graph replays it.
+
+Hazards: (1) the flags are raised by kernels on the side streams, and the GEMM's programs spin: a grid
+on every SM could hold all of them while the flag kernels that would release them wait for an SM
+(deadlock until the bound). The grid is therefore at most ``num_sms - RESERVED_SMS`` programs: a flag
+or ``done`` kernel (1 warp, no shared memory) fits wherever one more GEMM program would. (2) Inboxes
+are single-buffered: the ``done`` tokens keep a peer one call ahead from overwriting rows still read.
+(3) Chunk flags are indexed by ``row // row_width`` on the device, so chunks are uniform (the last one
+shorter), unlike :func:`..copy_engine.split_rows`' near-equal ones.
+
+Not yet measured on GPUs: checked on ranks emulated under Triton's interpreter (2, 4 and 8) and
+compiled for sm_90 by ``python -m autotaxer.tools.wait_kernels``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from ...common import signal as sig
+from ...common.channel import MAX_CHUNKS, fork_lanes, join_lanes
+from ...common.gemm import TileConfig
+from ...common.lanes import peer_lanes
+from ...common.sync import epoch_begin
+from ...common.tma import Scratch, scratch_allocator
+from ...common.watch import unnamed_slot
+from .. import copy_engine as ce
+from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
+from ..consume import consume_tiles
+from ..consume_tma import consume_tiles_tma
+from ..fused import _CompiledLaunch, _specialization
+from ..push_tma import tma_ready
+
+#: SMs the persistent GEMM leaves free for the side streams' flag and ``done`` kernels (hazard 1).
+RESERVED_SMS = 1
+#: int64 words of a workspace's ``sync``: GEMM program arrivals (the call count), tiles drawn (the queue).
+SYNC_WORDS = 2
+
+
+@dataclass(frozen=True)
+class CePersistentConfig(TileConfig):
+    """The GEMM's tiles (:class:`TileConfig`), the transfer's ``chunks`` per peer shard (one flag each, at
+    most :data:`MAX_CHUNKS`), the side ``streams`` the peers are dealt to, and ``tma`` (1: TMA loads,
+    NVIDIA sm_90+, where the tensors allow; else the ``cp.async`` consumer)."""
+
+    chunks: int = 4
+    streams: int = 1
+    tma: int = 0
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        super().validate()
+        if not 1 <= self.chunks <= MAX_CHUNKS:
+            raise ValueError(f"chunks: must be in 1..{MAX_CHUNKS}, got {self.chunks}")
+        if self.streams < 1:
+            raise ValueError(f"streams: must be >= 1, got {self.streams}")
+        if self.tma not in (0, 1):
+            raise ValueError(f"tma: must be 0 or 1, got {self.tma}")
+
+
+def chunk_width(rows: int, chunks: int, block_m: int) -> int:
+    """Rows per chunk: ``rows / chunks`` rounded up, and up to whole row tiles where the shard is made of
+    whole tiles (a tile then waits on one chunk)."""
+    if rows < 1 or chunks < 1:
+        raise ValueError(f"chunks: {chunks} chunks of {rows} rows")
+    width = -(-rows // chunks)
+    if rows % block_m == 0:
+        width = -(-width // block_m) * block_m
+    return width
+
+
+def uniform_rows(rows: int, width: int) -> tuple[tuple[int, int], ...]:
+    """``(first row, row count)`` of chunks of ``width`` rows covering ``rows`` (the last one shorter)."""
+    return tuple((first, min(width, rows - first)) for first in range(0, rows, width))
+
+
+@dataclass(frozen=True)
+class PersistentPlan:
+    """A call's transfer (addresses, lanes, sends in issue order) and GEMM geometry."""
+
+    base: ce.Plan  # peers in send order (r-1 first); chunk_rows uniform
+    lanes: tuple[tuple[int, ...], ...]  # peers per side stream
+    sends: tuple[tuple[int, int], ...]  # (peer, chunk) in issue order
+    row_width: int  # rows per chunk (the device's flag index is row // row_width)
+    gather_dim: int
+    m: int
+    n: int
+    k: int
+    config: CePersistentConfig
+    programs: int  # the persistent grid
+
+    @property
+    def chunks(self) -> int:
+        return len(self.base.chunk_rows)
+
+
+def make_persistent_plan(channel: ce.Channel, *, m: int, n: int, k: int, gather_dim: int, elem: int,
+                         config: CePersistentConfig, num_sms: int) -> PersistentPlan:  # fmt: skip
+    """Resolve a call's addresses, chunks, lanes and grid (collective: may grow the channel's arena)."""
+    config.validate()
+    ws = channel.world_size
+    if gather_dim not in (0, 1):
+        raise ValueError(f"gather_dim: must be 0 or 1, got {gather_dim}")
+    if (m if gather_dim == 0 else k) % ws:
+        raise ValueError(f"shape: {'M' if gather_dim == 0 else 'K'} is not divisible by {ws} ranks")
+    if num_sms <= RESERVED_SMS:
+        raise ValueError(f"num_sms: {num_sms} leaves no SM for the GEMM ({RESERVED_SMS} reserved)")
+    rows = m // ws if gather_dim == 0 else m
+    width = chunk_width(rows, config.chunks, config.block_m)
+    base = ce.make_plan(
+        channel, m=m, k=k, gather_dim=gather_dim, elem=elem, chunks=1, order="reverse", gather_first=False,
+        fp32_accumulate=False,
+    )  # fmt: skip
+    base = dataclasses.replace(base, chunk_rows=uniform_rows(rows, width))
+    chunks = range(len(base.chunk_rows))
+    if gather_dim == 0:  # a peer's rows are consumed together: peer-major
+        sends = tuple((p, c) for p in base.peers for c in chunks)
+    else:  # every tile needs every peer's K-slice of its rows: chunk-major
+        sends = tuple((p, c) for c in chunks for p in base.peers)
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    return PersistentPlan(
+        base=base, lanes=peer_lanes(base.peers, config.streams), sends=sends, row_width=width,
+        gather_dim=gather_dim, m=m, n=n, k=k, config=config, programs=min(num_sms - RESERVED_SMS, tiles),
+    )  # fmt: skip
+
+
+def _send_lane(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, peers: tuple[int, ...],
+               stream: Any) -> None:  # fmt: skip
+    """On ``stream`` (the current stream): this rank's chunks for ``peers``, in the plan's issue order,
+    each peer's first one after its ``done`` flag (it read the previous call's data), each chunk's flag
+    raised behind its copy."""
+    base = plan.base
+    inbox_of, data_of = dict(base.remote_inbox), dict(base.remote_data)
+    row_bytes = base.k_shard * base.elem
+    src = a_shard.data_ptr()
+    ready: set[int] = set()
+    for p, c in plan.sends:
+        if p not in peers:
+            continue
+        if p not in ready:
+            ce._await(ch, ch.done[p : p + 1], stream, offset=-1)
+            ready.add(p)
+        first, n = base.chunk_rows[c]
+        off = first * row_bytes
+        sig.memcpy_async(inbox_of[p] + off, src + off, n * row_bytes, stream)
+        ce._raise(ch, data_of[p] + 4 * c, stream)
+
+
+@triton.jit
+def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_ptr, rank, sizes, chunks,
+                          strides, LAYOUT: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+    """The GEMM of one call: every program runs tiles (no producers), the first ``grid`` dealt by program
+    id, the rest drawn from the queue ``sync[1]``; each tile waits for the chunk flags of its peers' rows
+    (``flags_ptr``: the channel's ``data``, ``[src, chunk]``) to reach the channel's epoch."""
+    pid = tl.program_id(0)
+    grid = tl.num_programs(0)
+    # this workspace's call number from the arrival count: where the queue stood at this call's start
+    call_no = epoch_begin(sync_ptr, grid, True)
+    queue = (sync_ptr + 1).to(tl.pointer_type(tl.int32))
+    tiles = tl.cdiv(sizes.M, TILES.BLOCK_M) * tl.cdiv(sizes.N, TILES.BLOCK_N)
+    offset = grid - (call_no - 1) * tiles  # int32, wrapping as the queue does
+    epoch = tl.load(epoch_ptr)  # advanced on this stream before the launch
+    call = (queue, inbox_ptr, flags_ptr, watch_ptr, rank, epoch)
+    ok = tl.full((), 1, tl.int32)  # a tensor from the start: the waits reassign it (issue 35)
+    if TILES.TMA:
+        consume_tiles_tma(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+    else:
+        consume_tiles(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+
+
+KERNEL = _ce_persistent_kernel
+
+
+def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any, flags: Any, epoch: Any,
+                sync: Any, a_shard: Any, b: Any, out: Any, watch: Any) -> tuple[int, list, dict]:  # fmt: skip
+    """Check the call's tensors against ``plan``; ``(grid, the kernel's arguments in order, options)``.
+    ``flags`` and ``epoch`` are the channel's ``data`` and ``epoch``, ``inbox`` its arena in A's dtype."""
+    config, gather_dim = plan.config, plan.gather_dim
+    ms, ks = a_shard.shape
+    want = (plan.m // world_size, plan.k) if gather_dim == 0 else (plan.m, plan.k // world_size)
+    if (ms, ks) != want or tuple(b.shape) != (plan.k, plan.n) or tuple(out.shape) != (plan.m, plan.n):
+        raise ValueError(
+            f"shapes: shard {tuple(a_shard.shape)}, b {tuple(b.shape)}, out {tuple(out.shape)} are not the "
+            f"plan's {plan.m}x{plan.n}x{plan.k} over {world_size} ranks (gather_dim={gather_dim})"
+        )
+    if a_shard.stride(1) != 1 or not a_shard.is_contiguous():
+        raise ValueError("a_shard: must be contiguous (the copy engine moves whole rows)")
+    if sync.numel() < SYNC_WORDS or sync.element_size() != 8:
+        raise ValueError(f"sync: {SYNC_WORDS} int64 words needed")
+    elem = a_shard.element_size()
+    aligned = (ks * elem) % 16 == 0 and a_shard.data_ptr() % 16 == 0 and inbox.data_ptr() % 16 == 0
+    tma = bool(config.tma) and tma_ready(a_shard, b, inbox, gather_dim, config) is None
+    args = dict(
+        io=Io(a_shard, b, out), inbox_ptr=inbox, flags_ptr=flags, epoch_ptr=epoch, sync_ptr=sync,
+        watch_ptr=watch, rank=rank, sizes=Sizes(plan.m, plan.n, plan.k, ms, ks),
+        chunks=Chunks(plan.row_width, MAX_CHUNKS, ks, 1),
+        strides=Strides(a_shard.stride(0), b.stride(0), b.stride(1), out.stride(0), out.stride(1)),
+        LAYOUT=Layout(
+            WORLD_SIZE=world_size, GATHER_DIM=gather_dim, B_ROW_MAJOR=b.stride(1) == 1,
+            EVEN_K=ks % config.block_k == 0, EVEN_N=plan.n % config.block_n == 0, ALIGNED=aligned,
+        ),
+        TILES=Tiles(
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+            WHOLE_K=False, GROUP_ACROSS=False, PREFETCH_K=0, TMA=tma,
+        ),
+    )  # fmt: skip
+    names = KERNEL.arg_names
+    if set(names) != set(args):
+        raise TypeError(f"{KERNEL.__name__}: parameters {names} do not match the launcher's {sorted(args)}")
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    return plan.programs, [args[a] for a in names], options
+
+
+def launch_gemm(ch: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, b: Any, out: Any, sync: Any,
+                watch: Any, cache: dict | None = None) -> None:  # fmt: skip
+    """The persistent GEMM on the current stream (after the epoch advanced); ``cache``: compiled launches
+    by the tensors' specialisation, owned by one workspace."""
+    spec = _specialization(a_shard, b, out) if cache is not None else None
+    compiled = cache.get(spec) if cache is not None else None
+    if compiled is not None:
+        compiled(a_shard, b, out)
+        return
+    grid, args, options = launch_args(
+        plan, rank=ch.rank, world_size=ch.world_size, inbox=inbox,
+        flags=ch.data, epoch=ch.epoch, sync=sync, a_shard=a_shard, b=b, out=out, watch=watch,
+    )  # fmt: skip
+    scratch = None
+    if args[KERNEL.arg_names.index("TILES")].TMA:  # the device-made descriptors' scratch
+        scratch = cache.setdefault("tma_scratch", Scratch()) if cache is not None else Scratch()
+    with scratch_allocator(scratch):
+        handle = KERNEL[(grid,)](*args, **options)
+    if cache is not None and hasattr(handle, "run") and len(cache) < 64:  # compiled (not the interpreter)
+        cache[spec] = _CompiledLaunch(handle, grid, [None, *args[1:]], scratch)
+
+
+def begin_call(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, watch: Any) -> tuple[Any, Any]:
+    """Advance the epoch and start the lanes' copies and flags; ``(main stream, lanes)``."""
+    return fork_lanes(ch, plan.lanes, watch, _send_lane, ch, plan, a_shard)
+
+
+def end_call(ch: ce.Channel, plan: PersistentPlan, main: Any, lanes: Any) -> None:
+    """Tell every peer its data here was consumed; join the lanes into ``main``."""
+    join_lanes(ch, plan.base.remote_done, main, lanes)
+
+
+def ag_gemm_ce_persistent(channel: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, b: Any,
+                          out: Any, sync: Any, watch: Any = None,
+                          cache: dict | None = None) -> Any:  # fmt: skip
+    """Compute ``out = all_gather(a_shard) @ b`` with the copy engine and one persistent GEMM; collective.
+
+    ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``sync`` the workspace's
+    :data:`SYNC_WORDS` int64 words (zeroed once); ``watch`` the watch slot bounding every wait on a peer
+    (None: the process's slot for unnamed launches); ``cache`` as in :func:`launch_gemm`. Launches only:
+    no host synchronisation, no allocation after the first call.
+    """
+    if watch is None:
+        watch = unnamed_slot(a_shard.device)
+    if channel.backend != "triton":
+        raise ValueError(f"signal: ce_persistent needs the triton back end, not {channel.backend!r}")
+    main, lanes = begin_call(channel, plan, a_shard, watch)
+    launch_gemm(channel, plan, inbox, a_shard, b, out, sync, watch, cache)
+    end_call(channel, plan, main, lanes)
+    return out

@@ -1,0 +1,244 @@
+"""``ce_persistent`` (issue 47): the copy engine's transfer and one persistent GEMM waiting per tile on the
+chunk flags. On CPU: the plan (chunks, send order, lanes, grid), the variant's pruning, space and seeds;
+under Triton's interpreter, 2, 4 and 8 emulated ranks (``autotaxer.testing.ce_persistent``: host
+transport, the real GEMM kernel; both layouts of B, both gather dims, two calls with both outputs kept,
+outputs and inboxes NaN-poisoned), a withheld chunk the GEMM must give up on exactly, and peers that
+never signal. The GPUs run it in ``tests/ops/test_ag_gemm_gpu.py`` (world size 2 and 4)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+from autotaxer._problem import ProblemKey
+from autotaxer._target import Target
+from autotaxer.ops import get_op, iter_grid
+
+H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
+A100 = Target(gpu_model="nvidia-a100-sxm4-80gb", arch="sm_80", num_sms=108, device_type="cuda")
+
+
+def _key(ws: int, gd: int, m: int = 4096, b_layout: str = "kn", n: int = 8192, k: int = 8192) -> ProblemKey:
+    return ProblemKey.make("ag_gemm", "nvidia-h200", ws, "bf16", {"M": m, "N": n, "K": k},
+                           {"gather_dim": gd, "b_layout": b_layout})  # fmt: skip
+
+
+# -- the plan, on a stand-in channel (addresses only) -------------------------------------------------
+
+
+class _Buf:
+    def __init__(self, addr: int) -> None:
+        self.addr = addr
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+
+class _FakeChannel:
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+        self.data, self.done = _Buf(0x1000), _Buf(0x2000)
+
+    def arena(self, nbytes: int) -> _Buf:
+        return _Buf(0x10000)
+
+    def remote(self, ptr: int, peer: int) -> int:
+        return ptr + (peer << 40)
+
+
+@pytest.mark.parametrize(
+    ("rows", "chunks", "block_m"),
+    [(1024, 4, 128), (1000, 3, 128), (64, 4, 128), (4096, 16, 128), (32, 1, 64), (384, 2, 128)],
+)
+def test_chunks_are_uniform_and_cover_the_shard(rows: int, chunks: int, block_m: int) -> None:
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width, uniform_rows
+
+    width = chunk_width(rows, chunks, block_m)
+    cut = uniform_rows(rows, width)
+    assert [f for f, _ in cut] == list(range(0, rows, width))  # the device's index is row // width
+    assert sum(n for _, n in cut) == rows and all(0 < n <= width for _, n in cut)
+    assert len(cut) <= chunks
+    if rows % block_m == 0:
+        assert width % block_m == 0  # a tile waits on one chunk
+
+
+def test_plan_sends_to_the_peer_that_reads_first_and_reserves_an_sm() -> None:
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import (
+        RESERVED_SMS,
+        CePersistentConfig,
+        make_persistent_plan,
+    )
+
+    config = CePersistentConfig(block_m=128, block_n=256, chunks=4, streams=2)
+    plan = make_persistent_plan(_FakeChannel(2, 8), m=8192, n=1024, k=8192, gather_dim=0, elem=2,
+                                config=config, num_sms=132)  # fmt: skip
+    assert plan.base.peers == (1, 0, 7, 6, 5, 4, 3)  # rank r-1 reads this shard first (rank-rotated tiles)
+    assert plan.sends[:5] == ((1, 0), (1, 1), (1, 2), (1, 3), (0, 0))  # gather_dim=0: peer-major
+    assert plan.lanes == ((1, 7, 5, 3), (0, 6, 4)) and plan.row_width == 256 and plan.chunks == 4
+    assert plan.programs == min(132 - RESERVED_SMS, 64 * 4) == 131
+    small = make_persistent_plan(_FakeChannel(0, 4), m=256, n=256, k=64, gather_dim=0, elem=2, config=config,
+                                 num_sms=132)  # fmt: skip
+    assert small.programs == 2  # fewer tiles than SMs
+    gd1 = make_persistent_plan(_FakeChannel(0, 4), m=1024, n=1024, k=8192, gather_dim=1, elem=2,
+                               config=config, num_sms=132)  # fmt: skip
+    assert gd1.sends[:3] == (
+        (3, 0),
+        (2, 0),
+        (1, 0),
+    )  # gather_dim=1: chunk-major (every tile needs every peer)
+    assert gd1.base.k_shard == 2048 and gd1.base.rows == 1024
+    with pytest.raises(ValueError, match="num_sms"):
+        make_persistent_plan(_FakeChannel(0, 2), m=256, n=256, k=64, gather_dim=0, elem=2, config=config,
+                             num_sms=1)  # fmt: skip
+    with pytest.raises(ValueError, match="chunks"):
+        CePersistentConfig(chunks=17).validate()
+
+
+# -- the variant: registration, pruning, space, seeds -------------------------------------------------
+
+
+def test_registered_as_opt_in() -> None:
+    op = get_op("ag_gemm")
+    v = op.variants["ce_persistent"]
+    assert v.experimental and not any(op.in_default_space("ce_persistent", ws) for ws in (2, 4, 8))
+    assert v.unavailable_reason(Target("cpu", "cpu", 4, device_type="cpu")) is not None
+
+
+def test_check_prunes_what_cannot_run_or_repeats_another_point(monkeypatch) -> None:
+    v = get_op("ag_gemm").variants["ce_persistent"]
+    ok = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3,
+          "chunks": 4, "streams": 1, "tma": 1}  # fmt: skip
+    assert v.check(_key(4, 0), H200, ok) is None and v.check(_key(2, 1, b_layout="nk"), H200, ok) is None
+    assert "missing" in v.check(_key(4, 0), H200, {"chunks": 4})
+    assert "at least 2 ranks" in v.check(_key(1, 0), H200, ok)
+    assert "num_warps" in v.check(_key(4, 0), H200, {**ok, "num_warps": 4})  # 128x256 needs 8 warps
+    assert "num_stages" in v.check(_key(4, 0), H200, {**ok, "block_k": 128, "num_stages": 5})  # shared memory
+    assert "give 1" in v.check(_key(8, 0, m=1024), H200, {**ok, "chunks": 4})  # 128-row shards: one tile row
+    assert "already gives each its own" in v.check(_key(4, 0), H200, {**ok, "streams": 8})
+    assert "straddle" in v.check(_key(4, 0, m=256), H200, ok)  # 64-row shards, 128-row TMA tiles
+    assert v.check(_key(4, 0, m=256), H200, {**ok, "tma": 0}) is None
+    assert "sm_90" in v.check(_key(4, 0), A100, ok)
+    fp32 = ProblemKey.make(
+        "ag_gemm", "nvidia-h200", 4, "fp32", {"M": 4096, "N": 64, "K": 64}, {"gather_dim": 0}
+    )
+    assert "dtype" in v.check(fp32, H200, ok)
+    assert "divisible" in v.check(_key(4, 1, k=8194), H200, ok)
+
+
+@pytest.mark.parametrize("ws", [2, 4, 8])
+@pytest.mark.parametrize("gd", [0, 1])
+def test_seeds_are_valid_cublas_class_tilings_in_the_space(ws: int, gd: int) -> None:
+    v = get_op("ag_gemm").variants["ce_persistent"]
+    for m in (256, 1024, 4096, 16384):
+        for b_layout in ("kn", "nk"):
+            key = _key(ws, gd, m=m, b_layout=b_layout)
+            seeds = v.seed_configs(key, H200)
+            space = v.search_space(key, H200)
+            assert seeds, key.text
+            assert all(v.check(key, H200, s) is None for s in seeds)
+            assert all(s[f] in space[f] for s in seeds for f in space) and all(
+                set(s) == set(space) for s in seeds
+            )
+            assert {(s["block_m"], s["block_n"], s["block_k"]) for s in seeds} == {
+                (128, 256, 64),
+                (128, 128, 64),
+            }
+            if m >= 4096:
+                assert seeds[0]["tma"] == 1 and seeds[0]["chunks"] == 4
+    # every valid point is a different schedule: chunks, streams and TMA are never repeats of another
+    key = _key(ws, gd, m=1024)
+    valid = [p for p in iter_grid(v.search_space(key, H200)) if v.check(key, H200, p) is None]
+    assert valid and {min(p["streams"], ws - 1) for p in valid} == {
+        s for s in (1, 2, 4, ws - 1) if s <= ws - 1
+    }
+
+
+# -- emulated ranks under Triton's interpreter ---------------------------------------------------------
+
+_PRELUDE = textwrap.dedent(
+    """
+    import torch
+
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import CePersistentConfig
+    from autotaxer.testing import ce_persistent as emu
+
+
+    def cfg(**kw):
+        base = dict(block_m=16, block_n=32, block_k=16, group_m=2, num_warps=4, num_stages=2, chunks=2,
+                    streams=1, tma=0)
+        return CePersistentConfig(**{**base, **kw})
+    """
+)
+
+
+@pytest.fixture
+def interpret(interpreter_worker) -> Callable[..., str]:
+    """``interpret(body, timeout=...)``: what ``body`` (after the prelude) printed in the interpreter."""
+    return lambda body, timeout=300.0: interpreter_worker.run(
+        _PRELUDE + textwrap.dedent(body), timeout=timeout
+    )
+
+
+@pytest.mark.emulated
+@pytest.mark.parametrize("ws", [2, 4, pytest.param(8, marks=pytest.mark.slow)], ids=lambda ws: f"ws{ws}")
+def test_emulated_ranks_both_layouts_two_calls(ws: int, interpret: Callable[..., str]) -> None:
+    """gather_dim=0: 5-row shards straddle 16-row tiles (tiles wait on two ranks), K=40 is not a multiple
+    of BLOCK_K; gather_dim=1: 8-column K-slices are half a K block; both B layouts; lanes up to one per
+    peer; fp16 once (bf16 is the GPUs' dtype: the interpreter computes in numpy)."""
+    lanes = {2: 1, 4: 2, 8: 8}[ws]
+    out = interpret(
+        f"""
+        print(emu.check_ce_persistent({ws}, 0, {5 * ws}, 40, 40, cfg(chunks=2, streams={lanes})))
+        print(emu.check_ce_persistent({ws}, 0, {5 * ws}, 40, 40, cfg(chunks=1), b_layout="nk"))
+        print(emu.check_ce_persistent({ws}, 1, 20, 40, {8 * ws}, cfg(streams={lanes}), b_layout="nk"))
+        print(emu.check_ce_persistent({ws}, 1, 20, 40, {8 * ws}, cfg(chunks=1), dtype=torch.float16))
+        """
+    )
+    assert out.count("OK") == 4, out
+
+
+@pytest.mark.emulated
+def test_emulated_ranks_tma_consumer(interpret: Callable[..., str]) -> None:
+    """``tma=1``: the TMA consumer where shards are whole row tiles (gather_dim=0) and rows 16 bytes."""
+    out = interpret(
+        """
+        print(emu.check_ce_persistent(4, 0, 128, 64, 32, cfg(tma=1, chunks=2, streams=4)))
+        print(emu.check_ce_persistent(4, 1, 32, 64, 64, cfg(tma=1), b_layout="nk"))
+        """
+    )
+    assert out.count("OK") == 2 and out.count("tma=True") == 2, out
+
+
+@pytest.mark.emulated
+def test_a_withheld_chunk_is_the_only_wait_that_gives_up(interpret: Callable[..., str]) -> None:
+    """Every flag up but one chunk's: the GEMM gives up on exactly that flag (peer, chunk) and every other
+    row is right, so each tile waits on the chunks of its own rows (and the local rows on none)."""
+    out = interpret(
+        """
+        print(emu.check_withheld_chunk(4, 128, 40, 24, cfg(chunks=2, streams=2), peer=2, chunk=1))
+        print(emu.check_withheld_chunk(8, 256, 32, 16, cfg(chunks=2), peer=7, chunk=0))
+        """
+    )
+    assert out.count("OK") == 2, out
+
+
+@pytest.mark.emulated
+@pytest.mark.parametrize("ws", [2, 4])
+def test_peers_that_never_signal_end_in_the_named_error(ws: int, interpret: Callable[..., str]) -> None:
+    out = interpret(
+        f"""
+        import json
+
+        exc = emu.never_signal({ws}, timeout_s=0.3)
+        f = exc.failure
+        print(json.dumps([f.site.op, f.site.variant, f.site.rank, f.peer, f.site.key, str(exc)]))
+        """
+    )
+    op, variant, rank, peer, key, message = json.loads(out.strip().splitlines()[-1])
+    assert (op, variant, rank) == ("ag_gemm", "ce_persistent", 0) and 1 <= peer < ws, out
+    assert (
+        f"ag_gemm ce_persistent at {key}" in message and "never signalled" in message and "0.3 s" in message
+    )
