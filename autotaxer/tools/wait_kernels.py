@@ -175,11 +175,49 @@ def _push_ws_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
         yield "push_ws (Gluon) gather_dim=0 sms", lambda: ws_launch(512, 8192, 8192, 0, ws)
 
 
+def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
+    """``ce_persistent``'s GEMM (issue 47) at world size 4: the ``cp.async`` consumer, and (not ``quick``)
+    the TMA one at both weight layouts and gather_dim=1."""
+    import torch
+
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+    from autotaxer.kernels.common.channel import MAX_CHUNKS
+    from autotaxer.kernels.common.watch import unnamed_slot
+
+    def launch(
+        gd: int, tma: int, nk: bool, ws: int = 4, m: int = 4096, n: int = 8192, k: int = 8192
+    ) -> tuple:
+        config = cp.CePersistentConfig(
+            *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma
+        )
+        ms, ks = (m // ws, k) if gd == 0 else (m, k // ws)
+        rows = ms if gd == 0 else m
+        plan = cp.PersistentPlan(
+            base=None, lanes=(), sends=(), row_width=cp.chunk_width(rows, config.chunks, config.block_m),
+            gather_dim=gd, m=m, n=n, k=k, config=config, programs=131,
+        )  # fmt: skip
+        dt = torch.bfloat16
+        _, args, kw = cp.launch_args(
+            plan, rank=1, world_size=ws, inbox=torch.empty(ws * ms * ks, dtype=dt),
+            flags=torch.zeros(ws * MAX_CHUNKS, dtype=torch.int32), epoch=torch.zeros(1, dtype=torch.int32),
+            sync=torch.zeros(cp.SYNC_WORDS, dtype=torch.int64), a_shard=torch.empty(ms, ks, dtype=dt),
+            b=torch.empty(n, k, dtype=dt).t() if nk else torch.empty(k, n, dtype=dt),
+            out=torch.empty(m, n, dtype=dt), watch=unnamed_slot("cpu"),
+        )  # fmt: skip
+        return cp.KERNEL, args, kw
+
+    yield "ag_gemm ce_persistent ws=4 gather_dim=0", lambda: launch(0, 0, False)
+    if not quick:
+        yield "ag_gemm ce_persistent ws=4 gather_dim=0 tma nk", lambda: launch(0, 1, True)
+        yield "ag_gemm ce_persistent ws=4 gather_dim=1 tma", lambda: launch(1, 1, False)
+        yield "ag_gemm ce_persistent ws=8 gather_dim=1 nk", lambda: launch(1, 0, True, ws=8)
+
+
 def cases(quick: bool = False) -> list[tuple[str, Callable[[], tuple]]]:
     """``(name, launch)`` per launch to compile: ``launch()`` returns ``(fn, args, kw)`` as the launcher
     makes it. ``quick``: one launch of each kernel and back end (what the CPU test compiles)."""
     found = list(_signal_cases())
-    for more in (_fused_cases, _gemm_rs_cases, _flash_decode_cases, _push_ws_cases):
+    for more in (_fused_cases, _gemm_rs_cases, _flash_decode_cases, _push_ws_cases, _ce_persistent_cases):
         found += list(more(quick))
     return found
 

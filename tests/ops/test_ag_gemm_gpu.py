@@ -48,12 +48,14 @@ def _check_all(
     skip: tuple[str, ...] = (),
     seeds: bool | None = None,
     shape: tuple[int, int] = (N, K),
+    b_layout: str = "kn",
 ) -> list[str]:
-    """Every selected variant at each case of ``CASES`` (``shape``: N, K): ``calls`` eager calls and three
-    graph replays per configuration; ``seeds`` (default: bf16 only) adds each variant's seed
-    configurations."""
+    """Every selected variant at each case of ``CASES`` (``shape``: N, K; ``b_layout`` of B): ``calls``
+    eager calls and three graph replays per configuration; ``seeds`` (default: bf16 only) adds each
+    variant's seed configurations."""
     import torch
 
+    from autotaxer import ProblemKey
     from autotaxer.ops import get_op, iter_grid, relative_error
 
     op = get_op("ag_gemm")
@@ -64,6 +66,9 @@ def _check_all(
             continue
         for gd, m in CASES:
             key = rank_key(ctx, m, *shape, gd, dtype)
+            if b_layout != "kn":
+                key = ProblemKey.make("ag_gemm", key.gpu_model, key.world_size, dtype, dict(key.shape),
+                                      {"gather_dim": gd, "b_layout": b_layout})  # fmt: skip
             space = variant.search_space(key, ctx.target)
             if space and not any(variant.check(key, ctx.target, p) is None for p in iter_grid(space)):
                 continue  # nothing valid at this world size (ce_fanout at 2 ranks)
@@ -130,6 +135,30 @@ def test_every_variant_matches_reference_on_four_gpus() -> None:
     """World size 4: three peers' producers and flags, four shards per inbox, three copy-engine peers;
     every available variant at its default and one more configuration, bf16."""
     results = run_ranks(_check_all, 4, "cuda", args=("bf16", 2, (), (), False), timeout=900)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])
+
+
+@pytest.mark.gpu(world_size=2)
+@pytest.mark.slow
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_ce_persistent_matches_reference_on_two_gpus(b_layout: str) -> None:
+    """``ce_persistent`` (issue 47) at its default, one more configuration and every seed, both weight
+    layouts, eager calls and CUDA-graph replays (also in the every-variant tests above, at ``kn``)."""
+    args = ("bf16", 3, ("ce_persistent",), (), True, (N, K), b_layout)
+    results = run_ranks(_check_all, 2, "cuda", args=args, timeout=600)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])
+
+
+@pytest.mark.gpu(world_size=4)
+@pytest.mark.slow
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_ce_persistent_matches_reference_on_four_gpus(b_layout: str) -> None:
+    """``ce_persistent`` at world size 4: three peers' copies on one or several side streams, the tiles of
+    four shards, its seeds (lanes for every peer among them)."""
+    args = ("bf16", 2, ("ce_persistent",), (), True, (N, K), b_layout)
+    results = run_ranks(_check_all, 4, "cuda", args=args, timeout=900)
     failures = [f for per_rank in results for f in per_rank]
     assert not failures, "\n".join(failures[:20])
 

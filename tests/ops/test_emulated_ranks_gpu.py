@@ -84,6 +84,10 @@ for layout, shape, params in json.loads(sys.argv[4]):
     print(check_variant(op, variant, key, params, calls=2), flush=True)
 """
 
+#: ``ce_persistent``'s GEMM tiles: 128x128x64 on 4 warps, 4 stages; 128x256x64 on 8 warps, 3 stages
+_CE_TILES = dict(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4)
+_CE_WIDE = dict(block_m=128, block_n=256, block_k=64, group_m=8, num_warps=8, num_stages=3)
+
 #: (op, variant) -> [(layout, shape, params)]: both layouts and weight layouts, both signal back ends,
 #: lanes and groups; at most 3 streams per emulated rank (8 ranks share the GPU's 32 hardware queues)
 CE_CASES = {
@@ -110,6 +114,16 @@ CE_CASES = {
          {"streams": 2, "group": 2, "signal": "memop", "accumulate": "fp32"}),
         ({"gather_dim": 1, "b_layout": "nk"}, {"M": 512, "N": 1024, "K": "256ws"},
          {"streams": 2, "group": "all", "signal": "memop", "accumulate": "out"}),
+    ],
+    ("ag_gemm", "ce_persistent"): [
+        ({"gather_dim": 0}, {"M": "256ws", "N": 1024, "K": 1024},
+         {**_CE_TILES, "chunks": 2, "streams": 2, "tma": 1}),
+        ({"gather_dim": 0, "b_layout": "nk"}, {"M": "256ws", "N": 1024, "K": 1024},
+         {**_CE_WIDE, "chunks": 1, "streams": 1, "tma": 0}),
+        ({"gather_dim": 1}, {"M": 512, "N": 1024, "K": "256ws"},
+         {**_CE_TILES, "chunks": 4, "streams": 2, "tma": 1}),
+        ({"gather_dim": 1, "b_layout": "nk"}, {"M": 512, "N": 1024, "K": "256ws"},
+         {**_CE_WIDE, "chunks": 2, "streams": 1, "tma": 0}),
     ],
     ("gemm_rs", "copy_engine"): [
         ({"scatter_dim": 0}, {"M": "256ws", "N": 1024, "K": "256ws"}, {"streams": 2, "signal": "memop"}),

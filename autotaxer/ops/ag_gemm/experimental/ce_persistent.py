@@ -28,7 +28,7 @@ from ..._copy_engine import CopyEngineBase, channel_buffers, transport_error
 
 #: The search space, most decisive first; the first value of each is the safe default.
 SPACE: dict[str, tuple[Any, ...]] = {
-    "block_m": (128, 64),
+    "block_m": (128, 64, 32, 16),
     "block_n": (256, 128),
     "block_k": (64, 128),
     "group_m": (8, 4),
@@ -65,7 +65,8 @@ def ce_persistent_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
 
 def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
     """:data:`SEED_TILES` with TMA, then without, on one side stream and on one per peer (up to 8), each
-    with the most of :data:`SEED_CHUNKS` that cuts the shard into that many chunks."""
+    with the most of :data:`SEED_CHUNKS` that cuts the shard into that many chunks (row tiles no taller
+    than M needs)."""
     from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width, uniform_rows
 
     peers = max(1, key.world_size - 1)
@@ -73,6 +74,7 @@ def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
     seeds = []
     for tma in (1, 0):
         for bm, bn, bk, warps, stages in SEED_TILES:
+            bm = min(bm, max(16, _next_pow2(key["M"])))  # small M: the rows it has
             rows = _shard_rows(key)
             chunks = next(
                 (c for c in SEED_CHUNKS if len(uniform_rows(rows, chunk_width(rows, c, bm))) == c), 1
