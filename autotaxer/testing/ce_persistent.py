@@ -31,19 +31,20 @@ class _Nothing:
 
 
 class HostChannel:
-    """Rank ``rank``'s copy-engine channel (``triton`` back end) over CPU tensors; ``ranks`` is every
-    rank's channel (for address translation)."""
+    """Rank ``rank``'s copy-engine channel of back end ``backend`` (``triton``: epochs; ``memop``: tokens,
+    the ``done`` ones starting free) over CPU tensors; ``ranks`` is every rank's channel (for address
+    translation)."""
 
-    backend = "triton"
-
-    def __init__(self, rank: int, world_size: int, ranks: list, arena_bytes: int) -> None:
+    def __init__(
+        self, rank: int, world_size: int, ranks: list, arena_bytes: int, backend: str = "triton"
+    ) -> None:
         import torch
 
         from autotaxer.kernels.common.channel import MAX_CHUNKS
 
-        self.rank, self.world_size, self.ranks = rank, world_size, ranks
+        self.rank, self.world_size, self.ranks, self.backend = rank, world_size, ranks, backend
         self.data = torch.zeros(world_size * MAX_CHUNKS, dtype=torch.int32)
-        self.done = torch.zeros(world_size, dtype=torch.int32)
+        self.done = torch.full((world_size,), 1 if backend == "memop" else 0, dtype=torch.int32)
         self.epoch = torch.zeros(1, dtype=torch.int32)
         self._arena = torch.zeros(arena_bytes, dtype=torch.uint8)
         self.side, self.fork, self.join = _Nothing(), _Nothing(), _Nothing()
@@ -76,9 +77,14 @@ def host_transport() -> Iterator[None]:
     import autotaxer.kernels.common.signal as sig
 
     def _raise(ch: HostChannel, addr: int, stream: Any) -> None:
-        ctypes.c_int32.from_address(addr).value = int(ch.epoch[0])
+        ctypes.c_int32.from_address(addr).value = 1 if ch.backend == "memop" else int(ch.epoch[0])
 
     def _await(ch: HostChannel, flag: Any, stream: Any, offset: int = 0) -> None:
+        if ch.backend == "memop":  # the token protocol: wait for 1, hand it back
+            if int(flag[0]) != 1:
+                raise AssertionError(f"rank {ch.rank}: a token holds {int(flag[0])}, 1 due (not raised yet)")
+            flag[0] = 0
+            return
         due = int(ch.epoch[0]) + offset
         if int(flag[0]) < due:
             raise AssertionError(f"rank {ch.rank}: a flag holds {int(flag[0])}, {due} due (not raised yet)")
@@ -117,13 +123,15 @@ def check_ce_persistent(
     config: Any,
     *,
     b_layout: str = "kn",
+    signal: str = "triton",
     calls: int = 2,
     dtype: Any = None,
     num_sms: int = 4,
     seed: int = 0,
 ) -> str:
-    """``calls`` calls of ``ce_persistent`` on ``world_size`` emulated ranks (fresh random inputs, outputs
-    and inboxes poisoned with NaN); every call's outputs kept and checked again after the last call.
+    """``calls`` calls of ``ce_persistent`` on ``world_size`` emulated ranks with the flags' back end
+    ``signal`` (fresh random inputs, outputs and inboxes poisoned with NaN); every call's outputs kept and
+    checked again after the last call.
     Returns ``"OK ..."`` (``tma=True``: the TMA consumer ran); ``AssertionError`` naming the call, rank and
     what differed."""
     import torch
@@ -138,11 +146,12 @@ def check_ce_persistent(
     ms, ks = (m // ws, k) if gd == 0 else (m, k // ws)
     elem = torch.empty((), dtype=dtype).element_size()
     ranks: list[HostChannel] = []
-    ranks.extend(HostChannel(r, ws, ranks, ws * ms * ks * elem) for r in range(ws))
+    ranks.extend(HostChannel(r, ws, ranks, ws * ms * ks * elem, signal) for r in range(ws))
     plans = [
         cp.make_persistent_plan(ch, m=m, n=n, k=k, gather_dim=gd, elem=elem, config=config, num_sms=num_sms)
         for ch in ranks
     ]
+    token = torch.ones(1, dtype=torch.int32)
     syncs = [torch.zeros(cp.SYNC_WORDS, dtype=torch.int64) for _ in ranks]
     slots = board("cpu")
     slot = slots.claim(int(2e9))  # every flag is up before any GEMM runs: no wait may give up
@@ -162,7 +171,7 @@ def check_ce_persistent(
             started = [cp.begin_call(ch, plans[r], shards[r], watch) for r, ch in enumerate(ranks)]
             for r, ch in enumerate(ranks):
                 inbox = ch.arena(0).view(dtype)
-                cp.launch_gemm(ch, plans[r], inbox, shards[r], b, outs[r], syncs[r], watch)
+                cp.launch_gemm(ch, plans[r], inbox, shards[r], b, outs[r], syncs[r], watch, token=token)
                 cp.end_call(ch, plans[r], *started[r])
         gave_up = slots.gave_up(slot)
         assert gave_up == 0, f"ce_persistent ws{ws} call {call}: {gave_up} waits gave up ({slots.read(slot)})"
@@ -173,11 +182,12 @@ def check_ce_persistent(
             where = f"ce_persistent ws{ws} gd{gd} {b_layout} call {call} rank {r}"
             err = _rel_err(outs[r], ref)
             assert err < tol, f"{where}: relative error {err:.2e}"
-            assert int(ch.epoch[0]) == call, f"{where}: epoch {int(ch.epoch[0])}"
+            memop = signal == "memop"  # tokens: every data token taken back, every done token free again
+            assert int(ch.epoch[0]) == (0 if memop else call), f"{where}: epoch {int(ch.epoch[0])}"
             flags = ch.data.view(ws, MAX_CHUNKS)
             for src in range(ws):
                 raised = flags[src, : plans[r].chunks].tolist()
-                want = [0 if src == r else call] * plans[r].chunks
+                want = [0 if src == r or memop else call] * plans[r].chunks
                 assert raised == want, f"{where}: rank {src}'s chunk flags hold {raised}, {want} due"
                 if src != r:
                     landed = ch.arena(0).view(dtype)[src * ms * ks : (src + 1) * ms * ks].view(ms, ks)
@@ -185,7 +195,8 @@ def check_ce_persistent(
                         f"{where}: rank {src}'s shard differs in the inbox"
                     )
             done = ch.done.tolist()
-            assert done == [0 if p == r else call for p in range(ws)], f"{where}: done tokens {done}"
+            want = [1] * ws if memop else [0 if p == r else call for p in range(ws)]
+            assert done == want, f"{where}: done flags {done}, {want} due"
             arrivals = int(syncs[r][0])
             assert arrivals == call * plans[r].programs, f"{where}: {arrivals} arrivals"
     slots.release(slot)
@@ -194,7 +205,9 @@ def check_ce_persistent(
             err = _rel_err(out, ref)
             assert err < 1e-2, f"ce_persistent call {call} rank {r}: output changed later ({err:.2e})"
     tma = bool(config.tma) and tma_ready(shards[0], b, ranks[0].arena(0).view(dtype), gd, config) is None
-    return f"OK ce_persistent ws{ws} gd{gd} {b_layout} {m}x{n}x{k} chunks={plans[0].chunks} tma={tma}"
+    return (
+        f"OK ce_persistent ws{ws} gd{gd} {b_layout} {signal} {m}x{n}x{k} chunks={plans[0].chunks} tma={tma}"
+    )
 
 
 def check_withheld_chunk(world_size: int, m: int, n: int, k: int, config: Any, *, peer: int, chunk: int,

@@ -107,11 +107,22 @@ def test_registered_as_opt_in() -> None:
     assert v.unavailable_reason(Target("cpu", "cpu", 4, device_type="cpu")) is not None
 
 
+def _as_on_a_gpu(monkeypatch) -> None:
+    """Stream memops available, as on an NVIDIA GPU (the check asks the driver)."""
+    import autotaxer.kernels.common.signal as sig
+
+    monkeypatch.setattr(sig, "memop_available", lambda: None)
+
+
 def test_check_prunes_what_cannot_run_or_repeats_another_point(monkeypatch) -> None:
     v = get_op("ag_gemm").variants["ce_persistent"]
     ok = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3,
-          "chunks": 4, "streams": 1, "tma": 1}  # fmt: skip
+          "chunks": 4, "streams": 1, "tma": 1, "signal": "triton"}  # fmt: skip
     assert v.check(_key(4, 0), H200, ok) is None and v.check(_key(2, 1, b_layout="nk"), H200, ok) is None
+    assert "signal=memop" in v.check(_key(4, 0), H200, {**ok, "signal": "memop"})  # no driver here
+    assert "unknown back end" in v.check(_key(4, 0), H200, {**ok, "signal": "nccl"})
+    _as_on_a_gpu(monkeypatch)
+    assert v.check(_key(4, 0), H200, {**ok, "signal": "memop"}) is None
     assert "missing" in v.check(_key(4, 0), H200, {"chunks": 4})
     assert "at least 2 ranks" in v.check(_key(1, 0), H200, ok)
     assert "num_warps" in v.check(_key(4, 0), H200, {**ok, "num_warps": 4})  # 128x256 needs 8 warps
@@ -130,7 +141,8 @@ def test_check_prunes_what_cannot_run_or_repeats_another_point(monkeypatch) -> N
 
 @pytest.mark.parametrize("ws", [2, 4, 8])
 @pytest.mark.parametrize("gd", [0, 1])
-def test_seeds_are_valid_cublas_class_tilings_in_the_space(ws: int, gd: int) -> None:
+def test_seeds_are_valid_cublas_class_tilings_in_the_space(ws: int, gd: int, monkeypatch) -> None:
+    _as_on_a_gpu(monkeypatch)
     v = get_op("ag_gemm").variants["ce_persistent"]
     for m in (256, 1024, 4096, 16384):
         for b_layout in ("kn", "nk"):
@@ -147,7 +159,8 @@ def test_seeds_are_valid_cublas_class_tilings_in_the_space(ws: int, gd: int) -> 
                 (128, 128, 64),
             }
             if m >= 4096:
-                assert seeds[0]["tma"] == 1 and seeds[0]["chunks"] == 4
+                assert seeds[0]["tma"] == 1 and seeds[0]["chunks"] == 4 and seeds[0]["signal"] == "triton"
+            assert {s["signal"] for s in seeds} == {"triton", "memop"}
     # every valid point is a different schedule: chunks, streams and TMA are never repeats of another
     key = _key(ws, gd, m=1024)
     valid = [p for p in iter_grid(v.search_space(key, H200)) if v.check(key, H200, p) is None]
@@ -187,17 +200,20 @@ def interpret(interpreter_worker) -> Callable[..., str]:
 def test_emulated_ranks_both_layouts_two_calls(ws: int, interpret: Callable[..., str]) -> None:
     """gather_dim=0: 5-row shards straddle 16-row tiles (tiles wait on two ranks), K=40 is not a multiple
     of BLOCK_K; gather_dim=1: 8-column K-slices are half a K block; both B layouts; lanes up to one per
-    peer; fp16 once (bf16 is the GPUs' dtype: the interpreter computes in numpy)."""
+    peer; both flag back ends (epochs, memop tokens); fp16 once (bf16 is the GPUs' dtype: the interpreter
+    computes in numpy)."""
     lanes = {2: 1, 4: 2, 8: 8}[ws]
     out = interpret(
         f"""
         print(emu.check_ce_persistent({ws}, 0, {5 * ws}, 40, 40, cfg(chunks=2, streams={lanes})))
-        print(emu.check_ce_persistent({ws}, 0, {5 * ws}, 40, 40, cfg(chunks=1), b_layout="nk"))
+        print(emu.check_ce_persistent({ws}, 0, {5 * ws}, 40, 40, cfg(chunks=1), b_layout="nk",
+                                      signal="memop"))
         print(emu.check_ce_persistent({ws}, 1, 20, 40, {8 * ws}, cfg(streams={lanes}), b_layout="nk"))
-        print(emu.check_ce_persistent({ws}, 1, 20, 40, {8 * ws}, cfg(chunks=1), dtype=torch.float16))
+        print(emu.check_ce_persistent({ws}, 1, 20, 40, {8 * ws}, cfg(chunks=1), dtype=torch.float16,
+                                      signal="memop"))
         """
     )
-    assert out.count("OK") == 4, out
+    assert out.count("OK") == 4 and out.count(" memop ") == 2, out
 
 
 @pytest.mark.emulated

@@ -117,13 +117,13 @@ CE_CASES = {
     ],
     ("ag_gemm", "ce_persistent"): [
         ({"gather_dim": 0}, {"M": "256ws", "N": 1024, "K": 1024},
-         {**_CE_TILES, "chunks": 2, "streams": 2, "tma": 1}),
+         {**_CE_TILES, "chunks": 2, "streams": 2, "tma": 1, "signal": "triton"}),
         ({"gather_dim": 0, "b_layout": "nk"}, {"M": "256ws", "N": 1024, "K": 1024},
-         {**_CE_WIDE, "chunks": 1, "streams": 1, "tma": 0}),
+         {**_CE_WIDE, "chunks": 1, "streams": 1, "tma": 0, "signal": "memop"}),
         ({"gather_dim": 1}, {"M": 512, "N": 1024, "K": "256ws"},
-         {**_CE_TILES, "chunks": 4, "streams": 2, "tma": 1}),
+         {**_CE_TILES, "chunks": 4, "streams": 2, "tma": 1, "signal": "memop"}),
         ({"gather_dim": 1, "b_layout": "nk"}, {"M": 512, "N": 1024, "K": "256ws"},
-         {**_CE_WIDE, "chunks": 2, "streams": 1, "tma": 0}),
+         {**_CE_WIDE, "chunks": 2, "streams": 1, "tma": 0, "signal": "triton"}),
     ],
     ("gemm_rs", "copy_engine"): [
         ({"scatter_dim": 0}, {"M": "256ws", "N": 1024, "K": "256ws"}, {"streams": 2, "signal": "memop"}),

@@ -9,9 +9,10 @@ launch covers every tile. On rank ``r``:
   each peer ``p`` in the order ``r-1, r-2, ...`` wait until ``p`` has consumed the previous call's data
   (the channel's ``done`` flag), then copy ``A_r`` chunk by chunk into ``p``'s inbox with the copy engine
   (``cuMemcpyAsync`` over NVLink), each chunk followed by a stream-ordered release of ``p``'s flag for
-  ``(r, chunk)`` at the epoch (:func:`..common.signal.signal`: a 1-warp kernel). Every rank sends to
-  ``r-1`` first, so rank ``r`` receives ``r+1``'s rows first, then ``r+2``'s: the order its tiles take.
-  ``gather_dim=1`` sends chunk-major (chunk 0 to every peer first): every tile there needs every peer;
+  ``(r, chunk)`` (the epoch, stored by a 1-warp kernel, :func:`..common.signal.signal`, or a memop
+  token, below). Every rank sends to ``r-1`` first, so rank ``r`` receives ``r+1``'s rows first, then
+  ``r+2``'s: the order its tiles take. ``gather_dim=1`` sends chunk-major (chunk 0 to every peer first):
+  every tile there needs every peer;
 * the caller's stream: one persistent GEMM (:func:`..consume.consume_tiles`, or its TMA form
   :func:`..consume_tma.consume_tiles_tma`: the consumer of ``push`` / ``push_tma``, imported unchanged)
   over all of ``C``'s tiles. gather_dim=0: the local shard's row tiles first (read from the user's
@@ -22,18 +23,25 @@ launch covers every tile. On rank ``r``:
   (:func:`..common.channel.join_lanes`).
 
 The channel (inbox arena, flags, ``done`` tokens, epoch, side stream) is the copy-engine family's
-(:mod:`..common.channel`); this schedule uses its ``triton`` back end only (epoch-valued flags: the GEMM
-compares each flag with the epoch it reads from device memory). The tile queue's position comes from a
-per-workspace arrival count (:func:`..common.sync.epoch_begin`), as in the fused kernel: nothing is
-reset between calls, nothing the host passes changes from call to call, so a CUDA graph replays it.
+(:mod:`..common.channel`), with either back end: ``triton`` (the default; each flag a release kernel
+storing the device-resident epoch, which the GEMM reads from device memory and compares each flag with:
+nothing is reset) or ``memop`` (each flag a ``cuStreamWriteValue32`` of the token 1, no kernel and a few
+microseconds less host time per flag; the GEMM waits for 1, and after it the rank takes every data token
+back with one fill before its ``done`` tokens let the peers write the next call's). The tile queue's
+position comes from a per-workspace arrival count (:func:`..common.sync.epoch_begin`), as in the fused
+kernel. Nothing the host passes changes from call to call, so a CUDA graph replays either.
 
-Hazards: (1) the flags are raised by kernels on the side streams, and the GEMM's programs spin: a grid
-on every SM could hold all of them while the flag kernels that would release them wait for an SM
-(deadlock until the bound). The grid is therefore at most ``num_sms - RESERVED_SMS`` programs: a flag
-or ``done`` kernel (1 warp, no shared memory) fits wherever one more GEMM program would. (2) Inboxes
-are single-buffered: the ``done`` tokens keep a peer one call ahead from overwriting rows still read.
-(3) Chunk flags are indexed by ``row // row_width`` on the device, so chunks are uniform (the last one
-shorter), unlike :func:`..copy_engine.split_rows`' near-equal ones.
+Hazards: (1) the flags (``triton``) and the ``done`` waits are kernels on the side streams, and the
+GEMM's programs spin: a grid on every SM could hold all of them while the kernels that would release them
+wait for an SM (deadlock until the bound). The grid is therefore at most ``num_sms - RESERVED_SMS``
+programs: a flag or ``done`` kernel (1 warp, no shared memory) fits wherever one more GEMM program would.
+(2) Inboxes are single-buffered: the ``done`` tokens keep a peer one call ahead from overwriting rows
+still read. (3) Chunk flags are indexed by ``row // row_width`` on the device, so chunks are uniform (the
+last one shorter), unlike :func:`..copy_engine.split_rows`' near-equal ones. (4) The rows a tile reads
+after its acquire were written by a peer's copy engine, not by SM stores as in ``push``: the flag is
+released behind the copy in stream order (``triton``: a system-scope release; ``memop``: the write's
+default memory barrier), the same ordering ``copy_engine`` relies on; the GPU runs must confirm it for
+the TMA loads too.
 
 Not yet measured on GPUs: checked on ranks emulated under Triton's interpreter (2, 4 and 8) and
 compiled for sm_90 by ``python -m autotaxer.tools.wait_kernels``.
@@ -243,9 +251,11 @@ def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any,
 
 
 def launch_gemm(ch: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, b: Any, out: Any, sync: Any,
-                watch: Any, cache: dict | None = None) -> None:  # fmt: skip
+                watch: Any, cache: dict | None = None, token: Any = None) -> None:  # fmt: skip
     """The persistent GEMM on the current stream (after the epoch advanced); ``cache``: compiled launches
-    by the tensors' specialisation, owned by one workspace."""
+    by the tensors' specialisation, owned by one workspace. Its tiles wait until their flags reach the
+    channel's epoch (``triton`` back end) or the value in ``token`` (``memop``: a 1-element int32 tensor
+    holding 1, the token a stream memop writes)."""
     spec = _specialization(a_shard, b, out) if cache is not None else None
     compiled = cache.get(spec) if cache is not None else None
     if compiled is not None:
@@ -253,7 +263,8 @@ def launch_gemm(ch: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, 
         return
     grid, args, options = launch_args(
         plan, rank=ch.rank, world_size=ch.world_size, inbox=inbox,
-        flags=ch.data, epoch=ch.epoch, sync=sync, a_shard=a_shard, b=b, out=out, watch=watch,
+        flags=ch.data, epoch=ch.epoch if ch.backend == "triton" else token, sync=sync, a_shard=a_shard, b=b,
+        out=out, watch=watch,
     )  # fmt: skip
     scratch = None
     if args[KERNEL.arg_names.index("TILES")].TMA:  # the device-made descriptors' scratch
@@ -270,25 +281,29 @@ def begin_call(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, watch: Any) -
 
 
 def end_call(ch: ce.Channel, plan: PersistentPlan, main: Any, lanes: Any) -> None:
-    """Tell every peer its data here was consumed; join the lanes into ``main``."""
+    """Tell every peer its data here was consumed (``memop``: first take every data token back, which a
+    peer writes again only after this rank's ``done`` token); join the lanes into ``main``."""
+    if ch.backend == "memop":
+        ch.data.zero_()
     join_lanes(ch, plan.base.remote_done, main, lanes)
 
 
 def ag_gemm_ce_persistent(channel: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, b: Any,
-                          out: Any, sync: Any, watch: Any = None,
-                          cache: dict | None = None) -> Any:  # fmt: skip
+                          out: Any, sync: Any, watch: Any = None, cache: dict | None = None,
+                          token: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the copy engine and one persistent GEMM; collective.
 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``sync`` the workspace's
     :data:`SYNC_WORDS` int64 words (zeroed once); ``watch`` the watch slot bounding every wait on a peer
-    (None: the process's slot for unnamed launches); ``cache`` as in :func:`launch_gemm`. Launches only:
-    no host synchronisation, no allocation after the first call.
+    (None: the process's slot for unnamed launches); ``cache`` and ``token`` (needed with the ``memop`` back
+    end) as in :func:`launch_gemm`. Launches only: no host synchronisation, no allocation after the first
+    call.
     """
     if watch is None:
         watch = unnamed_slot(a_shard.device)
-    if channel.backend != "triton":
-        raise ValueError(f"signal: ce_persistent needs the triton back end, not {channel.backend!r}")
+    if channel.backend == "memop" and token is None:
+        raise ValueError("token: the memop back end needs the 1-element int32 tensor holding 1")
     main, lanes = begin_call(channel, plan, a_shard, watch)
-    launch_gemm(channel, plan, inbox, a_shard, b, out, sync, watch, cache)
+    launch_gemm(channel, plan, inbox, a_shard, b, out, sync, watch, cache, token)
     end_call(channel, plan, main, lanes)
     return out

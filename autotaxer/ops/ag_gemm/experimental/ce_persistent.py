@@ -6,12 +6,12 @@ with its own launch and tail), this runs one launch over all of ``C``'s tiles: t
 first (no copy, no wait), then the peers' in the order they land (rank-rotated: every rank sends to
 ``r-1`` first). The GEMM is the fused kernels' consumer (``push``'s ``cp.async`` loop, or ``push_tma``'s
 TMA loop with ``tma=1``), so its tiles are the tuner's, not cuBLAS'. Both ``gather_dim`` values and
-both ``b_layout`` values run; the flags are the channel's ``triton`` back end (epoch-valued: the GEMM
-compares them with the device-resident epoch), so there is no ``signal`` parameter.
+both ``b_layout`` values run.
 
 Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
 ``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt
-to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles). Experimental: not yet
+to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags:
+``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens). Experimental: not yet
 measured on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and compiled for
 sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
@@ -37,11 +37,15 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "chunks": (4, 1, 2, 8, 16),
     "streams": (1, 2, 4, 8),
     "tma": (1, 0),
+    "signal": ("triton", "memop"),
 }
 #: Seeds: cuBLAS-class tilings on H100/H200 (128x256x64 on 8 warps, 3 stages; 128x128x64 on 4 warps,
 #: 4 stages), TMA first; the copies in 4 chunks per peer shard (fewer where the shard is smaller).
 SEED_TILES: tuple[tuple[int, int, int, int, int], ...] = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4))
 SEED_CHUNKS = (4, 2, 1)
+#: Seeds' transports: (side streams: ``one`` or ``each`` peer its own, flags' back end), the issue's
+#: design first (epoch flags on one stream), then stream memops (no flag kernel: less host time).
+SEED_TRANSPORTS = (("one", "triton"), ("one", "memop"), ("each", "memop"), ("each", "triton"))
 #: Shared memory of one CTA on H100/H200 (the fused variants' budget).
 SMEM_BYTES = 232448
 _ELEM_BYTES = {"bf16": 2, "fp16": 2}
@@ -54,6 +58,11 @@ def _next_pow2(n: int) -> int:
     return p
 
 
+def _gemm_fields(params: Params) -> dict[str, Any]:
+    """The kernel config's fields of ``params`` (all but the flags' back end, the channel's)."""
+    return {f: v for f, v in params.items() if f != "signal"}
+
+
 def _shard_rows(key: ProblemKey) -> int:
     return key["M"] // key.world_size if key["gather_dim"] == 0 else key["M"]
 
@@ -64,13 +73,12 @@ def ce_persistent_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
 
 
 def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
-    """:data:`SEED_TILES` with TMA, then without, on one side stream and on one per peer (up to 8), each
-    with the most of :data:`SEED_CHUNKS` that cuts the shard into that many chunks (row tiles no taller
-    than M needs)."""
+    """:data:`SEED_TILES` with TMA, then without, each with the most of :data:`SEED_CHUNKS` that cuts the
+    shard into that many chunks (row tiles no taller than M needs), over :data:`SEED_TRANSPORTS`."""
     from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width, uniform_rows
 
-    peers = max(1, key.world_size - 1)
-    streams = dict.fromkeys((1, min(8, _next_pow2(peers))))
+    lanes = min(8, _next_pow2(max(1, key.world_size - 1)))  # a side stream per peer
+    transports = dict.fromkeys((1 if s == "one" else lanes, signal) for s, signal in SEED_TRANSPORTS)
     seeds = []
     for tma in (1, 0):
         for bm, bn, bk, warps, stages in SEED_TILES:
@@ -79,10 +87,10 @@ def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
             chunks = next(
                 (c for c in SEED_CHUNKS if len(uniform_rows(rows, chunk_width(rows, c, bm))) == c), 1
             )
-            for s in streams:
+            for s, signal in transports:
                 seeds.append(
                     {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps,
-                     "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma}
+                     "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma, "signal": signal}
                 )  # fmt: skip
     return seeds
 
@@ -114,11 +122,11 @@ class CePersistentVariant(CopyEngineBase):
         missing = set(SPACE) - set(params)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
-        reason = transport_error(self.name, key, "triton")
+        reason = transport_error(self.name, key, params["signal"])
         if reason is not None:
             return reason
         try:
-            config = CePersistentConfig(**params)
+            config = CePersistentConfig(**_gemm_fields(params))
             config.validate()
         except (TypeError, ValueError) as exc:
             return str(exc)
@@ -160,7 +168,7 @@ class CePersistentVariant(CopyEngineBase):
         reason = self.check(key, ctx.target, params)
         if reason is not None:
             raise ValueError(f"{self.name}: {reason}")
-        config = CePersistentConfig(**params)
+        config = CePersistentConfig(**_gemm_fields(params))
 
         def plan(channel: Any, elem: int) -> Any:
             return make_persistent_plan(
@@ -168,8 +176,9 @@ class CePersistentVariant(CopyEngineBase):
                 config=config, num_sms=ctx.target.num_sms,
             )  # fmt: skip
 
-        buffers = channel_buffers(self.name, key, {**params, "signal": "triton"}, ctx, plan)
+        buffers = channel_buffers(self.name, key, params, ctx, plan)  # the channel of params["signal"]
         buffers["sync"] = torch.zeros(SYNC_WORDS, dtype=torch.int64, device=ctx.device)
+        buffers["token"] = torch.ones(1, dtype=torch.int32, device=ctx.device)  # what a memop flag holds
         buffers["cache"] = {}  # compiled launches, by the call's tensors
         return Workspace(key, dict(params), buffers)
 
@@ -187,7 +196,7 @@ class CePersistentVariant(CopyEngineBase):
         buf = ws.buffers
         return ag_gemm_ce_persistent(
             buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf["sync"],
-            watch=buf["watch"].tensor, cache=buf["cache"],
+            watch=buf["watch"].tensor, cache=buf["cache"], token=buf["token"],
         )  # fmt: skip
 
 
