@@ -104,6 +104,7 @@ def test_registered_as_opt_in() -> None:
     op = get_op("ag_gemm")
     v = op.variants["ce_persistent"]
     assert v.experimental and not any(op.in_default_space("ce_persistent", ws) for ws in (2, 4, 8))
+    assert "ce_persistent" in op.tied_to_size  # a Triton GEMM: its tiles hold at the M they were tuned at
     assert v.unavailable_reason(Target("cpu", "cpu", 4, device_type="cpu")) is not None
 
 

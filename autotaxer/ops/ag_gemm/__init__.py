@@ -43,7 +43,8 @@ AG_GEMM.flops = gemm_flops  # every rank computes the full product
 # at the tuned M. Reused at a neighbouring M (four H200 runs, graph-timed) they lost to BSP in 6 of 8
 # cases (0.74-0.99x; M=256's push at M=128: 0.88x on 2 GPUs, 0.75x on 4), while copy_engine's chunking
 # carried over in all 20 (1.08-1.39x): bench/results/2026-11-22_ws4_h200x4/nearest_reuse.md.
-AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd"})
+# ce_persistent's GEMM is the same persistent Triton consumer, its tiles and chunks chosen for the same waves.
+AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_ws_fwd", "ce_persistent"})
 # The copy-engine schedules for many peers join the default space from 3 ranks on: the 4- and 8-GPU runs
 # measure them beside copy_engine, and decide which of the three stay (issue 26).
 AG_GEMM.default_from_world_size = {"ce_fanout": 3, "ce_grouped": 3}
