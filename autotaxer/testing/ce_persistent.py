@@ -3,13 +3,13 @@
 Each rank has a channel over CPU buffers (:class:`HostChannel`: inbox arena, ``data`` flags, ``done``
 tokens, the device-resident epoch), peers' addresses translated buffer by buffer. The transport runs on
 the host (:func:`host_transport`): copies by ``memmove``, a flag raised by writing the raising rank's
-epoch (what the signal kernel stores), streams and events as no-ops. The GEMM is the real kernel,
-interpreted. Calls run in phases, every rank's sends before any rank's GEMM (the interpreter runs
-programs one after another, so nothing may spin on work not yet run); a ``done`` token a send needs
-and that no peer raised yet is an error, not a wait. What this checks: the flag slots and epochs the
-GEMM waits on, the tile order and chunk geometry, the inbox slots, the ``done`` protocol and the queue
-over several calls with no reset, and the result against fp32, with fresh inputs, NaN-poisoned outputs
-and inboxes. Not the overlap.
+epoch (what the signal kernel stores) or the memop token, tokens cleared by a host fill, streams and
+events as no-ops. The GEMM is the real kernel, interpreted. Calls run in phases, every rank's sends
+before any rank's GEMM (the interpreter runs programs one after another, so nothing may spin on work not
+yet run); a ``done`` token a send needs and that no peer raised yet is an error, not a wait. What this
+checks: the flag slots and epochs the GEMM waits on, the tile order and chunk geometry, the inbox slots,
+the ``done`` protocol and the queue over several calls with no reset, and the result against fp32, with
+fresh inputs, NaN-poisoned outputs and inboxes. Not the overlap.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def host_transport() -> Iterator[None]:
     import torch
 
     import autotaxer.kernels.ag_gemm.copy_engine as ce
+    import autotaxer.kernels.ag_gemm.experimental.ce_persistent as cp
     import autotaxer.kernels.common.channel as channel
     import autotaxer.kernels.common.signal as sig
 
@@ -100,6 +101,7 @@ def host_transport() -> Iterator[None]:
             patch(module, "_raise", _raise)
             patch(module, "_await", _await)
         patch(sig, "memcpy_async", lambda dst, src, n, stream: ctypes.memmove(dst, src, n))
+        patch(cp, "_clear_tokens", lambda ch, stream: ch.data.zero_())
         patch(channel, "lane_streams", lambda ch, n: [(_Nothing(), _Nothing()) for _ in range(n)])
         patch(torch.cuda, "current_stream", lambda *a: _Nothing())
         patch(torch.cuda, "stream", lambda s: contextlib.nullcontext())

@@ -185,7 +185,9 @@ def _send_lane(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, peers: tuple[
         ce._raise(ch, data_of[p] + 4 * c, stream)
 
 
-@triton.jit
+# one compiled kernel for every rank: ranks emulated in one process load it once (a load while a peer's
+# GEMM spins can wait for it)
+@triton.jit(do_not_specialize=["rank"])
 def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_ptr, rank, sizes, chunks,
                           strides, LAYOUT: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
     """The GEMM of one call: every program runs tiles (no producers), the first ``grid`` dealt by program
@@ -284,8 +286,18 @@ def end_call(ch: ce.Channel, plan: PersistentPlan, main: Any, lanes: Any) -> Non
     """Tell every peer its data here was consumed (``memop``: first take every data token back, which a
     peer writes again only after this rank's ``done`` token); join the lanes into ``main``."""
     if ch.backend == "memop":
-        ch.data.zero_()
+        _clear_tokens(ch, main)
     join_lanes(ch, plan.base.remote_done, main, lanes)
+
+
+def _clear_tokens(ch: ce.Channel, stream: Any) -> None:
+    """``memop``: every data token of this rank back to 0 on ``stream`` (``cuMemsetD32Async``: no kernel,
+    so nothing to load lazily while this rank's GEMM may still spin, and no SM)."""
+    drv = sig._driver()
+    result = drv.cuMemsetD32Async(
+        drv.CUdeviceptr(ch.data.data_ptr()), 0, ch.data.numel(), sig._stream(stream)
+    )
+    sig._check(result, "cuMemsetD32Async")
 
 
 def ag_gemm_ce_persistent(channel: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, b: Any,
