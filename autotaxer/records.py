@@ -67,6 +67,14 @@ def is_partial(env: Any) -> bool:
     return isinstance(env, Mapping) and env.get("search") == "partial"
 
 
+def is_confirmed(env: Any) -> bool:
+    """Whether a record's times were confirmed (``env["confirmed"]``, stamped by the tuner when a key's
+    search ended): its winner and the forms it is compared with re-timed side by side on fresh inputs,
+    so its speedup is that ratio, not the best of many trials over one sample of each form. Records from
+    before the stamp, and those of a search still running, are not."""
+    return isinstance(env, Mapping) and bool(env.get("confirmed"))
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

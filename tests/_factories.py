@@ -104,7 +104,8 @@ KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"g
 
 
 class InlineExecutor:
-    """Runs each trial in this process on a world of one rank."""
+    """Runs each trial in this process on a world of one rank; ``requests`` lists the trials sent,
+    ``confirmations`` the end-of-search confirmations (:class:`autotaxer.tuner.worker.ConfirmRequest`)."""
 
     launches = 0
     launch_s = 0.0
@@ -121,14 +122,15 @@ class InlineExecutor:
         ctx = RunContext(rank=0, world_size=1, device=cpu, target=cpu_target(), warmed_up=True)
         self.state = WorkerState(ctx)
         self.requests: list = []
+        self.confirmations: list = []
 
     def ensure_started(self) -> None:
         pass
 
     def run(self, req, timeout_s: float, on_wait=None) -> list:
-        from autotaxer.tuner.worker import execute_trial
+        from autotaxer.tuner.worker import ConfirmRequest, execute_trial
 
-        self.requests.append(req)
+        (self.confirmations if isinstance(req, ConfirmRequest) else self.requests).append(req)
         return [execute_trial(self.state, req)]
 
 
