@@ -65,7 +65,16 @@ def kept_errors(op, key: ProblemKey, ctx, results: list[tuple]) -> tuple[list[fl
     return errs, len({c.data_ptr() for _, c in results})
 
 
-def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):
+def make_record(
+    m: int = 64,
+    median_us: float = 10.0,
+    bsp_us: float = 15.0,
+    variant: str = "push",
+    confirmed: bool = False,
+    **key_kw,
+):
+    """A record of ``make_key(m, **key_kw)``; ``confirmed``: its times from a tuner's confirmation."""
+    env = {**ENV, "confirmed": "interleaved"} if confirmed else dict(ENV)
     return WinnerRecord(
         key=make_key(m, **key_kw),
         variant=variant,
@@ -75,7 +84,7 @@ def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, vari
         trials=40,
         arch="sm_90",
         num_sms=132,
-        env=dict(ENV),
+        env=env,
         kernel_hash="abc123",
         measured_at=datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
         device_type="cuda",
