@@ -75,6 +75,20 @@ def is_confirmed(env: Any) -> bool:
     return isinstance(env, Mapping) and bool(env.get("confirmed"))
 
 
+def confirmed_times(env: Any) -> dict[str, float]:
+    """Each entry's µs in a record's confirmation (``env["confirmed_us"]``: ``bsp=100.2,push=61.5``), e.g.
+    to read its winner's speedup over torch's fused op; empty for a record without one."""
+    text = env.get("confirmed_us") if isinstance(env, Mapping) else None
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        name, sep, value = item.partition("=")
+        try:
+            out[name] = float(value) if sep else math.nan
+        except ValueError:
+            continue
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -141,6 +141,10 @@ class _Confirmed:
     times: dict[str, float]
     link_us: float | None = None
 
+    def text(self) -> str:
+        """``bsp=100.2,push=61.5``: every entry's confirmed µs, for the record's environment."""
+        return ",".join(f"{name}={us:.4g}" for name, us in self.times.items())
+
     def fastest(self, names: tuple[str, ...] | list[str]) -> str | None:
         """The fastest confirmed entry among ``names``, or None."""
         timed = [(self.times[n], n) for n in names if n in self.times]
@@ -498,6 +502,7 @@ class _ShapeTuner:
             bsp_us = confirmed.times[confirmed.fastest(self.space.forms or (self.space.baseline,))]
             form = confirmed.fastest(self.op.fallback_forms(self.target)) or form
             env["confirmed"] = "interleaved"  # winner and forms re-timed side by side on fresh inputs
+            env["confirmed_us"] = confirmed.text()  # every entry's time: a speedup over any form
             if confirmed.link_us is not None:
                 env["link_us"] = f"{confirmed.link_us:.3g}"  # the chain's link, subtracted from each time
         if form is not None:  # what dispatch serves untuned keys near this one

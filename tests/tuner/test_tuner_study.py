@@ -12,7 +12,7 @@ from _factories import FAST, KEY, InlineExecutor
 
 from autotaxer._target import cpu_target
 from autotaxer.measure import TimingConfig
-from autotaxer.records import is_confirmed
+from autotaxer.records import confirmed_times, is_confirmed
 from autotaxer.tuner import TuneConfig, tune
 from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study, split_params
 from autotaxer.tuner.worker import RankReply, TrialRequest
@@ -379,6 +379,7 @@ def test_the_stored_speedup_is_the_confirmations_not_the_best_trials(
     assert winner.variant == variant and winner.speedup == pytest.approx(speedup)
     assert winner.median_us == confirm_us[variant] and winner.bsp_us == confirm_us["bsp"]
     assert is_confirmed(winner.env) and winner.env["chain"] == "dependent"
+    assert confirmed_times(winner.env) == confirm_us  # every entry's time, kept with the record
     assert result.confirmed and result.speedup == pytest.approx(speedup)  # what the CLI prints
     (confirmation,) = executor.confirmations
     assert [name for name, _ in confirmation.entries] == ["cpu_chunked", "bsp"]  # the winner, then the forms
