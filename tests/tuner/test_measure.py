@@ -279,3 +279,31 @@ def test_chain_config_names_the_field_and_the_link_is_never_subtracted_past_the_
         TimingConfig(chain="b2b").validate()
     assert TimingConfig().chain == "dependent" and TimingConfig.for_device("cpu").chain == "dependent"
     assert less_link(10.0, 4.0) == 6.0 and less_link(3.0, 4.0) == 3.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_chained_timing_on_a_gpu_keeps_the_inputs_and_times_the_link(mode: str) -> None:
+    """On CUDA the link runs on the current stream (captured with the calls in ``graph`` mode): the input
+    keeps its bits though the outputs are NaN, and a GEMM's chained time is above zero once the link's
+    own time is subtracted."""
+    import torch
+
+    from autotaxer._target import cuda_target
+    from autotaxer.measure import Chain, time_interleaved
+    from autotaxer.ops import RunContext
+
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cuda", 0), target=cuda_target(0))
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    before = a.clone()
+
+    def gemm() -> None:
+        torch.matmul(a, b, out=out)
+        out[0, 0] = float("nan")  # the link must not carry it into ``a``
+
+    (t,) = time_interleaved([gemm], ctx, (mode,), warmup=2, iters=10, samples=3, chains=[Chain(a, out)])
+    torch.cuda.synchronize()
+    assert t[mode] > 0 and t[f"{mode}_link"] > 0
+    assert torch.equal(a.view(torch.int16), before.view(torch.int16))
