@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from .._problem import ProblemKey, Target
 from ..measure import TimingConfig
-from ..records import is_confirmed
+from ..records import is_confirmed, is_partial
 from .group import TrialAborted
 from .progress import Reporter, ShapeResult, Summary, TrialEvent, summarize
 from .study import (
@@ -258,7 +258,11 @@ class _ShapeTuner:
         waited = self._await_baseline_elsewhere(study, deadline)
         if waited:
             note = (note + "; " if note else "") + waited
-        confirmation, why = self._confirm(study)
+        before = self.db.get_winner(self.key)
+        if self.ran == 0 and before is not None and is_confirmed(before.env) and not is_partial(before.env):
+            confirmation, why = None, ""  # nothing measured since its confirmation: the record stands
+        else:
+            confirmation, why = self._confirm(study)
         if why:
             note = (note + "; " if note else "") + why
         self._store_winner(study, final=True, partial=cut_short, confirmed=confirmation)
@@ -482,7 +486,7 @@ class _ShapeTuner:
         times, stored instead of the trials' (the winner: its fastest entry), and replacing any unconfirmed
         record of the key."""
         from .._target import software_versions
-        from ..records import WinnerRecord, is_partial
+        from ..records import WinnerRecord
         from ..runtime.kernel_hash import kernel_source_hash
 
         best = best_trial(study)
@@ -526,6 +530,8 @@ class _ShapeTuner:
             self.db.upsert_winner(record)
             return
         stored = self.db.get_winner(self.key)
+        if confirmed is None and stored is not None and is_confirmed(stored.env):
+            return  # a confirmed record is never replaced by the trials' optimistic times
         fields = lambda r: (r.variant, r.params, r.median_us, r.bsp_us, r.trials, is_partial(r.env))
         same = stored is not None and fields(stored) == fields(record) and stored.env == record.env
         if not same:  # a stored time no faster than ours is this study's (or worse): refresh the counts

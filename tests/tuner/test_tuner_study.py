@@ -404,3 +404,15 @@ def test_an_unconfirmed_speedup_is_never_shown() -> None:
                   pruned=0, ran=1, wall_s=0.1, stored=True)  # fmt: skip
     assert ShapeResult(**fields).speedup is None
     assert ShapeResult(**fields, confirmed=True).speedup == 2.0
+
+
+def test_a_finished_key_run_again_keeps_its_confirmed_record(db) -> None:
+    """A second run with nothing left to try confirms nothing and never stores the trials' times over the
+    confirmed record."""
+    _run(db, trials=2)
+    first = db.get_winner(KEY)
+    result, executor = _run(db, trials=2)
+    assert executor.requests == [] and executor.confirmations == []
+    again = db.get_winner(KEY)
+    assert is_confirmed(again.env) and (again.median_us, again.bsp_us) == (first.median_us, first.bsp_us)
+    assert result.confirmed and result.median_us == first.median_us
