@@ -1,8 +1,10 @@
 """Does a stored speedup hold in the layer? Per key: the record, the per-call replay, the step's gain.
 
-    torchrun --nproc-per-node 2 bench/layer.py --cases fwd:256,fwd:4096,graph:256 \
-        --modes async_tp,async_tp_autotaxer --warmup-budget 120 --db sqlite:///layer.sqlite --out layer.json
-    python bench/speedup_agreement.py --layer layer.json --db sqlite:///layer.sqlite --out agreement.json
+    python3 -P bench/layer.py --write-shapes layer.csv --world-size 2 --cases fwd:256,fwd:4096
+    python3 -P -m autotaxer tune --world-size 2 --shapes layer.csv --db sqlite:///layer.sqlite --timeout 45
+    torchrun --nproc-per-node 2 bench/layer.py --cases fwd:256,fwd:4096 --db sqlite:///layer.sqlite \
+        --modes plain_compile,autotaxer_compile,async_tp,async_tp_autotaxer --out layer.json
+    python3 -P bench/speedup_agreement.py --layer layer.json --db sqlite:///layer.sqlite --out agreement.json
 
 For every fused-op call async TP's compiled code made (``layer.json``'s ``async_tp_calls``: each call
 replayed alone, torch's kernel against autotaxer's), the key's record in the database: its confirmed
@@ -10,8 +12,10 @@ speedup over torch's fused op (``env["confirmed_us"]``; over the fastest BSP for
 measured) against the replay's ratio; ``agree`` when they are within ``--within`` (3%). Per case, the
 step's gain (``async_tp`` over ``async_tp_autotaxer``) against the gain the replays predict: the step less
 each of its calls' replayed saving (a call of the case = its key's ``M`` is the case's rows, ``S * batch``;
-one call per signature and step is assumed, which holds for the forward of one layer). Records that were
-not confirmed show their times without a ratio (the tuner's best trial against one BSP sample).
+one call per signature and step is assumed, which holds for the forward of one layer), and, where both ran,
+``plain_compile`` over ``autotaxer_compile``. Records that were not confirmed show no ratio (the tuner's
+best trial against one BSP sample). The replay times each call back to back (``bench/async_tp_check.py``),
+the records with each call waiting on the last one's output unless tuned with ``--chain back-to-back``.
 """
 
 from __future__ import annotations
@@ -70,8 +74,12 @@ def case_rows(results: dict[str, Any], keys: list[dict[str, Any]], batch: int) -
             continue
         rows = int(case.split(":")[1]) * batch
         saving = sum(k["saving_ms"] for k in keys if k["key"] and ProblemKey.from_text(k["key"])["M"] == rows)
-        out.append({"case": case, "async_tp_ms": base, "autotaxer_ms": mine, "step_gain": base / mine,
-                    "predicted_gain": base / (base - saving) if base > saving else None})  # fmt: skip
+        row = {"case": case, "async_tp_ms": base, "autotaxer_ms": mine, "step_gain": base / mine,
+               "predicted_gain": base / (base - saving) if base > saving else None}  # fmt: skip
+        plain, layers = modes.get("plain_compile", {}).get("ms"), modes.get("autotaxer_compile", {}).get("ms")
+        if plain is not None and layers is not None:  # autotaxer's layers compiled, against torch.compile
+            row["compile_gain"] = plain / layers
+        out.append(row)
     return out
 
 
@@ -99,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k['key']}: {k.get('variant', '-')} stored {stored} (x bsp {_x(k.get('stored_x_bsp'))}), "
               f"replay {_x(k['replay'])} served={k['served']} {agree} {k.get('note', '')}")  # fmt: skip
     for c in cases:
-        print(f"{c['case']}: step {_x(c['step_gain'])}, predicted by the replays {_x(c['predicted_gain'])}")
+        print(f"{c['case']}: step {_x(c['step_gain'])}, predicted by the replays {_x(c['predicted_gain'])}, "
+              f"compiled layers over torch.compile {_x(c.get('compile_gain'))}")  # fmt: skip
     if args.out:
         doc = {"layer": args.layer, "db": args.db, "within": args.within, "keys": keys, "cases": cases}
         with open(args.out, "w") as f:
