@@ -14,8 +14,8 @@ step's gain (``async_tp`` over ``async_tp_autotaxer``) against the gain the repl
 each of its calls' replayed saving (a call of the case = its key's ``M`` is the case's rows, ``S * batch``;
 one call per signature and step is assumed, which holds for the forward of one layer), and, where both ran,
 ``plain_compile`` over ``autotaxer_compile``. Records that were not confirmed show no ratio (the tuner's
-best trial against one BSP sample). The replay times each call back to back (``bench/async_tp_check.py``),
-the records with each call waiting on the last one's output unless tuned with ``--chain back-to-back``.
+best trial against one BSP sample). The replay (``bench/async_tp_check.py``) times each call waiting for
+the last one's output, as the tuner does unless a key was tuned with ``--chain back-to-back``.
 """
 
 from __future__ import annotations
