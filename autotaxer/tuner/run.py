@@ -210,6 +210,14 @@ class _ShapeTuner:
         check_space(study, self.space)
         if "timing" not in study.user_attrs:  # check_timing (before the run) refused any other mode
             study.set_user_attr("timing", cfg.timing.mode)
+        chain = study.user_attrs.get("chain", "back-to-back" if study.get_trials(deepcopy=False) else None)
+        if chain is None:
+            study.set_user_attr("chain", cfg.timing.chain)
+        elif chain != cfg.timing.chain:  # the search goes on; the end's confirmation times every entry anew
+            self.reporter.note(
+                f"{self.key.text}: earlier trials were timed --chain {chain}, this run's --chain "
+                f"{cfg.timing.chain} (the confirmation re-times the winner and the forms this run's way)"
+            )
         stale = fail_stale_trials(study)
         if stale:
             self.reporter.note(f"{self.key.text}: marked trial(s) {stale} interrupted")
@@ -539,6 +547,7 @@ class _ShapeTuner:
                 stored is None
                 or record.median_us <= stored.median_us
                 or (confirmed is not None and not is_confirmed(stored.env))  # trials' times are optimistic
+                or stored.env.get("chain", "back-to-back") != timing.chain  # times of another chain
             )
             self.db.upsert_winner(record, replace=replace)
 

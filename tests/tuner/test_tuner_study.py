@@ -416,3 +416,23 @@ def test_a_finished_key_run_again_keeps_its_confirmed_record(db) -> None:
     again = db.get_winner(KEY)
     assert is_confirmed(again.env) and (again.median_us, again.bsp_us) == (first.median_us, first.bsp_us)
     assert result.confirmed and result.median_us == first.median_us
+
+
+def test_a_study_resumed_with_the_other_chain_says_so(db) -> None:
+    from autotaxer.tuner.progress import Reporter
+
+    class Notes(Reporter):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def note(self, text: str) -> None:
+            self.lines.append(text)
+
+    b2b = TimingConfig(mode="eager", warmup=0, iters=1, samples=1, chain="back-to-back")
+    tune([KEY], cpu_target(), db, TuneConfig(trials=1, timing=b2b), InlineExecutor())
+    notes = Notes()
+    tune([KEY], cpu_target(), db, TuneConfig(trials=3, timing=FAST), InlineExecutor(), notes)
+    assert any("timed --chain back-to-back, this run's --chain dependent" in n for n in notes.lines), (
+        notes.lines
+    )
+    assert db.get_winner(KEY).env["chain"] == "dependent"  # confirmed this run's way
