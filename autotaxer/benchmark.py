@@ -9,10 +9,13 @@ PyTorch's fused op; one that may hang, e.g. Iris' stock kernel, in its own proce
 limit so a hang is reported, not fatal). What an op adds to a row (its parts and peers) is its ``bench``
 integration (:class:`autotaxer.ops._forms.BenchForm`). Every configuration is validated against the fp32
 reference before it is timed. A row's entries are timed side by side with
-:func:`autotaxer.measure.time_interleaved` once all are ready: ``eager`` (back-to-back calls) and, on
+:func:`autotaxer.measure.time_interleaved` once all are ready: ``eager`` (calls in a row) and, on
 CUDA, ``graph`` (calls captured in one CUDA graph), one sample of each entry in turn, so a slow stretch of
-the machine falls on all of them alike; median of the samples, max across ranks, microseconds. Peers in a
-process group of their own run afterwards. (A variant without a tuned configuration first picks the best
+the machine falls on all of them alike; median of the samples, max across ranks, microseconds. As in the
+tuner, each call of BSP, a variant, dispatch or a peer waits for the previous call's output
+(``chain="dependent"``, the link's cost subtracted and kept as ``eager_link``/``graph_link``); the parts
+(one collective or one GEMM on the current stream) run back to back. Peers in a process group of their
+own run afterwards. (A variant without a tuned configuration first picks the best
 of its capped sweep by eager time, one configuration after another.)
 
 Torch, Triton and Iris are imported inside functions, so importing this module is cheap.
@@ -34,7 +37,10 @@ from typing import Any
 from ._problem import DTYPES, ProblemKey
 from .measure import error_text
 
-UNITS = "microseconds per call, median, max over ranks; eager = back-to-back, graph = CUDA graph"
+UNITS = (
+    "microseconds per call, median, max over ranks; eager = calls in a row, graph = CUDA graph; "
+    "config.chain = dependent: each call waits for the previous one's output (link cost subtracted)"
+)
 DEVICES = ("cuda", "cpu")
 #: What rows written before rows named each op's own layout field called the op's dimension.
 LEGACY_DIM = "gather_dim"
@@ -115,7 +121,14 @@ class BenchConfig:
     configurations and dispatch's table come from (None/empty: dispatch's defaults); ``dispatch_timing``
     is dispatch's ``RuntimeConfig.timing`` (only winners tuned that way). ``progress_path``:
     rank 0 appends each finished row there as one JSON line, so a run cut short keeps what it measured.
+    ``chain``: ``dependent`` (each call waits for the previous one's output) or ``back-to-back``.
     """
+
+    def link(self, feeds: Any, out: Any = None) -> Any:
+        """The :class:`autotaxer.measure.Chain` of an entry reading ``feeds`` (None: back to back)."""
+        from .measure import Chain
+
+        return Chain(feeds, out) if self.chain == "dependent" else None
 
     cases: tuple[Case, ...]
     world_size: int = 2
@@ -134,11 +147,16 @@ class BenchConfig:
     seed: int = 1234
     progress_path: str | None = None
     dispatch_timing: str | None = None
+    chain: str = "dependent"
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field."""
+        from .measure import CHAINS
+
         if not self.cases:
             raise ValueError("cases: nothing to benchmark")
+        if self.chain not in CHAINS:
+            raise ValueError(f"chain: expected one of {', '.join(CHAINS)}, got {self.chain!r}")
         if self.world_size < 1:
             raise ValueError(f"world_size: must be >= 1, got {self.world_size}")
         if self.device not in DEVICES:
@@ -211,17 +229,18 @@ def tuned_params(db: Any, cases: Iterable[Case], gpu_model: str, world_size: int
 class RowTimings:
     """The entries of one row waiting to be timed side by side.
 
-    ``add`` registers an entry (its result dict) with the callable to time; ``run`` times them all with
-    :func:`autotaxer.measure.time_interleaved` (one sample of each in turn, every mode of ``cfg``) and
-    writes each one's times into its dict. Collective.
+    ``add`` registers an entry (its result dict) with the callable to time and its chain (None: back to
+    back); ``run`` times them all with :func:`autotaxer.measure.time_interleaved` (one sample of each in
+    turn, every mode of ``cfg``) and writes each one's times into its dict. Collective.
     """
 
     def __init__(self) -> None:
-        self._pending: list[tuple[dict[str, Any], Callable[[], Any]]] = []
+        self._pending: list[tuple[dict[str, Any], Callable[[], Any], Any]] = []
 
-    def add(self, entry: dict[str, Any], fn: Callable[[], Any]) -> dict[str, Any]:
-        """Time ``fn`` into ``entry`` at the next :meth:`run`; returns ``entry``."""
-        self._pending.append((entry, fn))
+    def add(self, entry: dict[str, Any], fn: Callable[[], Any], chain: Any = None) -> dict[str, Any]:
+        """Time ``fn`` into ``entry`` at the next :meth:`run`, its calls linked by ``chain`` (a
+        :class:`autotaxer.measure.Chain`, or None); returns ``entry``."""
+        self._pending.append((entry, fn, chain))
         return entry
 
     def run(self, ctx: Any, cfg: BenchConfig) -> None:
@@ -230,9 +249,12 @@ class RowTimings:
 
         if not self._pending:
             return
-        fns = [fn for _, fn in self._pending]
-        times = time_interleaved(fns, ctx, cfg.modes, warmup=cfg.warmup, iters=cfg.iters, samples=cfg.samples)
-        for (entry, _), t in zip(self._pending, times, strict=True):
+        fns = [fn for _, fn, _ in self._pending]
+        chains = [chain for _, _, chain in self._pending]
+        times = time_interleaved(
+            fns, ctx, cfg.modes, warmup=cfg.warmup, iters=cfg.iters, samples=cfg.samples, chains=chains
+        )
+        for (entry, _, _), t in zip(self._pending, times, strict=True):
             entry.update(t)
         self._pending.clear()
 
@@ -283,7 +305,9 @@ def _variant_entry(
                 continue
             out = op.empty_output(key, ctx.device)
             fn = partial(variant.run, ws, inputs, ctx, out=out)
-            t = time_variant(fn, ctx, warmup=cfg.warmup, iters=cfg.iters, mode="eager", samples=cfg.samples)
+            t = time_variant(
+                fn, ctx, cfg.warmup, cfg.iters, "eager", cfg.samples, chain=cfg.link(inputs[0], out)
+            )
             tried.append({"params": params, "eager": t, "err": err})
             if best is None or t < best[0]:
                 best = (t, params, ws, out, err)
@@ -293,7 +317,7 @@ def _variant_entry(
     if best is not None:
         _, params, ws, out, err = best
         result.update(best_params=params, err=err)
-        timings.add(result, partial(variant.run, ws, inputs, ctx, out=out))
+        timings.add(result, partial(variant.run, ws, inputs, ctx, out=out), cfg.link(inputs[0], out))
     return result
 
 
@@ -316,7 +340,8 @@ def _dispatch_entry(rt, op, key, ctx, inputs, cfg: BenchConfig, timings: RowTimi
         if not err <= op.tolerance(key):
             entry["error"] = f"relative error {err:.3g}"
             return entry
-        return timings.add(entry, partial(rt.dispatch, key.op, *inputs, out=out, **layout))
+        fn = partial(rt.dispatch, key.op, *inputs, out=out, **layout)
+        return timings.add(entry, fn, cfg.link(inputs[0], out))
     except Exception as exc:
         return {"error": error_text(exc)}
 
@@ -336,7 +361,7 @@ def _peer_entry(peer: Any, op: Any, key, ctx, inputs, cfg: BenchConfig, timings:
 
             torch.cuda.synchronize()
         err = relative_error(got, op.reference(key, ctx.rank, ctx.device, cfg.seed))
-        return timings.add({"err": err}, fn)
+        return timings.add({"err": err}, fn, cfg.link(inputs[0]))  # a peer returns its output
     except Exception as exc:
         return {"error": error_text(exc)}
 
@@ -356,7 +381,8 @@ def _peer_rank(ctx: Any, cfg: BenchConfig, name: str, cases: tuple[Case, ...]) -
         if not peer.alone:
             bsp = op.baseline()
             ws = bsp.prepare(key, {}, ctx)
-            base = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=op.empty_output(key, ctx.device)))
+            out = op.empty_output(key, ctx.device)
+            base = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out), cfg.link(inputs[0], out))
         entry = _peer_entry(peer, op, key, ctx, inputs, cfg, timings)
         timings.run(ctx, cfg)
         beside = base is not None and "error" not in entry
@@ -433,7 +459,7 @@ def bench_rank(ctx: Any, cfg: BenchConfig, tuned: Tuned) -> list[dict[str, Any]]
         ws = bsp.prepare(key, {}, ctx)
         out = op.empty_output(key, ctx.device)
         timings = RowTimings()  # every entry of the row, timed side by side once all are ready
-        row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out))
+        row["bsp"] = timings.add({}, partial(bsp.run, ws, inputs, ctx, out=out), cfg.link(inputs[0], out))
         parts = form.parts(key, ctx, inputs, ws)  # the pieces of BSP alone: communication first
         row["parts"] = list(parts)
         for name, fn in parts.items():

@@ -8,6 +8,13 @@ between barriers on CPU; ``time_interleaved`` times several callables the same w
 turn, for side-by-side comparisons. The median over samples is reduced with MAX across ranks, so every
 rank returns the same number: the time of the slowest rank.
 
+Timed calls are chained by default (:class:`Chain`, ``TimingConfig.chain == "dependent"``): before each
+call, one byte of an input the call reads is made to depend on the previous call's output (an integer add
+of 0 times that output's first byte, on the current stream, so values never change, NaN and inf included;
+captured with the calls in ``graph`` mode), as in a model, whose next projection reads what the last one
+wrote. The link's own cost, timed alone in the same way, is subtracted. ``back-to-back`` leaves the calls
+unlinked (what every timing was before 2026-11-27).
+
 Before its first timed measurement a process is warmed up once (:func:`warm_up`: the first collective,
 the first vendor GEMM, on CUDA the first graph capture, for at least :data:`PROCESS_WARMUP_S`), so the
 first shape of a run is timed in the same state as the last: without it the first BSP time of a CPU run
@@ -29,6 +36,8 @@ from ._problem import ProblemKey
 from .ops._base import Op, Params, RunContext, Variant, Workspace, relative_error
 
 TIMING_MODES = ("eager", "graph")
+#: How successive timed calls relate: each waits for the previous one's output, or none waits.
+CHAINS = ("dependent", "back-to-back")
 
 #: Seed of :func:`time_interleaved`'s sample order (fixed: every rank must draw the same order).
 _ORDER_SEED = 20261122
@@ -43,17 +52,21 @@ PROCESS_WARMUP_S = {"cpu": 0.2, "cuda": 1.0}
 
 @dataclass(frozen=True)
 class TimingConfig:
-    """How a trial is timed: ``warmup`` calls, then ``samples`` samples of ``iters`` back-to-back calls."""
+    """How a trial is timed: ``warmup`` calls, then ``samples`` samples of ``iters`` calls, each call
+    waiting for the previous one's output (``chain="dependent"``) or not (``"back-to-back"``)."""
 
     mode: str = "eager"
     warmup: int = 5
     iters: int = 20
     samples: int = 7
+    chain: str = "dependent"
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the bad field."""
         if self.mode not in TIMING_MODES:
             raise ValueError(f"mode: expected one of {', '.join(TIMING_MODES)}, got {self.mode!r}")
+        if self.chain not in CHAINS:
+            raise ValueError(f"chain: expected one of {', '.join(CHAINS)}, got {self.chain!r}")
         for name in ("warmup", "iters", "samples"):
             value = getattr(self, name)
             low = 0 if name == "warmup" else 1
@@ -61,11 +74,60 @@ class TimingConfig:
                 raise ValueError(f"{name}: must be >= {low}, got {value}")
 
     @classmethod
-    def for_device(cls, device_type: str, mode: str = "eager") -> TimingConfig:
+    def for_device(cls, device_type: str, mode: str = "eager", chain: str = "dependent") -> TimingConfig:
         """Defaults per device: many short samples on GPUs, a few on CPU (where calls take milliseconds)."""
         if device_type == "cpu":
-            return cls(mode=mode, warmup=1, iters=3, samples=3)
-        return cls(mode=mode)
+            return cls(mode=mode, warmup=1, iters=3, samples=3, chain=chain)
+        return cls(mode=mode, chain=chain)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """What links one timed call to the next: ``feeds``, a tensor every call reads (e.g. the A shard), is
+    made to depend on the previous call's output (``out`` when the call writes into it, else the tensor
+    the call returns). Inputs shared with other timed entries are safe: the link never changes a value."""
+
+    feeds: Any
+    out: Any = None
+
+    def wrap(self, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn`` preceded, from its second call on, by the link from its last output to ``feeds``."""
+        dst = _first_byte(self.feeds)
+        last: list[Any] = []  # the previous call's output, as its first byte
+
+        def call() -> Any:
+            if last:
+                link(last[0], dst)
+            result = fn()
+            got = self.out if self.out is not None else result
+            if got is None:
+                raise ValueError("chain: the timed call returned no tensor and Chain.out is unset")
+            last[:] = [_first_byte(got)]
+            return result
+
+        return call
+
+    def alone(self) -> Callable[[], Any]:
+        """The link by itself (from ``out``, else from ``feeds`` to itself): timed to subtract its cost."""
+        dst = _first_byte(self.feeds)
+        src = _first_byte(self.out) if self.out is not None else dst
+        return lambda: link(src, dst)
+
+
+def link(src: Any, dst: Any) -> None:
+    """Make the one-byte tensor ``dst`` depend on the one-byte tensor ``src`` (both ``uint8`` views from
+    :func:`_first_byte`) without changing it: ``dst += 0 * src`` in integer arithmetic, one kernel on the
+    current stream (exact for every byte, where ``0 * x`` in floating point is NaN for NaN or inf)."""
+    dst.add_(src, alpha=0)
+
+
+def _first_byte(t: Any) -> Any:
+    """The first byte of ``t``'s element at index 0 (any layout, any dtype) as a ``uint8`` view of one
+    element, so writes land in ``t``'s own storage."""
+    import torch
+
+    first = t.as_strided((1,), (1,), t.storage_offset())
+    return first.view(torch.uint8)[:1]
 
 
 def check_variant(
@@ -103,19 +165,35 @@ def time_variant(
     iters: int = 20,
     mode: str = "eager",
     samples: int = 7,
+    chain: Chain | None = None,
 ) -> float:
     """Median time of one call of ``fn`` in microseconds, MAX over ranks (collective).
 
-    GPU ``eager``: CUDA events around ``iters`` back-to-back calls, ``samples`` times, a barrier before each
-    sample. GPU ``graph``: ``iters`` calls captured in one CUDA graph, each sample one replay. CPU:
-    ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused).
+    GPU ``eager``: CUDA events around ``iters`` calls, ``samples`` times, a barrier before each sample.
+    GPU ``graph``: ``iters`` calls captured in one CUDA graph, each sample one replay. CPU:
+    ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused). With ``chain``
+    each call waits for the previous one's output, and the link's own median (timed alone the same way,
+    MAX over ranks) is subtracted; without it the calls run back to back.
     """
     TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
     warm_up(ctx)
-    sampler = _prepare(fn, ctx, mode, warmup, iters)
+    timed = fn if chain is None else chain.wrap(fn)
+    sampler = _prepare(timed, ctx, mode, warmup, iters)
     per_call = [_sample_us(sampler, ctx) for _ in range(samples)]
     del sampler  # a captured graph goes before the next one is made
-    return _max_over_ranks(statistics.median(per_call), ctx)
+    raw = _max_over_ranks(statistics.median(per_call), ctx)
+    if chain is None:
+        return raw
+    link_sampler = _prepare(chain.alone(), ctx, mode, warmup, iters)
+    link_us = _max_over_ranks(statistics.median(_sample_us(link_sampler, ctx) for _ in range(samples)), ctx)
+    del link_sampler
+    return less_link(raw, link_us)
+
+
+def less_link(raw_us: float, link_us: float) -> float:
+    """A chained call's time less its link's: ``raw_us`` itself where the link timed alone is not below it
+    (a call too short to tell them apart, e.g. a no-op on CPU)."""
+    return raw_us - link_us if 0 <= link_us < raw_us else raw_us
 
 
 def time_interleaved(
@@ -125,6 +203,7 @@ def time_interleaved(
     warmup: int = 5,
     iters: int = 20,
     samples: int = 7,
+    chains: Sequence[Chain | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Time several callables side by side: per callable, ``{mode: median µs (max over ranks)}``.
 
@@ -136,13 +215,24 @@ def time_interleaved(
     so its timed calls queue behind work as in a loop of calls. Ratios between the entries are steadier
     than from one :func:`time_variant` after another. An entry that fails to prepare or to run gets
     ``{mode: None, f"{mode}_error": text}`` and leaves the rounds; the others go on (collective).
+
+    ``chains``: per callable, a :class:`Chain` (its calls wait for each other's outputs) or None (back to
+    back). Then the link alone is one more entry of the rounds, and each chained entry's time is less its
+    median, which the entry also holds as ``f"{mode}_link"`` (µs).
     """
     for mode in modes:
         TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
+    chains = list(chains) if chains is not None else [None] * len(fns)
+    if len(chains) != len(fns):
+        raise ValueError(f"chains: expected one per callable ({len(fns)}), got {len(chains)}")
     warm_up(ctx)
-    results: list[dict[str, Any]] = [{} for _ in fns]
+    first_chain = next((c for c in chains if c is not None), None)
+    entries = [c.wrap(fn) if c is not None else fn for fn, c in zip(fns, chains, strict=True)]
+    if first_chain is not None:
+        entries.append(first_chain.alone())  # the link alone: its cost, in the same rounds
+    results: list[dict[str, Any]] = [{} for _ in entries]
     live: list[tuple[int, str, _Sampler]] = []
-    for i, fn in enumerate(fns):
+    for i, fn in enumerate(entries):
         for mode in modes:
             try:
                 live.append((i, mode, _prepare(fn, ctx, mode, warmup, iters)))
@@ -162,6 +252,15 @@ def time_interleaved(
     live.clear()  # captured graphs go before the reductions
     for (i, mode), times in per_call.items():
         results[i][mode] = _max_over_ranks(statistics.median(times), ctx)
+    if first_chain is None:
+        return results
+    link_times = results.pop()
+    for result, c in zip(results, chains, strict=True):
+        for mode in modes:
+            link_us = link_times.get(mode)
+            if c is not None and result.get(mode) is not None and link_us is not None:
+                result[mode] = less_link(result[mode], link_us)
+                result[f"{mode}_link"] = link_us
     return results
 
 

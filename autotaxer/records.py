@@ -67,6 +67,28 @@ def is_partial(env: Any) -> bool:
     return isinstance(env, Mapping) and env.get("search") == "partial"
 
 
+def is_confirmed(env: Any) -> bool:
+    """Whether a record's times were confirmed (``env["confirmed"]``, stamped by the tuner when a key's
+    search ended): its winner and the forms it is compared with re-timed side by side on fresh inputs,
+    so its speedup is that ratio, not the best of many trials over one sample of each form. Records from
+    before the stamp, and those of a search still running, are not."""
+    return isinstance(env, Mapping) and bool(env.get("confirmed"))
+
+
+def confirmed_times(env: Any) -> dict[str, float]:
+    """Each entry's µs in a record's confirmation (``env["confirmed_us"]``: ``bsp=100.2,push=61.5``), e.g.
+    to read its winner's speedup over torch's fused op; empty for a record without one."""
+    text = env.get("confirmed_us") if isinstance(env, Mapping) else None
+    out: dict[str, float] = {}
+    for item in (text or "").split(","):
+        name, sep, value = item.partition("=")
+        try:
+            out[name] = float(value) if sep else math.nan
+        except ValueError:
+            continue
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

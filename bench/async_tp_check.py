@@ -125,8 +125,12 @@ def _block_step(mode: str, shape, rank: int, ws: int) -> Callable[[Callable], Ca
 
 
 def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
-    """Each fused-op call of the compiled code alone: torch's kernel against autotaxer's."""
+    """Each fused-op call of the compiled code alone: torch's kernel against autotaxer's, each call waiting
+    for the previous one's output as in the tuner (:class:`autotaxer.measure.Chain`; the link alone timed
+    beside them and subtracted: ``link_ms``)."""
     import torch
+
+    from autotaxer.measure import Chain, less_link
 
     rows = []
     for c in calls:
@@ -139,14 +143,17 @@ def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
         if c["op"] == "fused_all_gather_matmul":
 
             def fn(ins=ins, a=a, op=op) -> object:
-                return op(ins[0], ins[1:], a["gather_dim"], a["group_name"], return_A=a["return_A"])
+                return op(ins[0], ins[1:], a["gather_dim"], a["group_name"], return_A=a["return_A"])[1][0]
         else:
 
             def fn(ins=ins, a=a, op=op) -> object:
                 return op(ins[0], ins[1], a["reduce_op"], a["scatter_dim"], a["group_name"])
 
-        t = _time({"torch": fn, "autotaxer": fn}, args.iters, args.samples, 3, {"autotaxer"})
-        rows.append({**c, "torch_ms": t["torch"], "autotaxer_ms": t["autotaxer"]})
+        chain = Chain(ins[0])
+        fns = {"torch": chain.wrap(fn), "autotaxer": chain.wrap(fn), "link": chain.alone()}
+        t = _time(fns, args.iters, args.samples, 3, {"autotaxer"})
+        torch_ms, autotaxer_ms = (less_link(t[n], t["link"]) for n in ("torch", "autotaxer"))
+        rows.append({**c, "torch_ms": torch_ms, "autotaxer_ms": autotaxer_ms, "link_ms": t["link"]})
     return rows
 
 

@@ -65,7 +65,16 @@ def kept_errors(op, key: ProblemKey, ctx, results: list[tuple]) -> tuple[list[fl
     return errs, len({c.data_ptr() for _, c in results})
 
 
-def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, variant: str = "push", **key_kw):
+def make_record(
+    m: int = 64,
+    median_us: float = 10.0,
+    bsp_us: float = 15.0,
+    variant: str = "push",
+    confirmed: bool = False,
+    **key_kw,
+):
+    """A record of ``make_key(m, **key_kw)``; ``confirmed``: its times from a tuner's confirmation."""
+    env = {**ENV, "confirmed": "interleaved"} if confirmed else dict(ENV)
     return WinnerRecord(
         key=make_key(m, **key_kw),
         variant=variant,
@@ -75,7 +84,7 @@ def make_record(m: int = 64, median_us: float = 10.0, bsp_us: float = 15.0, vari
         trials=40,
         arch="sm_90",
         num_sms=132,
-        env=dict(ENV),
+        env=env,
         kernel_hash="abc123",
         measured_at=datetime(2026, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc),
         device_type="cuda",
@@ -104,7 +113,8 @@ KEY = ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 8, "N": 4, "K": 4}, {"g
 
 
 class InlineExecutor:
-    """Runs each trial in this process on a world of one rank."""
+    """Runs each trial in this process on a world of one rank; ``requests`` lists the trials sent,
+    ``confirmations`` the end-of-search confirmations (:class:`autotaxer.tuner.worker.ConfirmRequest`)."""
 
     launches = 0
     launch_s = 0.0
@@ -121,14 +131,15 @@ class InlineExecutor:
         ctx = RunContext(rank=0, world_size=1, device=cpu, target=cpu_target(), warmed_up=True)
         self.state = WorkerState(ctx)
         self.requests: list = []
+        self.confirmations: list = []
 
     def ensure_started(self) -> None:
         pass
 
     def run(self, req, timeout_s: float, on_wait=None) -> list:
-        from autotaxer.tuner.worker import execute_trial
+        from autotaxer.tuner.worker import ConfirmRequest, execute_trial
 
-        self.requests.append(req)
+        (self.confirmations if isinstance(req, ConfirmRequest) else self.requests).append(req)
         return [execute_trial(self.state, req)]
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..measure import CHAINS
 from ._common import (
     TIMINGS,
     DbOption,
@@ -58,6 +59,15 @@ def bench_command(
     dispatch_timing: Annotated[
         str | None, choice("--dispatch-timing", TIMINGS, help="Serve only winners tuned with this timing.")
     ] = None,
+    chain: Annotated[
+        str,
+        choice(
+            "--chain",
+            CHAINS,
+            help="dependent: each timed call waits for the previous call's output (as in the tuner); "
+            "back-to-back: independent calls.",
+        ),
+    ] = "dependent",
     fmt: FormatOption = OutputFormat.human,
     yes: YesOption = False,
 ) -> None:
@@ -100,6 +110,7 @@ def bench_command(
         heap_gib=heap_gib,
         peer_timeout=peer_timeout,
         progress_path=f"{out}.rows.jsonl",
+        chain=chain,
     )
     cfg.validate()
     _check_variants(cfg.variants, target, {c.op for c in cases})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -95,12 +95,28 @@ def show(
             params_text(r),
             f"{r.median_us:.1f}",
             f"{r.bsp_us:.1f}",
-            f"{r.speedup:.2f}×",
+            speedup_cell(r),
             str(r.trials),
             r.measured_at.strftime("%Y-%m-%d %H:%M"),
             stale.get((r.key, r.variant), "-"),
         )
     Console().print(t)
+    _unconfirmed_legend(recs, Console())
+
+
+def speedup_cell(rec: Any) -> str:
+    """A record's speedup over the fastest BSP form, ``-`` where the tuner did not confirm it (a record
+    from before winners were re-timed beside BSP: the best of its trials against one BSP sample)."""
+    from ..records import is_confirmed
+
+    return f"{rec.speedup:.2f}×" if is_confirmed(rec.env) else "-"
+
+
+def _unconfirmed_legend(recs: list, console: Any) -> None:
+    from ..records import is_confirmed
+
+    if not all(is_confirmed(r.env) for r in recs):
+        console.print("- : speedup not confirmed (tuned before confirmation; --retune confirms)")
 
 
 def _print_compact(recs: list, stale: dict, url: str) -> None:
@@ -123,8 +139,9 @@ def _print_compact(recs: list, stale: dict, url: str) -> None:
         t.add_column("×BSP", justify="right", no_wrap=True)
         for r in group:
             mark = "*" if (r.key, r.variant) in stale else ""
-            t.add_row(r.key.short_text, r.variant + mark, f"{r.median_us:,.1f}", f"{r.speedup:.2f}×")
+            t.add_row(r.key.short_text, r.variant + mark, f"{r.median_us:,.1f}", speedup_cell(r))
         console.print(t)
+    _unconfirmed_legend(recs, console)
     if stale:
         console.print(f"* {len(stale)} stale: tuned with other kernel sources or versions (--wide says why)")
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from .._problem import MAX_WORLD_SIZE
+from ..measure import CHAINS
 from ._common import (
     TIMINGS,
     DbOption,
@@ -63,6 +64,15 @@ def tune_command(
     timing: Annotated[
         str, choice("--timing", TIMINGS, help="Back-to-back calls, or replays of a CUDA graph.")
     ] = "eager",
+    chain: Annotated[
+        str,
+        choice(
+            "--chain",
+            CHAINS,
+            help="dependent: each timed call waits for the previous call's output, as a model's next layer "
+            "does (the link's own cost subtracted); back-to-back: independent calls, which may overlap.",
+        ),
+    ] = "dependent",
     warm_start: Annotated[
         list[Path] | None,
         typer.Option(
@@ -110,7 +120,7 @@ def tune_command(
         sampler=sampler,
         variants=variant_names(variants),
         retune=retune,
-        timing=TimingConfig(mode=timing),
+        timing=TimingConfig(mode=timing, chain=chain),
         warm_start=_warm_start(warm_start or []),
     )
     output = (quiet, jsonl, wide)
@@ -166,7 +176,8 @@ def _for_device(config: Any, sampled: int | None, device_type: str) -> Any:
         _fail("--timing graph needs CUDA; use --timing eager on CPU")
     if sampled is None:
         sampled = 8 if device_type == "cuda" else 0
-    config = replace(config, sampled=sampled, timing=TimingConfig.for_device(device_type, mode))
+    timing = TimingConfig.for_device(device_type, mode, config.timing.chain)
+    config = replace(config, sampled=sampled, timing=timing)
     try:
         config.validate()
     except ValueError as e:

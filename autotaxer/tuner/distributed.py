@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .worker import RankReply, TrialRequest, WorkerState, execute_trial
+from .worker import ConfirmRequest, RankReply, TrialRequest, WorkerState, execute_trial
 
 #: Exit code of a rank ended by the watchdog (the launcher restarts the group).
 WATCHDOG_EXIT = 17
@@ -104,7 +104,7 @@ class LaunchedGroup:
         pass
 
     def run(
-        self, req: TrialRequest, timeout_s: float, on_wait: Callable[[], None] | None = None
+        self, req: TrialRequest | ConfirmRequest, timeout_s: float, on_wait: Callable[[], None] | None = None
     ) -> list[RankReply]:
         import torch.distributed as dist
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .worker import RankReply, TrialRequest
+from .worker import ConfirmRequest, RankReply, TrialRequest
 
 #: After one rank reports an error, how long its peers get to report theirs before the group is relaunched.
 ERROR_GRACE_S = 3.0
@@ -178,7 +178,7 @@ class SpawnedGroup:
     # -- trials -------------------------------------------------------------------------------------
     def run(
         self,
-        req: TrialRequest,
+        req: TrialRequest | ConfirmRequest,
         timeout_s: float,
         on_wait: Callable[[], None] | None = None,
         wait_every_s: float = 5.0,

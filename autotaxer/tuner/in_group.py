@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from .._problem import ProblemKey
+from ..records import is_confirmed
 
 #: A claim whose owner has not renewed it for this long (and at least two trial timeouts) is abandoned.
 MIN_LEASE_S = 60.0
@@ -101,10 +102,13 @@ class KeyResult:
     reached_at: int | None = None  # finished trials until one within REACHED_WITHIN of the best
     seconds: float = 0.0
     note: str = ""
+    confirmed: bool = False  # the record's times come from the end's side-by-side confirmation
 
     @property
     def speedup(self) -> float | None:
-        """The fastest BSP form's time over the winner's."""
+        """The fastest BSP form's time over the winner's, where confirmed (else None: never printed)."""
+        if not self.confirmed:
+            return None
         return self.bsp_us / self.median_us if self.median_us and self.bsp_us else None
 
     def line(self, index: int, count: int) -> str:
@@ -114,7 +118,7 @@ class KeyResult:
         head = f"  [{index}/{count}] {_short(self.key)}: "
         if self.status == "skipped":
             return head + f"not tuned ({self.note}); served as before"
-        speed = f"{self.speedup:.2f}× the fastest BSP form" if self.speedup else "no BSP time"
+        speed = f"{self.speedup:.2f}× the fastest BSP form" if self.speedup else "speedup not confirmed"
         done = f"{self.ran} trial(s) run, {self.failed} failed" if self.status == "tuned" else "found"
         note = f"; {self.note}" if self.note else ""
         return head + f"{self.variant} {speed} ({done}, {self.seconds:.1f} s{note})"
@@ -230,7 +234,7 @@ class _Lead:
         tuned = KeyResult(
             key.text, "tuned", rec.variant, dict(rec.params), rec.median_us, rec.bsp_us, trials=result.trials,
             ran=result.ran, failed=result.failed, reached_at=self._reached_at(db, key),
-            seconds=time.monotonic() - t0, note=note,
+            seconds=time.monotonic() - t0, note=note, confirmed=is_confirmed(rec.env),
         )  # fmt: skip
         return tuned, rec
 
@@ -342,7 +346,7 @@ class _Lead:
 def _found(key: ProblemKey, rec: Any, seconds: float, note: str) -> KeyResult:
     return KeyResult(
         key.text, "found", rec.variant, dict(rec.params), rec.median_us, rec.bsp_us, rec.trials,
-        seconds=seconds, note=note,
+        seconds=seconds, note=note, confirmed=is_confirmed(rec.env),
     )  # fmt: skip
 
 

@@ -2,6 +2,10 @@
 
 Every reporter gets the same events: ``note`` (a message), ``shape_start``, ``trial``, ``shape_done`` and
 ``finish`` (the summary, with per-trial overhead beyond the timed runs and trials per minute).
+
+A speedup is printed only where it was confirmed (:attr:`ShapeResult.confirmed`: the winner and the forms
+re-timed side by side when the key's search ended); while trials run, the best trial's time and the fastest
+BSP form's trial time are shown side by side, without a ratio.
 """
 
 from __future__ import annotations
@@ -39,15 +43,12 @@ class TrialEvent:
     wall_ms: float = 0.0
     overhead_ms: float | None = None
 
-    @property
-    def speedup(self) -> float | None:
-        return _speedup(self.bsp_us, self.best_us)
-
 
 @dataclass(frozen=True)
 class ShapeResult:
     """The outcome of one shape: the winner (if any; ``median_us`` its time, ``bsp_us`` the fastest BSP
-    form's) and the study's trial counts over every run of it."""
+    form's: the confirmation's where ``confirmed``, else the best trials') and the study's trial counts over
+    every run of it."""
 
     key: str
     variant: str | None
@@ -62,10 +63,12 @@ class ShapeResult:
     stored: bool
     note: str = ""
     overheads_ms: tuple[float, ...] = field(default=(), repr=False)
+    confirmed: bool = False
 
     @property
     def speedup(self) -> float | None:
-        return _speedup(self.bsp_us, self.median_us)
+        """The fastest BSP form's time over the winner's, where confirmed (else None: not shown)."""
+        return _speedup(self.bsp_us, self.median_us) if self.confirmed else None
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ def _us(v: float | None) -> str:
 
 
 def _x(v: float | None) -> str:
+    """A confirmed speedup, ``-`` where there is none (unconfirmed speedups are never printed)."""
     return "-" if v is None else f"{v:.2f}×"
 
 
@@ -155,7 +159,7 @@ class JsonlReporter(Reporter):
         )
 
     def trial(self, ev: TrialEvent) -> None:
-        self._emit({"event": "trial", **asdict(ev), "speedup": ev.speedup})
+        self._emit({"event": "trial", **asdict(ev)})
 
     def shape_done(self, index: int, n_shapes: int, result: ShapeResult) -> None:
         d = asdict(result)
@@ -193,8 +197,8 @@ class PlainReporter(Reporter):
     def trial(self, ev: TrialEvent) -> None:
         if self.trials and ev.state == "COMPLETE":  # pruned ones never launched: no line
             self._print(
-                f"  trial {ev.trial}/{ev.trials} {ev.variant} {_us(ev.median_us)}; best {_us(ev.best_us)} "
-                f"({_x(ev.speedup)} vs bsp)"
+                f"  trial {ev.trial}/{ev.trials} {ev.variant} {_us(ev.median_us)}; best {_us(ev.best_us)}, "
+                f"bsp {_us(ev.bsp_us)}"
             )
         if ev.state == "FAIL":
             text = f"  trial {ev.number} of {_short(ev.key)}, {ev.variant}, failed: {ev.failure}"
@@ -251,7 +255,7 @@ def _summary_line(s: Summary) -> str:
 
 
 class RichReporter(Reporter):
-    """Live progress (shape i of n, trial j of T, best so far and its speedup) and a summary table."""
+    """Live progress (shape i of n, trial j of T, best so far beside BSP's) and a summary table."""
 
     def __init__(self, wide: bool = False) -> None:
         from rich.console import Console
@@ -285,7 +289,7 @@ class RichReporter(Reporter):
         self.progress.update(self.trials_task, total=trials, completed=done, description="trials")
 
     def trial(self, ev: TrialEvent) -> None:
-        desc = f"trial {ev.trial}/{ev.trials} best {_us(ev.best_us)} ({_x(ev.speedup)} vs bsp)"
+        desc = f"trial {ev.trial}/{ev.trials} best {_us(ev.best_us)}, bsp {_us(ev.bsp_us)}"
         self.progress.update(self.trials_task, completed=ev.trial, description=desc)
         if ev.state == "FAIL":
             self.progress.console.print(f"  trial {ev.number} {ev.variant} failed: {ev.failure}")

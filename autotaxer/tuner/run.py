@@ -2,9 +2,15 @@
 
 Per trial: ask, draw (variant, params), prune invalid combinations before any launch, send the trial to
 every rank, tell the result (``COMPLETE`` with the median µs, or ``FAIL`` with ``user_attrs["failure"]``).
-Each tell is committed before the next trial starts, and the winner is upserted after every improvement,
-so killing the tuner loses at most the running trial; re-running the same command resumes (finished trials
-are counted, the dead run's ``RUNNING`` trial is marked ``FAIL``).
+Each tell is committed before the next trial starts, and the winner is upserted after every improvement
+(marked partial), so killing the tuner loses at most the running trial; re-running the same command
+resumes (finished trials are counted, the dead run's ``RUNNING`` trial is marked ``FAIL``).
+
+When a key's search ends, its best trial is confirmed: the winner and the forms it is compared with (the
+BSP forms, torch's fused op) are timed side by side on fresh inputs (:class:`ConfirmRequest`), and those
+times are what the record holds (``env["confirmed"]``). The best of many noisy trials against one sample
+of each form is optimistic; the winner stored is the fastest entry of the confirmation (a form, where the
+searched winner is not faster).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any, Protocol
 
 from .._problem import ProblemKey, Target
 from ..measure import TimingConfig
+from ..records import is_confirmed, is_partial
 from .group import TrialAborted
 from .progress import Reporter, ShapeResult, Summary, TrialEvent, summarize
 from .study import (
@@ -46,7 +53,7 @@ from .study import (
     split_params,
     suggest,
 )
-from .worker import PEER_RAISED, RankReply, TrialRequest
+from .worker import PEER_RAISED, ConfirmRequest, RankReply, TrialRequest
 
 
 class Executor(Protocol):
@@ -58,12 +65,16 @@ class Executor(Protocol):
     def ensure_started(self) -> None: ...
 
     def run(
-        self, req: TrialRequest, timeout_s: float, on_wait: Callable[[], None] | None = None
+        self, req: TrialRequest | ConfirmRequest, timeout_s: float, on_wait: Callable[[], None] | None = None
     ) -> list[RankReply]: ...
 
 
 #: The largest ``--seed``: the samplers seed NumPy's generator, which takes 32-bit seeds.
 MAX_SEED = 2**32 - 1
+#: The input seed of a key's confirmation is :func:`trial_seed` of this trial number (no trial has it).
+CONFIRM_NUMBER = -1
+#: The confirmation takes this many times the trials' samples (one run per key: its numbers are stored).
+CONFIRM_SAMPLES = 2
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,23 @@ class _Outcome:
     median_us: float | None = None
     rel_err: float = math.nan
     timing_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Confirmed:
+    """A key's confirmation: each entry's median µs (the slowest rank's; None: it failed), the link's."""
+
+    times: dict[str, float]
+    link_us: float | None = None
+
+    def text(self) -> str:
+        """``bsp=100.2,push=61.5``: every entry's confirmed µs, for the record's environment."""
+        return ",".join(f"{name}={us:.4g}" for name, us in self.times.items())
+
+    def fastest(self, names: tuple[str, ...] | list[str]) -> str | None:
+        """The fastest confirmed entry among ``names``, or None."""
+        timed = [(self.times[n], n) for n in names if n in self.times]
+        return min(timed)[1] if timed else None
 
 
 def _combine(replies: list[RankReply]) -> _Outcome:
@@ -182,6 +210,14 @@ class _ShapeTuner:
         check_space(study, self.space)
         if "timing" not in study.user_attrs:  # check_timing (before the run) refused any other mode
             study.set_user_attr("timing", cfg.timing.mode)
+        chain = study.user_attrs.get("chain", "back-to-back" if study.get_trials(deepcopy=False) else None)
+        if chain is None:
+            study.set_user_attr("chain", cfg.timing.chain)
+        elif chain != cfg.timing.chain:  # the search goes on; the end's confirmation times every entry anew
+            self.reporter.note(
+                f"{self.key.text}: earlier trials were timed --chain {chain}, this run's --chain "
+                f"{cfg.timing.chain} (the confirmation re-times the winner and the forms this run's way)"
+            )
         stale = fail_stale_trials(study)
         if stale:
             self.reporter.note(f"{self.key.text}: marked trial(s) {stale} interrupted")
@@ -230,20 +266,34 @@ class _ShapeTuner:
         waited = self._await_baseline_elsewhere(study, deadline)
         if waited:
             note = (note + "; " if note else "") + waited
-        self._store_winner(study, final=True, partial=cut_short)
+        before = self.db.get_winner(self.key)
+        if self.ran == 0 and before is not None and is_confirmed(before.env) and not is_partial(before.env):
+            confirmation, why = None, ""  # nothing measured since its confirmation: the record stands
+        else:
+            confirmation, why = self._confirm(study)
+        if why:
+            note = (note + "; " if note else "") + why
+        self._store_winner(study, final=True, partial=cut_short, confirmed=confirmation)
         c = counts(study)
         best = best_trial(study)
         bsp = best_bsp(study, self.space)
         stored = self.db.get_winner(self.key)
         variant, params = split_params(best.params) if best is not None else (None, {})
+        median_us = best.value if best is not None else None
+        bsp_us = bsp.value if bsp is not None else None
+        confirmed = stored is not None and is_confirmed(stored.env)
+        if confirmed:  # what the record holds (the side-by-side times), not the best trials
+            variant, params = stored.variant, dict(stored.params)
+            median_us, bsp_us = stored.median_us, stored.bsp_us
         if best is not None and bsp is None:
             note = (note + "; " if note else "") + "baseline never completed: no winner stored"
         return ShapeResult(
             key=self.key.text,
             variant=variant,
             params=params,
-            median_us=best.value if best is not None else None,
-            bsp_us=bsp.value if bsp is not None else None,
+            median_us=median_us,
+            bsp_us=bsp_us,
+            confirmed=confirmed,
             trials=finished(c),
             failed=c.get("FAIL", 0),
             pruned=c.get("PRUNED", 0),
@@ -253,6 +303,51 @@ class _ShapeTuner:
             note=note,
             overheads_ms=tuple(self.overheads),
         )
+
+    def _confirm(self, study: Any) -> tuple[_Confirmed | None, str]:
+        """Time the study's best configuration and each compared form's best (the BSP forms, torch's fused
+        op) side by side on fresh inputs; ``(the confirmation or None, a note when it failed)``."""
+        from dataclasses import replace
+
+        best = best_trial(study)
+        if best is None or best_bsp(study, self.space) is None:
+            return None, ""
+        winner = split_params(best.params)
+        entries = [winner]
+        for name in self._compared_forms():
+            form_best = best_trial(study, name)
+            if form_best is not None and name != winner[0]:
+                entries.append(split_params(form_best.params))
+        timing = self.config.timing
+        req = ConfirmRequest(
+            self.op.name,
+            self.key,
+            tuple(entries),
+            trial_seed(self.config.seed, CONFIRM_NUMBER),
+            replace(timing, samples=CONFIRM_SAMPLES * timing.samples),
+        )
+        self.executor.ensure_started()
+        try:
+            replies = self.executor.run(req, self.config.trial_timeout_s)
+        except TrialAborted as e:
+            return None, f"confirmation failed ({e.reason}): the best trial is stored unconfirmed"
+        errors = [r.error for r in replies if r.error]
+        if errors:
+            return None, f"confirmation failed ({errors[0]}): the best trial is stored unconfirmed"
+        per_entry = zip(*(r.medians_us for r in replies), strict=True)
+        times = {}
+        for (name, _), medians in zip(entries, per_entry, strict=True):
+            if all(m is not None and math.isfinite(m) and m > 0 for m in medians):
+                times[name] = max(medians)
+        done = _Confirmed(times, replies[0].link_us)
+        if done.fastest(self.space.forms or (self.space.baseline,)) is None or winner[0] not in times:
+            return None, "confirmation failed (an entry did not run): the best trial is stored unconfirmed"
+        return done, ""
+
+    def _compared_forms(self) -> list[str]:
+        """The searched forms a winner is compared with: the BSP forms, then torch's fused ops."""
+        forms = [*(self.space.forms or (self.space.baseline,)), *self.op.fallback_forms(self.target)]
+        return [n for n in dict.fromkeys(forms) if n in self.space.names]
 
     def _await_baseline_elsewhere(self, study: Any, deadline: float | None) -> str:
         """Wait while another tuner sharing this study still runs trials and no baseline has completed.
@@ -390,12 +485,16 @@ class _ShapeTuner:
             )
         )
 
-    def _store_winner(self, study: Any, final: bool, partial: bool = True) -> None:
+    def _store_winner(
+        self, study: Any, final: bool, partial: bool = True, confirmed: _Confirmed | None = None
+    ) -> None:
         """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count.
         ``partial``: the search has not ended (while it runs, or its time ran out): stamped in the record's
-        environment (``env["search"]``), so a later run resumes it."""
+        environment (``env["search"]``), so a later run resumes it. ``confirmed``: the end's side-by-side
+        times, stored instead of the trials' (the winner: its fastest entry), and replacing any unconfirmed
+        record of the key."""
         from .._target import software_versions
-        from ..records import WinnerRecord, is_partial
+        from ..records import WinnerRecord
         from ..runtime.kernel_hash import kernel_source_hash
 
         best = best_trial(study)
@@ -403,8 +502,21 @@ class _ShapeTuner:
         if best is None or bsp is None:
             return
         variant, params = split_params(best.params)
-        env = {**software_versions(), "timing": self.config.timing.mode}  # how median_us was measured
+        median_us, bsp_us = best.value, bsp.value
+        timing = self.config.timing
+        env = {**software_versions(), "timing": timing.mode, "chain": timing.chain}  # how median_us was timed
         form = fastest_form(study, self.op.fallback_forms(self.target))
+        if confirmed is not None:
+            variant = confirmed.fastest(list(confirmed.times))
+            if variant != split_params(best.params)[0]:  # the searched winner was not faster: a form is
+                params = split_params(best_trial(study, variant).params)[1]
+            median_us = confirmed.times[variant]
+            bsp_us = confirmed.times[confirmed.fastest(self.space.forms or (self.space.baseline,))]
+            form = confirmed.fastest(self.op.fallback_forms(self.target)) or form
+            env["confirmed"] = "interleaved"  # winner and forms re-timed side by side on fresh inputs
+            env["confirmed_us"] = confirmed.text()  # every entry's time: a speedup over any form
+            if confirmed.link_us is not None:
+                env["link_us"] = f"{confirmed.link_us:.3g}"  # the chain's link, subtracted from each time
         if form is not None:  # what dispatch serves untuned keys near this one
             env["fastest_form"] = form
         if partial or not final:
@@ -413,8 +525,8 @@ class _ShapeTuner:
             key=self.key,
             variant=variant,
             params=params,
-            median_us=best.value,
-            bsp_us=bsp.value,
+            median_us=median_us,
+            bsp_us=bsp_us,
             trials=finished(counts(study)),
             arch=self.target.arch,
             num_sms=self.target.num_sms,
@@ -426,10 +538,18 @@ class _ShapeTuner:
             self.db.upsert_winner(record)
             return
         stored = self.db.get_winner(self.key)
+        if confirmed is None and stored is not None and is_confirmed(stored.env):
+            return  # a confirmed record is never replaced by the trials' optimistic times
         fields = lambda r: (r.variant, r.params, r.median_us, r.bsp_us, r.trials, is_partial(r.env))
-        same = stored is not None and fields(stored) == fields(record)
+        same = stored is not None and fields(stored) == fields(record) and stored.env == record.env
         if not same:  # a stored time no faster than ours is this study's (or worse): refresh the counts
-            self.db.upsert_winner(record, replace=stored is None or record.median_us <= stored.median_us)
+            replace = (
+                stored is None
+                or record.median_us <= stored.median_us
+                or (confirmed is not None and not is_confirmed(stored.env))  # trials' times are optimistic
+                or stored.env.get("chain", "back-to-back") != timing.chain  # times of another chain
+            )
+            self.db.upsert_winner(record, replace=replace)
 
 
 def tune(

@@ -2,9 +2,11 @@
 
 A trial on a rank: prepare (or reuse) the variant's workspace, validate against the reference on two fresh
 seeds, agree on the worst error over all ranks (so every rank takes the same branch and no rank waits
-alone in a collective), then time with :func:`autotaxer.measure.time_variant`. Exceptions become an
-error reply; on CUDA, an error that leaves the device unusable (illegal address, ...) also ends the
-process so that the group is relaunched.
+alone in a collective), then time with :func:`autotaxer.measure.time_variant` (each call waiting for the
+previous one's output unless the timing says ``back-to-back``). A :class:`ConfirmRequest` (the end of a
+key's search) times the winner and the forms it is compared with side by side on fresh inputs
+(:func:`autotaxer.measure.time_interleaved`). Exceptions become an error reply; on CUDA, an error that
+leaves the device unusable (illegal address, ...) also ends the process so that the group is relaunched.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ class TrialRequest:
 
 
 @dataclass(frozen=True)
+class ConfirmRequest:
+    """Time ``entries`` (``(variant, params)``: the search's winner and the forms it is compared with)
+    side by side on inputs of ``seed`` (a seed no trial used), sent to every rank."""
+
+    op: str
+    key: ProblemKey
+    entries: tuple[tuple[str, dict[str, Any]], ...]
+    seed: int
+    timing: TimingConfig
+
+
+@dataclass(frozen=True)
 class RankReply:
     """One rank's answer. ``error`` is a one-line reason (``None`` when the trial ran)."""
 
@@ -49,6 +63,9 @@ class RankReply:
     error: str | None = None
     detail: str = ""
     fatal: bool = False
+    #: A confirmation's medians, one per entry (None: that entry failed), and the link's cost (µs).
+    medians_us: tuple[float | None, ...] = ()
+    link_us: float | None = None
 
 
 @dataclass
@@ -68,7 +85,7 @@ class WorkerState:
         return ws
 
 
-def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
+def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> RankReply:
     """Run ``req`` on this rank (collective over ``state.ctx.group``).
 
     Preparing and validating run first on every rank, then the ranks agree, in one collective, on the
@@ -76,9 +93,11 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
     only) still takes part, so its peers leave the trial with it instead of waiting for it in the next
     collective, and every rank takes the same branch.
     """
-    from ..measure import check_variant, maxes_over_ranks, time_variant
+    from ..measure import Chain, check_variant, maxes_over_ranks, time_variant
     from ..ops import get_op
 
+    if isinstance(req, ConfirmRequest):
+        return execute_confirm(state, req)
     ctx = state.ctx
     t0 = time.perf_counter()
     raised: tuple[Exception, str] | None = None
@@ -121,6 +140,7 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
             iters=req.timing.iters,
             mode=req.timing.mode,
             samples=req.timing.samples,
+            chain=Chain(inputs[0], out) if req.timing.chain == "dependent" else None,
         )
         t_end = time.perf_counter()
         gave_up = peer_timeout(ctx)  # time_variant synchronised
@@ -146,6 +166,65 @@ def execute_trial(state: WorkerState, req: TrialRequest) -> RankReply:
             detail=raised[1] if raised is not None and exc is raised[0] else traceback.format_exc(),
             fatal=_device_broken(ctx),
         )
+
+
+def execute_confirm(state: WorkerState, req: ConfirmRequest) -> RankReply:
+    """Time ``req.entries`` side by side on this rank (collective): each on its own workspace and output,
+    all on the same fresh inputs, chained as ``req.timing`` says. An entry that fails gets None."""
+    from ..measure import Chain, time_interleaved
+    from ..ops import get_op
+
+    ctx = state.ctx
+    t0 = time.perf_counter()
+    try:
+        state.cached.clear()  # the last trial's workspace goes before the entries' are made
+        op = get_op(req.op)
+        inputs = op.make_inputs(req.key, ctx.rank, ctx.device, req.seed)
+        fns, chains = [], []
+        for name, params in req.entries:
+            variant = op.variants[name]
+            try:
+                ws = variant.prepare(req.key, params, ctx)
+            except Exception as exc:  # the entry fails in the rounds, on every rank alike
+                fns.append(_raising(exc))
+                chains.append(None)
+                continue
+            out = op.empty_output(req.key, ctx.device)
+            fns.append(lambda v=variant, w=ws, o=out: v.run(w, inputs, ctx, out=o))
+            chains.append(Chain(inputs[0], out) if req.timing.chain == "dependent" else None)
+        t = req.timing
+        times = time_interleaved(fns, ctx, (t.mode,), t.warmup, t.iters, t.samples, chains=chains)
+        gave_up = peer_timeout(ctx)
+        if gave_up is not None:
+            state.cached.clear()
+            elapsed = time.perf_counter() - t0
+            return RankReply(ctx.rank, elapsed_s=elapsed, error=f"rank {ctx.rank}: {gave_up}")
+        links = [r.get(f"{t.mode}_link") for r in times]
+        elapsed = time.perf_counter() - t0
+        return RankReply(
+            ctx.rank,
+            timing_s=elapsed,
+            elapsed_s=elapsed,
+            medians_us=tuple(r.get(t.mode) for r in times),
+            link_us=next((v for v in links if v is not None), None),
+        )
+    except Exception as exc:
+        return RankReply(
+            ctx.rank,
+            elapsed_s=time.perf_counter() - t0,
+            error=f"rank {ctx.rank}: {type(exc).__name__}: {exc}"[:300],
+            detail=traceback.format_exc(),
+            fatal=_device_broken(ctx),
+        )
+
+
+def _raising(exc: Exception) -> Any:
+    """A callable that raises ``exc``: an entry whose workspace could not be prepared."""
+
+    def fail() -> None:
+        raise exc
+
+    return fail
 
 
 def peer_timeout(ctx: Any) -> str | None:

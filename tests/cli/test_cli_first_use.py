@@ -41,7 +41,7 @@ def test_show_fits_80_columns_and_wide_shows_every_field(tmp_path) -> None:
         "ag_gemm", "nvidia-h200", 8, "bf16", {"M": 16384, "N": 28672, "K": 8192},
         {"gather_dim": 1, "b_layout": "nk"})})  # fmt: skip
     with open_database(url) as db:
-        db.upsert_winners([make_record(16, median_us=20.0, bsp_us=30.0), nk])
+        db.upsert_winners([make_record(16, median_us=20.0, bsp_us=30.0, confirmed=True), nk])
     runner = CliRunner(env={"COLUMNS": "80", "AUTOTAXER_DB": None})
     result = runner.invoke(app, ["show", "--db", url])
     assert result.exit_code == 0, result.output
@@ -49,6 +49,9 @@ def test_show_fits_80_columns_and_wide_shows_every_field(tmp_path) -> None:
     assert "…" not in result.output and max(map(len, lines)) <= 80, result.output
     assert any("M=16384 N=28672 K=8192 gd=1 nk" in line and "copy_engine" in line for line in lines)
     assert any("M=16 N=8192 K=8192 gd=0" in line and "1.50×" in line for line in lines)
+    # nk's record was never confirmed (times of its best trial against one BSP sample): no speedup shown
+    assert not any("copy_engine" in line and "×" in line for line in lines)
+    assert any(line.startswith("- : speedup not confirmed") for line in lines)
     wide = CliRunner(env={"COLUMNS": "250", "AUTOTAXER_DB": None}).invoke(
         app, ["show", "--db", url, "--wide"]
     )
@@ -62,7 +65,9 @@ def test_tune_summary_fits_80_columns() -> None:
 
     text = "ag_gemm|nvidia-h200|8|bf16|M=16384,N=28672,K=8192|gather_dim=1,b_layout=nk"
     params = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "comm_sms": 16}
-    result = ShapeResult(text, "copy_engine", params, 2222.2, 3333.3, 40, 1, 0, 40, 12.0, True)
+    result = ShapeResult(
+        text, "copy_engine", params, 2222.2, 3333.3, 40, 1, 0, 40, 12.0, True, confirmed=True
+    )
     out = io.StringIO()
     Console(file=out, width=80).print(summary_table([result]))
     assert "…" not in out.getvalue() and "1.50×" in out.getvalue() and "nk" in out.getvalue()
@@ -173,7 +178,7 @@ def test_progress_outside_a_terminal_is_printed_line_by_line(monkeypatch, tty: b
     plain.finish([], Summary(3, 24, 9.3, 1, 3.4, 103.0, 102.0, 244.0))
     lines = out.getvalue().splitlines()
     assert lines[0] == "[1/3] ag_gemm fp32 M=8 N=8 K=8 gd=0: 2 of 8 trials done"
-    assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs (1.00× vs bsp)")
+    assert lines[1].startswith("  trial 3/8 bsp 12.5 µs; best 12.5 µs, bsp 12.5 µs")  # no unconfirmed ratio
     assert lines[2] == "[3/3] ag_gemm bf16 M=16384 N=28672 K=8192 gd=1 nk: copy_engine 2,222.2 µs"
     assert max(map(len, lines)) <= 80, lines
 
@@ -200,7 +205,8 @@ def test_no_option_help_is_swallowed_as_rich_markup() -> None:
 @pytest.mark.parametrize(
     "command, option, value",
     [("tune", "--device", "xpu"), ("bench", "--device", "gpu"), ("tune", "--timing", "cuda-graph"),
-     ("tune", "--sampler", "cmaes"), ("bench", "--dispatch-timing", "Graph")],
+     ("tune", "--sampler", "cmaes"), ("bench", "--dispatch-timing", "Graph"), ("tune", "--chain", "b2b"),
+     ("bench", "--chain", "independent")],
 )  # fmt: skip
 def test_a_value_outside_an_options_choices_is_a_usage_error_naming_it(
     tmp_path, command: str, option: str, value: str

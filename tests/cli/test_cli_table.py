@@ -25,8 +25,8 @@ def url(tmp_path):
     with open_database(url) as db:
         db.upsert_winners(
             [
-                make_record(16, median_us=20.0, bsp_us=30.0),
-                make_record(1024, median_us=200.0, bsp_us=250.0, variant="pull"),
+                make_record(16, median_us=20.0, bsp_us=30.0, confirmed=True),
+                make_record(1024, median_us=200.0, bsp_us=250.0, variant="pull", confirmed=True),
                 make_record(16, gpu="nvidia-h100-80gb-hbm3"),
                 make_record(16, ws=4),
             ]

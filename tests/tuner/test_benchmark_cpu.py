@@ -60,6 +60,8 @@ def test_config_validation_names_the_field():
         BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), max_configs=0).validate()
     with pytest.raises(ValueError, match="dispatch_timing"):
         BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), dispatch_timing="replay").validate()
+    with pytest.raises(ValueError, match="^chain:"):
+        BenchConfig(cases=(Case.of("ag_gemm", M=8, N=8, K=8),), chain="b2b").validate()
 
 
 @pytest.mark.slow
@@ -80,6 +82,7 @@ def test_bench_cli_cpu_world_size_2(tmp_path):
     assert report["device"] == "cpu" and report["world_size"] == 2
     config = report["config"]
     assert (config["iters"], config["samples"], config["dispatch_timing"]) == (2, 3, "eager")
+    assert config["chain"] == "dependent"  # each call waits for the previous one's output, as in the tuner
     assert report["versions"]["torch"] and report["versions"]["autotaxer"]
     rows = report["rows"]
     assert [(r["M"], r["gather_dim"]) for r in rows] == [(64, 0), (32, 1)]
@@ -93,6 +96,7 @@ def test_bench_cli_cpu_world_size_2(tmp_path):
         for column in ("bsp", "allgather", "gemm"):
             assert row[column]["eager"] > 0, column
             assert "graph" not in row[column]  # CPU: eager only
+        assert row["bsp"]["eager_link"] > 0 and "eager_link" not in row["gemm"]  # the parts: back to back
         assert ceiling_us(row) > 0
         chunked = row["variants"]["cpu_chunked"]
         assert chunked["eager"] > 0 and chunked["err"] <= 1e-3

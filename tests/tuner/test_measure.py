@@ -192,3 +192,118 @@ def test_timing_config_names_bad_field(field: str, cfg: TimingConfig) -> None:
 def test_timing_defaults_per_device() -> None:
     assert TimingConfig.for_device("cpu").iters < TimingConfig.for_device("cuda").iters
     assert TimingConfig.for_device("cuda", "graph").mode == "graph"
+
+
+# -- chained timing: in this process, on a world of one rank --------------------------------------------
+def _one_rank():
+    import torch
+
+    from autotaxer._target import cpu_target
+    from autotaxer.ops import RunContext
+
+    return RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target(), warmed_up=True)
+
+
+def _logged_links(monkeypatch) -> list:
+    """Replace :func:`autotaxer.measure.link` by one that logs ``("link", src pointer, dst pointer)``."""
+    from autotaxer import measure
+
+    log: list = []
+    real = measure.link
+
+    def logged(src, dst) -> None:
+        log.append(("link", src.data_ptr(), dst.data_ptr()))
+        real(src, dst)
+
+    monkeypatch.setattr(measure, "link", logged)
+    return log
+
+
+def test_each_timed_call_waits_for_the_previous_calls_output(monkeypatch) -> None:
+    """Between two timed calls, one link from the first call's output into the input the calls read; the
+    input keeps its exact bits although the outputs hold NaN and inf (an integer add of 0)."""
+    import torch
+
+    from autotaxer.measure import Chain, time_variant
+
+    log = _logged_links(monkeypatch)
+    feeds = torch.arange(6, dtype=torch.bfloat16).reshape(2, 3).t()  # not contiguous: a weight's view
+    before = feeds.clone()
+
+    def call():
+        out = torch.tensor([float("nan"), float("inf"), -float("inf")])  # a fresh output per call
+        log.append(("call", out.data_ptr()))
+        return out
+
+    us = time_variant(call, _one_rank(), warmup=1, iters=3, samples=2, chain=Chain(feeds))
+    assert us > 0
+    calls = [i for i, e in enumerate(log) if e[0] == "call"]
+    assert len(calls) == 1 + 2 * 3  # warm-up, then two samples of three calls
+    for prev, nxt in zip(calls, calls[1:], strict=False):
+        between = log[prev + 1 : nxt]
+        assert between == [("link", log[prev][1], feeds.data_ptr())], between  # previous output -> feeds
+    assert all(e[0] == "link" for e in log[calls[-1] + 1 :])  # then the link alone, timed to subtract it
+    assert torch.equal(feeds.view(torch.int16), before.view(torch.int16))
+
+
+def test_a_call_writing_into_out_is_chained_through_out(monkeypatch) -> None:
+    from autotaxer.measure import Chain, time_interleaved
+
+    log = _logged_links(monkeypatch)
+    import torch
+
+    feeds, out = torch.ones(4), torch.empty(4)
+
+    def run():
+        torch.mul(feeds, 2, out=out)  # returns nothing, like a variant writing into ``out``
+
+    chained, apart = time_interleaved([run, lambda: feeds * 2], _one_rank(), warmup=0, iters=2, samples=2,
+                                      chains=[Chain(feeds, out), None])  # fmt: skip
+    assert {e[1:] for e in log} == {(out.data_ptr(), feeds.data_ptr())}
+    assert chained["eager"] > 0 and chained["eager_link"] > 0  # the link's cost, subtracted, is shown
+    assert "eager_link" not in apart and apart["eager"] > 0
+
+
+def test_back_to_back_calls_are_not_linked(monkeypatch) -> None:
+    from autotaxer.measure import time_variant
+
+    log = _logged_links(monkeypatch)
+    assert time_variant(lambda: None, _one_rank(), warmup=1, iters=2, samples=2) > 0
+    assert log == []
+
+
+def test_chain_config_names_the_field_and_the_link_is_never_subtracted_past_the_call() -> None:
+    from autotaxer.measure import less_link
+
+    with pytest.raises(ValueError, match="^chain:"):
+        TimingConfig(chain="b2b").validate()
+    assert TimingConfig().chain == "dependent" and TimingConfig.for_device("cpu").chain == "dependent"
+    assert less_link(10.0, 4.0) == 6.0 and less_link(3.0, 4.0) == 3.0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_chained_timing_on_a_gpu_keeps_the_inputs_and_times_the_link(mode: str) -> None:
+    """On CUDA the link runs on the current stream (captured with the calls in ``graph`` mode): the input
+    keeps its bits though the outputs are NaN, and a GEMM's chained time is above zero once the link's
+    own time is subtracted."""
+    import torch
+
+    from autotaxer._target import cuda_target
+    from autotaxer.measure import Chain, time_interleaved
+    from autotaxer.ops import RunContext
+
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cuda", 0), target=cuda_target(0))
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    before = a.clone()
+
+    def gemm() -> None:
+        torch.matmul(a, b, out=out)
+        out[0, 0] = float("nan")  # the link must not carry it into ``a``
+
+    (t,) = time_interleaved([gemm], ctx, (mode,), warmup=2, iters=10, samples=3, chains=[Chain(a, out)])
+    torch.cuda.synchronize()
+    assert t[mode] > 0 and t[f"{mode}_link"] > 0
+    assert torch.equal(a.view(torch.int16), before.view(torch.int16))

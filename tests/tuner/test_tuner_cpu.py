@@ -91,7 +91,7 @@ def test_planted_hang_crash_and_wrong_are_survived_and_recorded(tmp_path: Path) 
     (winner,) = _winners(url)
     assert winner.variant in ("bsp", "cpu_chunked")
     assert winner.trials == 12 and winner.device_type == "cpu" and winner.key.gpu_model == "cpu"
-    assert winner.bsp_us == min(t.value for t in all_trials if t.params["variant"] == "bsp")
+    assert winner.env["confirmed"] == "interleaved"  # its times: winner and bsp re-timed side by side
     assert "planted_crash" in proc.stderr and "SIGSEGV" in proc.stderr  # reported in the log too
 
 
@@ -139,6 +139,8 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
         assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured
+        assert winners[key].env["chain"] == "dependent" and winners[key].env["confirmed"] == "interleaved"
+        assert float(winners[key].env["link_us"]) > 0  # the link's cost, subtracted from each time
         assert winners[key].env["fastest_form"] == "bsp"  # the only form on CPU: what untuned keys get
 
 

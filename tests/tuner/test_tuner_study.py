@@ -12,8 +12,9 @@ from _factories import FAST, KEY, InlineExecutor
 
 from autotaxer._target import cpu_target
 from autotaxer.measure import TimingConfig
+from autotaxer.records import confirmed_times, is_confirmed
 from autotaxer.tuner import TuneConfig, tune
-from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study
+from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study, split_params
 from autotaxer.tuner.worker import RankReply, TrialRequest
 
 
@@ -45,7 +46,11 @@ def test_grid_runs_every_valid_point_once(db) -> None:
     assert len(executor.requests) == len(points) == 1 + 8  # bsp + chunks {1,2,4,8} x 2 orders
     assert result.trials == 9 and result.stored
     winner = db.get_winner(KEY)
-    assert winner.trials == 9 and winner.median_us == min(t.value for t in _trials(db))
+    assert winner.trials == 9 and is_confirmed(winner.env)  # its times: the confirmation's, not a trial's
+    (confirmation,) = executor.confirmations
+    best = min((t for t in _trials(db)), key=lambda t: t.value)
+    assert confirmation.entries[0] == split_params(best.params)  # the best trial, re-timed beside bsp
+    assert winner.variant in {name for name, _ in confirmation.entries}
 
 
 def test_repeats_are_pruned_and_a_small_space_ends_when_exhausted(db) -> None:
@@ -213,10 +218,13 @@ def test_a_baseline_running_in_another_tuner_is_awaited_before_the_winner_is_sto
     finally:
         other.join()
     assert all(r.variant != space.baseline for r in executor.requests)  # this tuner never ran it
-    assert result.stored and result.bsp_us == 1e6, result.note
+    assert result.stored and result.confirmed, result.note
     assert "waited" in result.note
     (winner,) = db.winners()
-    assert winner.bsp_us == 1e6 and winner.trials == 3
+    # the other tuner's baseline trial let the winner be stored; its time was confirmed here, beside it
+    assert winner.trials == 3 and is_confirmed(winner.env)
+    (confirmation,) = executor.confirmations
+    assert (space.baseline, {}) in confirmation.entries and winner.bsp_us < 1e6
 
 
 class InterruptingExecutor(InlineExecutor):
@@ -334,3 +342,97 @@ def test_a_budget_spent_on_the_queue_says_so(db) -> None:
     assert any("the sampler draws none" in n for n in notes.notes), notes.notes
     with pytest.raises(ValueError, match="--sampled: must be >= 0"):
         TuneConfig(sampled=-1).validate()
+
+
+class FastInItsTrials(InlineExecutor):
+    """``cpu_chunked`` takes 1 µs in its trials and bsp 100 µs; the end's confirmation (told apart by its
+    ``entries``) times each entry as ``confirm_us`` says: a variant fast only in its trials."""
+
+    def __init__(self, confirm_us: dict[str, float]) -> None:
+        super().__init__()
+        self.confirm_us = confirm_us
+
+    def run(self, req, timeout_s: float, on_wait=None) -> list[RankReply]:
+        from dataclasses import replace
+
+        (reply,) = super().run(req, timeout_s, on_wait)
+        if hasattr(req, "entries"):
+            return [replace(reply, medians_us=tuple(self.confirm_us[name] for name, _ in req.entries))]
+        return [replace(reply, median_us=1.0 if req.variant == "cpu_chunked" else 100.0)]
+
+
+@pytest.mark.parametrize(
+    ("confirm_us", "variant", "speedup"),
+    [
+        ({"cpu_chunked": 80.0, "bsp": 100.0}, "cpu_chunked", 1.25),
+        ({"cpu_chunked": 120.0, "bsp": 100.0}, "bsp", 1.0),
+    ],
+)
+def test_the_stored_speedup_is_the_confirmations_not_the_best_trials(
+    db, confirm_us: dict, variant: str, speedup: float
+) -> None:
+    """The best of the trials (1 µs against bsp's 100 µs) is re-timed beside bsp on fresh inputs, and the
+    record holds that ratio; where the confirmation finds it no faster, bsp is the winner."""
+    executor = FastInItsTrials(confirm_us)
+    (result,), _ = tune([KEY], cpu_target(), db, TuneConfig(trials=4, timing=FAST), executor)
+    winner = db.get_winner(KEY)
+    assert winner.variant == variant and winner.speedup == pytest.approx(speedup)
+    assert winner.median_us == confirm_us[variant] and winner.bsp_us == confirm_us["bsp"]
+    assert is_confirmed(winner.env) and winner.env["chain"] == "dependent"
+    assert confirmed_times(winner.env) == confirm_us  # every entry's time, kept with the record
+    assert result.confirmed and result.speedup == pytest.approx(speedup)  # what the CLI prints
+    (confirmation,) = executor.confirmations
+    assert [name for name, _ in confirmation.entries] == ["cpu_chunked", "bsp"]  # the winner, then the forms
+    assert confirmation.seed not in {r.seed for r in executor.requests}  # fresh inputs
+
+
+def test_back_to_back_timing_is_kept_as_an_option(db) -> None:
+    """``chain="back-to-back"``: trials and the confirmation are sent unchained, and the record says so."""
+    timing = TimingConfig(mode="eager", warmup=0, iters=1, samples=1, chain="back-to-back")
+    executor = InlineExecutor()
+    tune([KEY], cpu_target(), db, TuneConfig(trials=2, timing=timing), executor)
+    assert {r.timing.chain for r in executor.requests + executor.confirmations} == {"back-to-back"}
+    winner = db.get_winner(KEY)
+    assert winner.env["chain"] == "back-to-back" and is_confirmed(winner.env) and "link_us" not in winner.env
+
+
+def test_an_unconfirmed_speedup_is_never_shown() -> None:
+    """A search's result whose winner could not be confirmed has times, but no speedup to print."""
+    from autotaxer.tuner.progress import ShapeResult
+
+    fields = dict(key=KEY.text, variant="bsp", params={}, median_us=5.0, bsp_us=10.0, trials=1, failed=0,
+                  pruned=0, ran=1, wall_s=0.1, stored=True)  # fmt: skip
+    assert ShapeResult(**fields).speedup is None
+    assert ShapeResult(**fields, confirmed=True).speedup == 2.0
+
+
+def test_a_finished_key_run_again_keeps_its_confirmed_record(db) -> None:
+    """A second run with nothing left to try confirms nothing and never stores the trials' times over the
+    confirmed record."""
+    _run(db, trials=2)
+    first = db.get_winner(KEY)
+    result, executor = _run(db, trials=2)
+    assert executor.requests == [] and executor.confirmations == []
+    again = db.get_winner(KEY)
+    assert is_confirmed(again.env) and (again.median_us, again.bsp_us) == (first.median_us, first.bsp_us)
+    assert result.confirmed and result.median_us == first.median_us
+
+
+def test_a_study_resumed_with_the_other_chain_says_so(db) -> None:
+    from autotaxer.tuner.progress import Reporter
+
+    class Notes(Reporter):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def note(self, text: str) -> None:
+            self.lines.append(text)
+
+    b2b = TimingConfig(mode="eager", warmup=0, iters=1, samples=1, chain="back-to-back")
+    tune([KEY], cpu_target(), db, TuneConfig(trials=1, timing=b2b), InlineExecutor())
+    notes = Notes()
+    tune([KEY], cpu_target(), db, TuneConfig(trials=3, timing=FAST), InlineExecutor(), notes)
+    assert any("timed --chain back-to-back, this run's --chain dependent" in n for n in notes.lines), (
+        notes.lines
+    )
+    assert db.get_winner(KEY).env["chain"] == "dependent"  # confirmed this run's way

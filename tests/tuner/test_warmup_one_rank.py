@@ -84,11 +84,14 @@ def test_a_database_it_cannot_write_is_named(runtime, tmp_path) -> None:
 
 def test_a_key_results_line_names_key_winner_speed_trials_and_seconds() -> None:
     key = "ag_gemm|nvidia-h100-80gb-hbm3|4|bf16|M=256,N=8192,K=8192|gather_dim=0,b_layout=nk"
-    tuned = KeyResult(key, "tuned", "push", {}, 50.0, 65.0, trials=12, ran=12, failed=1, seconds=21.04)
+    fields = dict(trials=12, ran=12, failed=1, seconds=21.04)
+    tuned = KeyResult(key, "tuned", "push", {}, 50.0, 65.0, **fields, confirmed=True)
     assert tuned.line(2, 8) == (
         "  [2/8] ag_gemm bf16 M=256 N=8192 K=8192 gd=0 nk: push 1.30× the fastest BSP form "
         "(12 trial(s) run, 1 failed, 21.0 s)"
     )
+    unconfirmed = KeyResult(key, "tuned", "push", {}, 50.0, 65.0, **fields)  # e.g. its confirmation failed
+    assert unconfirmed.speedup is None and "×" not in unconfirmed.line(2, 8)
     skipped = KeyResult(key, "skipped", note="budget spent")
     assert skipped.line(8, 8).endswith("not tuned (budget spent); served as before")
     assert skipped.speedup is None
