@@ -22,7 +22,9 @@ keys checked before it served what their checks decided. The check is collective
 the default process group (a step may span several groups): ranks whose groups do not have a key run the
 same steps without switching it. Its time counts in the warm-up's budget: a key is checked only while
 the time left (the smallest of any rank) covers its cost (estimated from one step, then what the last
-key took); the keys left keep their winner, marked ``unchecked``. Every record it decides on is stamped
+key took); the keys left keep their winner, marked ``unchecked``. A key whose stored record a check has
+already kept or replaced (another group of the same launch, another launch on the database) is served as
+that check decided, without timing. Every record it decides on is stamped
 (``env["in_step"]``, ``env["in_step_gain"]``: :data:`autotaxer.records.IN_STEP`), written by its group's
 rank 0 and served on every rank of the group from the key's next call.
 
@@ -177,6 +179,12 @@ def check_in_step(
     retrace = False
     for i, entry in enumerate(schedule):
         mine = own.get(entry)
+        lead = mine is not None and mine[0].ctx.rank == 0
+        done = [r for r in world.gather(_checked_elsewhere(*mine) if lead else None) if r is not None]
+        if done:  # another group or process checked the key meanwhile: served as it decided
+            if mine is not None:
+                results.append(_settle(*mine, _adopted(mine, done[0]), say, i, len(schedule), store=False))
+            continue
         if not left >= cost:
             if mine is not None:
                 results.append(_settle(*mine, _unchecked(mine, note), say, i, len(schedule)))
@@ -269,14 +277,44 @@ def _unchecked(mine: Any, note: str) -> tuple[StepCheck, Any]:
     return result, dataclasses.replace(rec, env={**rec.env, IN_STEP: UNCHECKED})
 
 
+def _adopted(mine: Any, stored: Any) -> tuple[StepCheck, Any]:
+    """The result of a check another group or process stored (``stored``), and that record to serve."""
+    rt, _ = mine
+    status, gain = in_step_of(stored.env)
+    if status == REPLACED:
+        winner, form = str(stored.env.get(IN_STEP_WINNER) or "?"), stored.variant
+    else:
+        winner, form = stored.variant, form_decision(rt, stored).variant
+    note = "checked by another group or process"
+    return StepCheck(stored.key.text, winner, form, status, gain, note=note), stored
+
+
+def _checked_elsewhere(rt: Any, rec: Any) -> Any:
+    """The database's record of ``rec``'s key when a check kept or replaced it (rank 0 reads), else None."""
+    from ..storage import DatabaseError, open_database
+
+    try:
+        with open_database(rt.config.tuning_db_url()) as db:
+            stored = db.get_winner(rec.key)
+    except (DatabaseError, OSError):
+        return None
+    return stored if stored is not None and in_step_of(stored.env)[0] in (KEPT, REPLACED) else None
+
+
 def _settle(
-    rt: Any, rec: Any, outcome: tuple[StepCheck, Any], say: _Say, index: int, count: int
+    rt: Any,
+    rec: Any,
+    outcome: tuple[StepCheck, Any],
+    say: _Say,
+    index: int,
+    count: int,
+    store: bool = True,
 ) -> StepCheck:
     """Store (the group's rank 0) and serve (every rank of the group) what the check decided."""
     result, record = outcome
     if record is not None:
         url = rt.config.tuning_db_url()
-        if rt.ctx.rank == 0:
+        if rt.ctx.rank == 0 and store:
             _store(url, record)
         rt.install_records([record], url)
     say.line(rt, result, index, count)
