@@ -45,7 +45,7 @@ from .._problem import ProblemKey
 from ..runtime._runtimes import RUNTIMES, set_recorder
 from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
-from .in_step import StepCheck, check_in_step, checkable, reserve_s
+from .in_step import UNCHECKED, StepCheck, check_in_step, checkable, reserve_s
 
 #: Rounds of the in-step check per winner (each: one timed step with the winner, one with the fastest form).
 CHECK_ROUNDS = 5
@@ -192,7 +192,7 @@ def _to_check_again(rt: Any, key: ProblemKey) -> bool:
     rec = checkable(rt, key)
     return (
         rec is not None
-        and in_step_of(rec.env)[0] == "unchecked"
+        and in_step_of(rec.env)[0] == UNCHECKED
         and rt.table.origins.get(key) == rt.config.tuning_db_url()
     )
 
