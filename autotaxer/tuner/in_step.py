@@ -106,8 +106,11 @@ class StepCheck:
         if self.status == UNCHECKED:
             return head + f"not checked in the step ({self.note}); served unchecked"
         verdict = "kept" if self.status == KEPT else f"served {self.form} instead"
-        times = f"{self.winner_ms:.3g} vs {self.form_ms:.3g} ms, noise {100 * (self.noise or 0):.1f}%"
-        return head + f"{self.gain:.2f}× the step with {self.form} ({times}): {verdict}"
+        gain = f"{self.gain:.2f}×" if self.gain is not None else "?×"
+        how = self.note
+        if self.winner_ms is not None and self.form_ms is not None and self.noise is not None:
+            how = f"{self.winner_ms:.3g} vs {self.form_ms:.3g} ms, noise {100 * self.noise:.1f}%"
+        return head + f"{gain} the step with {self.form} ({how}): {verdict}"
 
 
 def checkable(rt: Any, key: ProblemKey) -> Any:

@@ -220,6 +220,24 @@ def test_the_winner_must_beat_the_form_by_more_than_the_spread_and_one_percent()
     assert _verdict([]) is None
 
 
+def test_a_checks_progress_line_names_winner_gain_times_and_verdict() -> None:
+    from autotaxer.tuner.in_step import StepCheck
+
+    key = "ag_gemm|nvidia-h200|2|bf16|M=256,N=8192,K=8192|gather_dim=0,b_layout=nk"
+    lost = StepCheck(key, "push", "bsp", "replaced", 0.93, 0.012, 1.29, 1.2)
+    assert lost.line(1, 2) == (
+        "  [1/2] ag_gemm bf16 M=256 N=8192 K=8192 gd=0 nk: push 0.93× the step with bsp "
+        "(1.29 vs 1.2 ms, noise 1.2%): served bsp instead"
+    )
+    adopted = StepCheck(key, "push", "bsp", "kept", 1.1, note="checked by another group or process")
+    assert adopted.line(2, 2).endswith(
+        "push 1.10× the step with bsp (checked by another group or process): kept"
+    )
+    unchecked = StepCheck(key, "push", "bsp", "unchecked", note="budget spent")
+    assert unchecked.line(2, 2).endswith("push not checked in the step (budget spent); served unchecked")
+    assert (lost.served, adopted.served, unchecked.served) == ("bsp", "push", "push")
+
+
 def test_the_budget_holds_back_at_most_a_quarter_for_the_check() -> None:
     from autotaxer.tuner.in_step import reserve_s, steps_per_key
 
