@@ -21,9 +21,9 @@ from autotaxer.ops.ag_gemm.bsp import BspVariant
 from autotaxer.testing import run_ranks
 
 #: What BSP costs more than the planted winners, per call (seconds).
-FORM_DELAY_S = 0.01
+FORM_DELAY_S = 0.03
 #: What the step-slowing winner costs inside the step, per call (seconds).
-STEP_DELAY_S = 0.03
+STEP_DELAY_S = 0.08
 #: Whether a test step is running (read by the step-slowing winner).
 IN_STEP = {"on": False}
 QUIET = {"shipped_tables": False, "env_tables": False, "persist_misses": False}
@@ -36,7 +36,7 @@ class SpeedsUp(BspVariant):
     name = "planted_speeds_up"
     is_baseline = False
     device_types = frozenset({"cpu"})
-    at_m: tuple[int, ...] = (32, 48)
+    at_m: tuple[int, ...] = (32, 48, 64)
 
     def check(self, key, target, params) -> str | None:
         return None if key["M"] in self.at_m else f"M: {self.name} is planted at M={self.at_m}"
@@ -70,7 +70,7 @@ def _plant() -> None:
     bsp.run = delayed
 
 
-def _step(ws: int, rank: int, ms: tuple[int, ...]):
+def _step(ws: int, rank: int, ms: tuple[int, ...], sleep_s: float = 0.0):
     import torch
 
     import autotaxer
@@ -84,6 +84,7 @@ def _step(ws: int, rank: int, ms: tuple[int, ...]):
         try:
             for a in shards:
                 autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)
+            time.sleep(sleep_s)  # the rest of a long step
         finally:
             IN_STEP["on"] = False
 
@@ -136,6 +137,14 @@ def _ranks(ctx, tmp: str) -> dict:
     report = autotaxer.warmup(step48, budget_s=120, variants=variants, progress=False)
     step48()
     out["next"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    # 3. a budget tuning leaves too little of for checking a long step (4 * 5 steps of 1 s): unchecked
+    autotaxer.init(config)
+    step64 = _step(ws, rank, (64,), sleep_s=1.0)
+    report = autotaxer.warmup(
+        step64, budget_s=14, trials=2, variants=variants, seed_nearby=False, progress=False
+    )
+    step64()
+    out["short"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
     return out
 
 
@@ -185,7 +194,7 @@ def test_a_winner_that_speeds_the_step_up_stays_served_with_its_gain_stored(rank
 
 
 def test_ranks_agree_on_every_check(ranks) -> None:
-    for scenario in ("checked", "off", "next"):
+    for scenario in ("checked", "off", "next", "short"):
         assert ranks[1][scenario]["report"].checks == ranks[0][scenario]["report"].checks
         assert ranks[1][scenario]["served"] == ranks[0][scenario]["served"]
 
@@ -201,6 +210,17 @@ def test_unchecked_winners_are_marked_and_checked_by_the_next_launch(ranks) -> N
     assert nxt["report"].results == ()  # nothing tuned again
     check = _check(nxt["report"], key)
     assert check.status == "kept" and nxt["db"][key][1]["in_step"] == "kept"
+
+
+def test_winners_the_budget_leaves_no_time_to_check_stay_served_marked_unchecked(ranks) -> None:
+    key = _key(64)
+    short = ranks[0]["short"]
+    (result,) = short["report"].results
+    assert (result.key, result.status, result.variant) == (key, "tuned", "planted_speeds_up")
+    check = _check(short["report"], key)
+    assert (check.status, check.note, check.served) == ("unchecked", "budget spent", "planted_speeds_up")
+    assert short["db"][key][0] == "planted_speeds_up" and short["db"][key][1]["in_step"] == "unchecked"
+    assert short["report"].tuning_s + short["report"].check_s < 14  # within the budget
 
 
 # -- the rule and the budget, without ranks ----------------------------------------------------------
