@@ -145,7 +145,45 @@ def _ranks(ctx, tmp: str) -> dict:
     )
     step64()
     out["short"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    # 4. scenario 1 compiled (a database of its own): the check switches the keys inside the graph
+    out["compiled"] = _compiled(ws, rank, f"sqlite:///{tmp}/compiled.sqlite", variants)
     return out
+
+
+def _compiled(ws: int, rank: int, url: str, variants: tuple[str, ...]) -> dict:
+    import torch
+
+    import autotaxer
+
+    autotaxer.init(autotaxer.RuntimeConfig(db_url=url, **QUIET))
+    gen = torch.Generator().manual_seed(2)
+    b = torch.randn(K, N, generator=gen)
+    full = [torch.randn(m, K, generator=gen) for m in (16, 32)]
+    shards = [a.chunk(ws)[rank].contiguous() for a in full]
+
+    def body(x, y, w):
+        return torch.cat(
+            [
+                autotaxer.dispatch("ag_gemm", x, w, gather_dim=0),
+                autotaxer.dispatch("ag_gemm", y, w, gather_dim=0),
+            ]
+        )
+
+    compiled = torch.compile(body, backend="aot_eager", fullgraph=True)
+
+    def step():
+        IN_STEP["on"] = True
+        try:
+            return compiled(*shards, b)
+        finally:
+            IN_STEP["on"] = False
+
+    step()
+    report = autotaxer.warmup(
+        step, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False
+    )
+    error = (step() - torch.cat([a @ b for a in full])).abs().max().item()
+    return {"report": report, "served": _served(), "error": error}
 
 
 @pytest.fixture(scope="module")
@@ -193,8 +231,15 @@ def test_a_winner_that_speeds_the_step_up_stays_served_with_its_gain_stored(rank
     assert float(env["in_step_gain"]) == pytest.approx(check.gain, rel=1e-3)
 
 
+def test_a_compiled_step_is_checked_as_it_runs_compiled(ranks) -> None:
+    compiled = ranks[0]["compiled"]
+    assert {c.key: c.status for c in compiled["report"].checks} == {_key(16): "replaced", _key(32): "kept"}
+    assert compiled["served"] == {_key(16): ["bsp", "exact"], _key(32): ["planted_speeds_up", "exact"]}
+    assert max(r["compiled"]["error"] for r in ranks) < 1e-4  # traced again after the switch, still right
+
+
 def test_ranks_agree_on_every_check(ranks) -> None:
-    for scenario in ("checked", "off", "next", "short"):
+    for scenario in ("checked", "off", "next", "short", "compiled"):
         assert ranks[1][scenario]["report"].checks == ranks[0][scenario]["report"].checks
         assert ranks[1][scenario]["served"] == ranks[0][scenario]["served"]
 
