@@ -163,7 +163,7 @@ def check_in_step(
         for key in keys:
             rec = checkable(rt, key)
             if rec is not None:
-                own[(_group_name(rt.group), key.text)] = (rt, rec)
+                own[(group_name(rt.group), key.text)] = (rt, rec)
     everyone = world.gather((sorted(own), left_s))
     schedule = sorted({tuple(e) for entries, _ in everyone for e in entries})
     if not schedule:
@@ -406,10 +406,14 @@ def _timed(step: Callable[..., Any], args: tuple, world: _World) -> float:
     return time.perf_counter() - t0
 
 
-def _group_name(group: Any) -> str:
-    from .warmup import _group_name as name
+def group_name(group: Any) -> str:
+    """The name of a runtime's process group (the default group's for None; "" without one): the same on
+    every rank, so ranks order groups and keys alike."""
+    import torch.distributed as dist
 
-    return name(group)
+    if group is not None:
+        return group.group_name
+    return dist.group.WORLD.group_name if dist.is_available() and dist.is_initialized() else ""
 
 
 class _Say:

@@ -45,7 +45,7 @@ from .._problem import ProblemKey
 from ..runtime._runtimes import RUNTIMES, set_recorder
 from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
-from .in_step import UNCHECKED, StepCheck, check_in_step, checkable, reserve_s
+from .in_step import UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
 
 #: Rounds of the in-step check per winner (each: one timed step with the winner, one with the fastest form).
 CHECK_ROUNDS = 5
@@ -200,15 +200,7 @@ def _to_check_again(rt: Any, key: ProblemKey) -> bool:
 def _ordered(runtimes: Any) -> list[Any]:
     """Runtimes in the order of their groups' names: every rank tunes its groups in the same order, so
     ranks in two groups never wait for each other in different ones."""
-    return sorted(runtimes, key=lambda rt: _group_name(rt.group))
-
-
-def _group_name(group: Any) -> str:
-    import torch.distributed as dist
-
-    if group is not None:
-        return group.group_name
-    return dist.group.WORLD.group_name if dist.is_available() and dist.is_initialized() else ""
+    return sorted(runtimes, key=lambda rt: group_name(rt.group))
 
 
 @contextlib.contextmanager
