@@ -89,6 +89,26 @@ def confirmed_times(env: Any) -> dict[str, float]:
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
+#: ``env`` entries that ``autotaxer.warmup``'s in-step check stamps (:mod:`autotaxer.tuner.in_step`):
+#: ``in_step`` is ``kept`` (the winner made the user's step faster by more than noise), ``replaced`` (it
+#: did not: the record is the key's fastest form, ``in_step_winner`` names the isolated winner turned
+#: down) or ``unchecked`` (no budget left, or the check was off); ``in_step_gain`` is the step's time
+#: with the fastest form over its time with the winner (> 1: the winner speeds the step up).
+IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER = "in_step", "in_step_gain", "in_step_winner"
+
+
+def in_step_of(env: Any) -> tuple[str | None, float | None]:
+    """``(status, gain)`` of warm-up's in-step check from a record's environment ``env`` (``(None, None)``
+    for a record no warm-up checked; the gain is None when unchecked or unreadable)."""
+    if not isinstance(env, Mapping) or env.get(IN_STEP) is None:
+        return None, None
+    try:
+        gain = float(env[IN_STEP_GAIN]) if env.get(IN_STEP_GAIN) is not None else None
+    except ValueError:
+        gain = None
+    return str(env[IN_STEP]), gain if gain is None or math.isfinite(gain) else None
+
+
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
 

@@ -173,14 +173,17 @@ def _report(args: Any, report: Any, times: dict, warm_s: float, served: dict, ws
         "warmup_s": warm_s,
         "step_s": report.step_s,
         "tuning_s": report.tuning_s,
+        "check_s": report.check_s,
         "keys": [{**r.__dict__, "speedup": r.speedup} for r in report.results],
+        "in_step_checks": [c.__dict__ for c in report.checks],
         "trials_to_best": _trials_to_best(
             {"warm_up": args.db, **({"offline": args.offline_db} if args.offline_db else {})},
             [r.key for r in report.results],
         ),
         "served_after": served,
     }
-    print(json.dumps({k: doc[k] for k in ("times_ms", "after_vs_offline", "warmup_s", "tuning_s")}, indent=1))
+    shown = ("times_ms", "after_vs_offline", "warmup_s", "tuning_s", "check_s", "in_step_checks")
+    print(json.dumps({k: doc[k] for k in shown}, indent=1))
     for key, by in doc["trials_to_best"].items():
         print(key, {n: (v["reached_at"], v["trials"]) for n, v in by.items()})
     if args.out:

@@ -1,4 +1,5 @@
-"""``autotaxer show``: the stored winners as a table (speedup over BSP visible) or JSON."""
+"""``autotaxer show``: the stored winners as a table (speedup over BSP, and in the user's step where a
+warm-up checked it, visible) or JSON."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ..ops import DEFAULT_OP
+from ..records import in_step_of
 from ._common import (
     DbOption,
     FormatOption,
@@ -63,7 +65,7 @@ def show(
     if stale_out is not None:
         _write_stale(report, stale_out, op or DEFAULT_OP)
     if fmt is OutputFormat.json:
-        print_json([r.to_dict() for r in recs])
+        print_json([_json_row(r) for r in recs])
         return
     if not recs:
         typer.echo(f"no winners in {url} matching the filters")
@@ -78,7 +80,7 @@ def show(
     t = Table(title=f"winners in {url}")
     for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
         t.add_column(name)
-    for name in ("median µs", "BSP µs", "speedup", "trials"):
+    for name in ("median µs", "BSP µs", "speedup", "in-step", "trials"):
         t.add_column(name, justify="right")
     t.add_column("measured (UTC)")
     t.add_column("stale (tuned with other kernels/versions)")
@@ -96,6 +98,7 @@ def show(
             f"{r.median_us:.1f}",
             f"{r.bsp_us:.1f}",
             speedup_cell(r),
+            in_step_text(r),
             str(r.trials),
             r.measured_at.strftime("%Y-%m-%d %H:%M"),
             stale.get((r.key, r.variant), "-"),
@@ -137,13 +140,47 @@ def _print_compact(recs: list, stale: dict, url: str) -> None:
         t.add_column("winner", no_wrap=True)
         t.add_column("µs", justify="right", no_wrap=True)
         t.add_column("×BSP", justify="right", no_wrap=True)
+        t.add_column("×step", justify="right", no_wrap=True)
         for r in group:
             mark = "*" if (r.key, r.variant) in stale else ""
-            t.add_row(r.key.short_text, r.variant + mark, f"{r.median_us:,.1f}", speedup_cell(r))
+            row = (
+                r.key.short_text,
+                r.variant + mark,
+                f"{r.median_us:,.1f}",
+                speedup_cell(r),
+                in_step_text(r),
+            )
+            t.add_row(*row)
         console.print(t)
     _unconfirmed_legend(recs, console)
+    if any(in_step_of(r.env)[0] is not None for r in recs):
+        console.print(
+            "×step: the step's time with the fastest form over its time with the winner (autotaxer.warmup); "
+            "a winner named there did not speed the step up: its fastest form is served"
+        )
     if stale:
         console.print(f"* {len(stale)} stale: tuned with other kernel sources or versions (--wide says why)")
+
+
+def in_step_text(rec: Any) -> str:
+    """What warm-up's in-step check found for ``rec``: its winner's gain in the user's step (``1.08×``),
+    the winner it turned down and that one's gain (``push 0.93×``), ``unchecked``, or ``-``."""
+    from ..records import IN_STEP_WINNER
+
+    status, gain = in_step_of(rec.env)
+    if status is None:
+        return "-"
+    if gain is None:
+        return status
+    if status == "replaced":
+        return f"{rec.env.get(IN_STEP_WINNER) or '?'} {gain:.2f}×"
+    return f"{gain:.2f}×"
+
+
+def _json_row(rec: Any) -> dict[str, Any]:
+    """A record's JSON row: its fields, then the in-step check's status and gain (null when none)."""
+    status, gain = in_step_of(rec.env)
+    return {**rec.to_dict(), "in_step": status, "in_step_gain": gain}
 
 
 def _write_stale(report: list, path: Path, op: str) -> None:

@@ -563,14 +563,17 @@ class Runtime:
         if failed:
             self._drop_plans(lambda plan: (plan.key.op, plan.decision.variant, plan.key.text) in failed)
 
-    def _drop_plans(self, doomed: Any) -> None:
-        """Drop every plan ``doomed(plan)`` is true of, with its hot entries and workspace."""
+    def _drop_plans(self, doomed: Any, keep_workspaces: bool = False) -> None:
+        """Drop every plan ``doomed(plan)`` is true of, with its hot entries and (unless
+        ``keep_workspaces``) its workspace."""
         for sig, plan in list(self._plans.items()):
             if doomed(plan):
                 del self._plans[sig]
                 for hot in [h for h, p in self._hot.items() if p is plan]:
                     del self._hot[hot]
                 self._count_calls(plan)
+                if keep_workspaces:
+                    continue
                 for wkey, ws in list(self._workspaces.items()):
                     if ws is plan.workspace:
                         del self._workspaces[wkey]
@@ -583,6 +586,15 @@ class Runtime:
         for key in keys:
             self._decisions.pop(key, None)
         self._drop_plans(lambda plan: plan.key in keys)
+        for wkey in [w for w in self._workspaces if w[0] in keys]:  # kept by serve() for no plan
+            del self._workspaces[wkey]
+
+    def serve(self, key: ProblemKey, decision: Decision) -> None:
+        """Serve ``decision`` for ``key`` from its next call, keeping the workspaces prepared for the key
+        (``autotaxer.warmup``'s in-step check switches a key between its winner and its fastest form;
+        :meth:`forget` drops them). Every rank must serve the same: the next call agrees on it again."""
+        self._decisions[key] = decision
+        self._drop_plans(lambda plan: plan.key == key, keep_workspaces=True)
 
     def install_records(self, records: Any, origin: str) -> None:
         """Serve ``records`` (winners tuned in this group, the same on every rank) from their keys' next

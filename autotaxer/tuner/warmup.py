@@ -12,12 +12,23 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    rank 0 writes trials and winners to the runtime's database), within ``budget_s`` in all and
    ``key_budget_s`` per key, printing a line per key on rank 0;
 3. every rank serves the winners from the next call; a graph that ``torch.compile`` traced with one of
-   those keys is dropped so the next call traces the winner.
+   those keys is dropped so the next call traces the winner;
+4. it checks each winner in the step itself (:mod:`.in_step`): ``step(*args)`` as it runs (eager or
+   compiled) timed with the key's winner against its fastest form, interleaved, on every rank; a winner
+   that does not make the step faster by more than noise is not served: the key is served its fastest
+   form, and its record is stored again as that form (``env["in_step"]``, ``env["in_step_gain"]``,
+   which ``autotaxer show`` prints). The check's time counts in ``budget_s`` (up to a quarter of it is
+   held back from tuning for it); winners it has no time left for stay served, marked ``unchecked``, and
+   a later warm-up on the same database checks them.
+
+The check runs the step twice, then ``4 * check_rounds`` times per winner checked: pass a step whose repeats
+you do not mind (a forward and backward without the optimizer's step, say), or ``check_rounds=0``.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
-rank calls it, with the same step. Call it first, before capturing CUDA graphs: it drops the plans and
-workspaces of the keys it tunes (a graph that replays them would read freed buffers), and a step replayed
-from a graph never reaches dispatch to be seen.
+rank of the default process group calls it, with the same step. Call it first, before capturing CUDA
+graphs: it drops the plans and workspaces of the keys it tunes (a graph that replays them would read
+freed buffers), and a step replayed from a graph never reaches dispatch to be seen, nor switched by the
+check.
 """
 
 from __future__ import annotations
@@ -34,22 +45,38 @@ from .._problem import ProblemKey
 from ..runtime._runtimes import RUNTIMES, set_recorder
 from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
+from .in_step import UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
+
+#: Rounds of the in-step check per winner (each: one timed step with the winner, one with the fastest form).
+CHECK_ROUNDS = 5
 
 
 @dataclass(frozen=True)
 class WarmupReport:
-    """What a warm-up did: one result per key it tuned or tried to, the keys the step dispatched, and how
-    long the step and the tuning took (seconds, this rank's clock)."""
+    """What a warm-up did: one result per key it tuned or tried to, the keys the step dispatched, how long
+    the step, the tuning and the in-step check took (seconds, this rank's clock), and one check per
+    winner the step was timed with (:class:`~autotaxer.tuner.in_step.StepCheck`: kept, replaced by its
+    fastest form, or unchecked)."""
 
     results: tuple[KeyResult, ...]
     seen: int
     step_s: float
     tuning_s: float
+    checks: tuple[StepCheck, ...] = ()
+    check_s: float = 0.0
 
     @property
     def tuned(self) -> list[KeyResult]:
-        """Keys tuned now or found tuned by another process: served their winner from now on."""
+        """Keys tuned now or found tuned by another process: served their winner from now on, or their
+        fastest form where :attr:`checks` says the winner did not make the step faster."""
         return [r for r in self.results if r.status != "skipped"]
+
+    def served(self, key: str) -> str | None:
+        """The variant the warm-up left ``key`` served (its check's, else its result's winner), or None."""
+        for c in self.checks:
+            if c.key == key:
+                return c.served
+        return next((r.variant for r in self.results if r.key == key and r.status != "skipped"), None)
 
 
 class _Recorder:
@@ -78,6 +105,7 @@ def warmup(
     seed_nearby: bool = True,
     variants: tuple[str, ...] | None = None,
     progress: bool = True,
+    check_rounds: int = CHECK_ROUNDS,
 ) -> WarmupReport:
     """Run ``step(*args)`` once and tune the keys it dispatched that have no tuned record; collective.
 
@@ -88,13 +116,16 @@ def warmup(
     long to wait for a key another process is tuning (it is served as before when the wait ends);
     ``seed_nearby``: start each search from the nearest tuned configurations; ``variants``: the variants
     to try besides the BSP forms (default: each op's default space); ``progress``: a line per key on
-    rank 0 (stderr). Returns the same report on every rank.
+    rank 0 (stderr); ``check_rounds``: rounds of the in-step check per winner (0: winners served
+    unchecked). Returns the same report on every rank of a group.
     """
     budget = TuningBudget(
         budget_s, key_budget_s, trials, trial_timeout_s, fleet_wait_s, seed_nearby,
         tuple(variants) if variants is not None else None,
     )  # fmt: skip
     budget.validate()
+    if not (isinstance(check_rounds, int) and check_rounds >= 0):
+        raise ValueError(f"check_rounds: must be an integer >= 0, got {check_rounds!r}")
     if not callable(step):
         raise TypeError(f"step: expected a callable, got {type(step).__name__}")
     for rt in _ordered(RUNTIMES.values()):  # read (and then write) the database from the first call on
@@ -113,19 +144,28 @@ def warmup(
         for rt, seen in recorder.seen.items():
             rt.forget(seen)  # the recording's BSP decisions go; the next call decides again
     step_s = time.monotonic() - t0
+    seen = sum(len(s) for s in recorder.seen.values())
+    held = reserve_s(budget.budget_s, seen, step_s, check_rounds)  # for the in-step check
     results: list[KeyResult] = []
+    candidates: dict[Any, list[ProblemKey]] = {}
     for rt in _ordered(recorder.seen):
         rt.use_database(db_url or rt.config.tuning_db_url())  # a runtime the step created
+        candidates[rt] = [k for k in recorder.seen[rt] if _to_check_again(rt, k)]
         keys = [k for k in recorder.seen[rt] if _to_tune(rt, k)]
         if not keys:
             continue
-        left = max(0.0, budget.budget_s - (time.monotonic() - t0 - step_s))
+        left = max(0.0, budget.budget_s - held - (time.monotonic() - t0 - step_s))
         out = sys.stderr if progress and rt.ctx.rank == 0 else None
         done, _ = tune_in_group(rt, keys, _with_total(budget, left), out)
         results.extend(done)
-        _retrace(rt, [ProblemKey.from_text(r.key) for r in done if r.status != "skipped"], out)
-    seen = sum(len(s) for s in recorder.seen.values())
-    return WarmupReport(tuple(results), seen, step_s, time.monotonic() - t0 - step_s)
+        tuned = [ProblemKey.from_text(r.key) for r in done if r.status != "skipped"]
+        candidates[rt] += tuned
+        _retrace(rt, tuned, out)
+    tuning_s = time.monotonic() - t0 - step_s
+    left = max(0.0, budget.budget_s - tuning_s)
+    checks = check_in_step(step, args, candidates, left, check_rounds, progress)
+    check_s = time.monotonic() - t0 - step_s - tuning_s
+    return WarmupReport(tuple(results), seen, step_s, tuning_s, tuple(checks), check_s)
 
 
 def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:
@@ -145,18 +185,22 @@ def _to_tune(rt: Any, key: ProblemKey) -> bool:
     return is_partial(rec.env) and rt.table.origins.get(key) == rt.config.tuning_db_url()
 
 
+def _to_check_again(rt: Any, key: ProblemKey) -> bool:
+    """A key served a winner from this runtime's database that an earlier warm-up had no time to check."""
+    from ..records import in_step_of
+
+    rec = checkable(rt, key)
+    return (
+        rec is not None
+        and in_step_of(rec.env)[0] == UNCHECKED
+        and rt.table.origins.get(key) == rt.config.tuning_db_url()
+    )
+
+
 def _ordered(runtimes: Any) -> list[Any]:
     """Runtimes in the order of their groups' names: every rank tunes its groups in the same order, so
     ranks in two groups never wait for each other in different ones."""
-    return sorted(runtimes, key=lambda rt: _group_name(rt.group))
-
-
-def _group_name(group: Any) -> str:
-    import torch.distributed as dist
-
-    if group is not None:
-        return group.group_name
-    return dist.group.WORLD.group_name if dist.is_available() and dist.is_initialized() else ""
+    return sorted(runtimes, key=lambda rt: group_name(rt.group))
 
 
 @contextlib.contextmanager

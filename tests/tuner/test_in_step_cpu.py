@@ -1,0 +1,346 @@
+"""Warm-up's in-step check on 2 gloo ranks (CPU): a winner that makes the step slower is not served, one
+that speeds it up is kept, with the gain in the step stored; winners with no check (``check_rounds=0``)
+are marked unchecked and the next launch checks them; ``autotaxer show`` prints the gain.
+
+The planted winners compute what BSP computes, and BSP (the only form on CPU) is made slower by
+:data:`FORM_DELAY_S` a call, so each planted variant wins its isolated trials. One of them is slower
+still, but only inside the step (:data:`STEP_DELAY_S`), as a kernel that holds what its neighbours need
+is: its isolated trials cannot see it, the check in the step does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+from _factories import make_record
+
+from autotaxer.ops.ag_gemm.bsp import BspVariant
+from autotaxer.testing import run_ranks
+
+#: What BSP costs more than the planted winners, per call (seconds).
+FORM_DELAY_S = 0.03
+#: What the step-slowing winner costs inside the step, per call (seconds).
+STEP_DELAY_S = 0.08
+#: Whether a test step is running (read by the step-slowing winner).
+IN_STEP = {"on": False}
+QUIET = {"shipped_tables": False, "env_tables": False, "persist_misses": False}
+N = K = 8
+
+
+class SpeedsUp(BspVariant):
+    """BSP's computation, planted at one M: in isolation and in the step it beats the delayed BSP."""
+
+    name = "planted_speeds_up"
+    is_baseline = False
+    device_types = frozenset({"cpu"})
+    at_m: tuple[int, ...] = (32, 48, 64)
+
+    def check(self, key, target, params) -> str | None:
+        return None if key["M"] in self.at_m else f"M: {self.name} is planted at M={self.at_m}"
+
+
+class SlowsStep(SpeedsUp):
+    """As :class:`SpeedsUp`, but slower than BSP inside the step."""
+
+    name = "planted_slows_step"
+    at_m = (16,)
+
+    def run(self, ws, inputs, ctx, out=None) -> Any:
+        if IN_STEP["on"]:
+            time.sleep(STEP_DELAY_S)
+        return super().run(ws, inputs, ctx, out)
+
+
+def _plant() -> None:
+    from autotaxer.ops import get_op
+
+    op = get_op("ag_gemm")
+    for variant in (SpeedsUp(), SlowsStep()):
+        op.register(variant)
+    bsp = op.variants["bsp"]
+    plain = bsp.run
+
+    def delayed(ws, inputs, ctx, out=None):
+        time.sleep(FORM_DELAY_S)
+        return plain(ws, inputs, ctx, out)
+
+    bsp.run = delayed
+
+
+def _step(ws: int, rank: int, ms: tuple[int, ...], sleep_s: float = 0.0):
+    import torch
+
+    import autotaxer
+
+    gen = torch.Generator().manual_seed(1)
+    b = torch.randn(K, N, generator=gen)
+    shards = [torch.randn(m, K, generator=gen).chunk(ws)[rank].contiguous() for m in ms]
+
+    def step() -> None:
+        IN_STEP["on"] = True
+        try:
+            for a in shards:
+                autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)
+            time.sleep(sleep_s)  # the rest of a long step
+        finally:
+            IN_STEP["on"] = False
+
+    return step
+
+
+def _key(m: int, ws: int = 2) -> str:
+    return f"ag_gemm|cpu|{ws}|fp32|M={m},N={N},K={K}|gather_dim=0"
+
+
+def _served() -> dict:
+    from autotaxer.runtime.dispatch import get_runtime
+
+    return {k.text: [d.variant, d.source] for k, d in get_runtime().decisions().items()}
+
+
+def _winners(url: str) -> dict:
+    from autotaxer.storage import open_database
+
+    with open_database(url) as db:
+        return {w.key.text: [w.variant, dict(w.env), w.speedup] for w in db.winners()}
+
+
+def _ranks(ctx, tmp: str) -> dict:
+    import autotaxer
+
+    _plant()
+    ws, rank = ctx.world_size, ctx.rank
+    url = f"sqlite:///{tmp}/in_step.sqlite"
+    config = autotaxer.RuntimeConfig(db_url=url, **QUIET)
+    variants = ("planted_speeds_up", "planted_slows_step")
+    out: dict = {}
+    # 1. two winners, checked one at a time in a step that calls both keys
+    autotaxer.init(config)
+    step = _step(ws, rank, (16, 32))
+    report = autotaxer.warmup(
+        step, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False
+    )
+    step()
+    out["checked"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    # 2. no check: the winner is served unchecked; the next launch on the database checks it
+    autotaxer.init(config)
+    step48 = _step(ws, rank, (48,))
+    report = autotaxer.warmup(
+        step48, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False, check_rounds=0
+    )
+    step48()
+    out["off"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    autotaxer.init(config)  # a new launch's runtime
+    report = autotaxer.warmup(step48, budget_s=120, variants=variants, progress=False)
+    step48()
+    out["next"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    # 3. a budget tuning leaves too little of for checking a long step (4 * 5 steps of 1 s): unchecked
+    autotaxer.init(config)
+    step64 = _step(ws, rank, (64,), sleep_s=1.0)
+    report = autotaxer.warmup(
+        step64, budget_s=14, trials=2, variants=variants, seed_nearby=False, progress=False
+    )
+    step64()
+    out["short"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
+    # 4. scenario 1 compiled (a database of its own): the check switches the keys inside the graph
+    out["compiled"] = _compiled(ws, rank, f"sqlite:///{tmp}/compiled.sqlite", variants)
+    return out
+
+
+def _compiled(ws: int, rank: int, url: str, variants: tuple[str, ...]) -> dict:
+    import torch
+
+    import autotaxer
+
+    autotaxer.init(autotaxer.RuntimeConfig(db_url=url, **QUIET))
+    gen = torch.Generator().manual_seed(2)
+    b = torch.randn(K, N, generator=gen)
+    full = [torch.randn(m, K, generator=gen) for m in (16, 32)]
+    shards = [a.chunk(ws)[rank].contiguous() for a in full]
+
+    def body(x, y, w):
+        return torch.cat(
+            [
+                autotaxer.dispatch("ag_gemm", x, w, gather_dim=0),
+                autotaxer.dispatch("ag_gemm", y, w, gather_dim=0),
+            ]
+        )
+
+    compiled = torch.compile(body, backend="aot_eager", fullgraph=True)
+
+    def step():
+        IN_STEP["on"] = True
+        try:
+            return compiled(*shards, b)
+        finally:
+            IN_STEP["on"] = False
+
+    step()
+    report = autotaxer.warmup(
+        step, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False
+    )
+    error = (step() - torch.cat([a @ b for a in full])).abs().max().item()
+    return {"report": report, "served": _served(), "error": error}
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    tmp = tmp_path_factory.mktemp("in_step")
+    env = {"AUTOTAXER_DB": f"sqlite:///{tmp}/default.sqlite", "XDG_DATA_HOME": str(tmp)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # inherited by the spawned ranks: nothing reaches the user's database
+    try:
+        return run_ranks(_ranks, 2, "cpu", args=(str(tmp),), timeout=300)
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def _check(report, key: str):
+    (check,) = [c for c in report.checks if c.key == key]
+    return check
+
+
+def test_a_winner_that_slows_the_step_is_not_served_and_its_record_says_why(ranks) -> None:
+    key = _key(16)
+    first = ranks[0]["checked"]
+    (result,) = [r for r in first["report"].results if r.key == key]
+    assert result.status == "tuned" and result.variant == "planted_slows_step"  # it won in isolation
+    assert result.speedup > 1
+    assert all(r["checked"]["served"][key] == ["bsp", "exact"] for r in ranks)  # on every rank
+    variant, env, _ = first["db"][key]
+    assert variant == "bsp" and env["in_step"] == "replaced" and env["in_step_winner"] == "planted_slows_step"
+    assert float(env["in_step_gain"]) < 1
+    check = _check(first["report"], key)
+    assert (check.status, check.winner, check.form) == ("replaced", "planted_slows_step", "bsp")
+    assert check.gain < 1 and first["report"].served(key) == "bsp"
+
+
+def test_a_winner_that_speeds_the_step_up_stays_served_with_its_gain_stored(ranks) -> None:
+    key = _key(32)
+    first = ranks[0]["checked"]
+    assert all(r["checked"]["served"][key] == ["planted_speeds_up", "exact"] for r in ranks)
+    variant, env, speedup = first["db"][key]
+    assert variant == "planted_speeds_up" and env["in_step"] == "kept" and speedup > 1
+    check = _check(first["report"], key)
+    assert (check.status, check.served) == ("kept", "planted_speeds_up")
+    assert check.gain > 1 + check.noise
+    assert float(env["in_step_gain"]) == pytest.approx(check.gain, rel=1e-3)
+
+
+def test_a_compiled_step_is_checked_as_it_runs_compiled(ranks) -> None:
+    compiled = ranks[0]["compiled"]
+    assert {c.key: c.status for c in compiled["report"].checks} == {_key(16): "replaced", _key(32): "kept"}
+    assert compiled["served"] == {_key(16): ["bsp", "exact"], _key(32): ["planted_speeds_up", "exact"]}
+    assert max(r["compiled"]["error"] for r in ranks) < 1e-4  # traced again after the switch, still right
+
+
+def test_ranks_agree_on_every_check(ranks) -> None:
+    for scenario in ("checked", "off", "next", "short", "compiled"):
+        assert ranks[1][scenario]["report"].checks == ranks[0][scenario]["report"].checks
+        assert ranks[1][scenario]["served"] == ranks[0][scenario]["served"]
+
+
+def test_unchecked_winners_are_marked_and_checked_by_the_next_launch(ranks) -> None:
+    key = _key(48)
+    off, nxt = ranks[0]["off"], ranks[0]["next"]
+    check = _check(off["report"], key)
+    assert (check.status, check.served, check.gain) == ("unchecked", "planted_speeds_up", None)
+    assert "check_rounds=0" in check.note
+    assert off["served"][key] == ["planted_speeds_up", "exact"]
+    assert off["db"][key][1]["in_step"] == "unchecked" and "in_step_gain" not in off["db"][key][1]
+    assert nxt["report"].results == ()  # nothing tuned again
+    check = _check(nxt["report"], key)
+    assert check.status == "kept" and nxt["db"][key][1]["in_step"] == "kept"
+
+
+def test_winners_the_budget_leaves_no_time_to_check_stay_served_marked_unchecked(ranks) -> None:
+    key = _key(64)
+    short = ranks[0]["short"]
+    (result,) = short["report"].results
+    assert (result.key, result.status, result.variant) == (key, "tuned", "planted_speeds_up")
+    check = _check(short["report"], key)
+    assert (check.status, check.note, check.served) == ("unchecked", "budget spent", "planted_speeds_up")
+    assert short["db"][key][0] == "planted_speeds_up" and short["db"][key][1]["in_step"] == "unchecked"
+    assert short["report"].tuning_s + short["report"].check_s < 14  # within the budget
+
+
+# -- the rule and the budget, without ranks ----------------------------------------------------------
+def test_the_winner_must_beat_the_form_by_more_than_the_spread_and_one_percent() -> None:
+    from autotaxer.tuner.in_step import _verdict
+
+    spread = lambda median, iqr: (median, iqr)  # noqa: E731
+    # rank 0 and rank 1: (winner, form) as (median, interquartile range) in seconds; the slowest rank counts
+    clear = [(spread(0.090, 0.001), spread(0.100, 0.001)), (spread(0.080, 0.002), spread(0.095, 0.001))]
+    status, gain, noise, winner, form = _verdict(clear)
+    assert (status, winner, form) == ("kept", 0.090, 0.100) and gain == pytest.approx(100 / 90)
+    assert noise == pytest.approx(0.02)  # the larger spread, 2 ms of the form's 100 ms
+    noisy = [(spread(0.090, 0.012), spread(0.100, 0.001))]  # 10% faster, within a 12% spread
+    assert _verdict(noisy)[0] == "replaced"
+    close = [(spread(0.0995, 0.0), spread(0.100, 0.0))]  # 0.5% faster: below the 1% floor
+    assert _verdict(close)[0] == "replaced"
+    assert _verdict([]) is None
+
+
+def test_a_checks_progress_line_names_winner_gain_times_and_verdict() -> None:
+    from autotaxer.tuner.in_step import StepCheck
+
+    key = "ag_gemm|nvidia-h200|2|bf16|M=256,N=8192,K=8192|gather_dim=0,b_layout=nk"
+    lost = StepCheck(key, "push", "bsp", "replaced", 0.93, 0.012, 1.29, 1.2)
+    assert lost.line(1, 2) == (
+        "  [1/2] ag_gemm bf16 M=256 N=8192 K=8192 gd=0 nk: push 0.93× the step with bsp "
+        "(1.29 vs 1.2 ms, noise 1.2%): served bsp instead"
+    )
+    adopted = StepCheck(key, "push", "bsp", "kept", 1.1, note="checked by another group or process")
+    assert adopted.line(2, 2).endswith(
+        "push 1.10× the step with bsp (checked by another group or process): kept"
+    )
+    unchecked = StepCheck(key, "push", "bsp", "unchecked", note="budget spent")
+    assert unchecked.line(2, 2).endswith("push not checked in the step (budget spent); served unchecked")
+    assert (lost.served, adopted.served, unchecked.served) == ("bsp", "push", "push")
+
+
+def test_the_budget_holds_back_at_most_a_quarter_for_the_check() -> None:
+    from autotaxer.tuner.in_step import reserve_s, steps_per_key
+
+    assert reserve_s(100.0, 2, 0.1, 5) == pytest.approx(2 * (steps_per_key(5) + 2) * 0.1)
+    assert reserve_s(100.0, 50, 1.0, 5) == 25.0
+    assert reserve_s(100.0, 2, 0.1, 0) == 0.0  # no check, nothing held back
+
+
+def test_show_prints_the_in_step_gain_beside_the_speedup(tmp_path) -> None:
+    import dataclasses
+    import json
+
+    from typer.testing import CliRunner
+
+    from autotaxer.cli import app
+    from autotaxer.storage import open_database
+
+    def stamped(rec, **env):
+        return dataclasses.replace(rec, env={**rec.env, **env})
+
+    kept = stamped(make_record(16, median_us=20.0, bsp_us=30.0), in_step="kept", in_step_gain="1.0830")
+    replaced = stamped(
+        make_record(32, median_us=30.0, bsp_us=30.0, variant="bsp"),
+        in_step="replaced", in_step_gain="0.9312", in_step_winner="push",
+    )  # fmt: skip
+    unchecked = stamped(make_record(64), in_step="unchecked")
+    url = f"sqlite:///{tmp_path}/show.sqlite"
+    with open_database(url) as db:
+        db.upsert_winners([kept, replaced, unchecked, make_record(128)])
+    runner = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "250"})
+    compact = runner.invoke(app, ["show", "--db", url])
+    assert compact.exit_code == 0, compact.output
+    lines = {m: next(ln for ln in compact.output.splitlines() if f"M={m} " in ln) for m in (16, 32, 64, 128)}
+    assert "1.50×" in lines[16] and "1.08×" in lines[16]  # beside the isolated speedup
+    assert "push 0.93×" in lines[32] and "unchecked" in lines[64]
+    assert lines[128].rstrip().endswith("-")
+    wide = runner.invoke(app, ["show", "--db", url, "--wide"])
+    assert wide.exit_code == 0 and "in-step" in wide.output and "push 0.93×" in wide.output
+    rows = json.loads(runner.invoke(app, ["show", "--db", url, "--format", "json"]).output)
+    got = {r["shape"]["M"]: (r["in_step"], r["in_step_gain"]) for r in rows}
+    assert got == {16: ("kept", 1.083), 32: ("replaced", 0.9312), 64: ("unchecked", None), 128: (None, None)}
