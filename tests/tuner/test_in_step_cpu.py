@@ -323,7 +323,9 @@ def test_show_prints_the_in_step_gain_beside_the_speedup(tmp_path) -> None:
     def stamped(rec, **env):
         return dataclasses.replace(rec, env={**rec.env, **env})
 
-    kept = stamped(make_record(16, median_us=20.0, bsp_us=30.0), in_step="kept", in_step_gain="1.0830")
+    kept = stamped(
+        make_record(16, median_us=20.0, bsp_us=30.0), in_step="kept", in_step_gain="1.0830", confirmed="interleaved"
+    )
     replaced = stamped(
         make_record(32, median_us=30.0, bsp_us=30.0, variant="bsp"),
         in_step="replaced", in_step_gain="0.9312", in_step_winner="push",
