@@ -54,8 +54,12 @@ class Served:
     def line(self) -> str:
         """One human line: key, path, variant, calls and status."""
         calls = f"traced {self.traces}x, calls not counted" if self.calls is None else f"{self.calls} calls"
-        why = f" (decision {self.decision}, {self.source})" if self.status != "tuned" else f" ({self.source})"
-        return f"{self.key}  {self.path:<8} {self.variant:<14} {calls}  {self.status}{why}"
+        status = self.status
+        if status == "tuned":
+            status += f" ({self.source})"
+        elif status == "fell back":
+            status += f" (winner {self.decision}, {self.source})"
+        return f"{self.key}  {self.path} {self.variant}: {calls}, {status}"
 
     def to_dict(self) -> dict:
         """A JSON-able dict of the row, with its ``status``."""
