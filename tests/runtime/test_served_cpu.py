@@ -152,6 +152,31 @@ def _checks(ctx, table: str) -> dict:
     compiled("compiled_no_grad", grad_w=False, no_grad=True)
     compiled("compiled_grad_a", grad_w=False, no_grad=False)
     compiled("compiled_grad_w", grad_w=True, no_grad=False)
+
+    # 7. the column-parallel layer (dispatch): a frozen weight gets the winner, a trained one the saving form
+    from autotaxer.nn import ColumnParallelLinear
+
+    layer = ColumnParallelLinear.from_linear(torch.nn.Linear(K, N, bias=False))
+    with torch.no_grad():
+        layer.weight.copy_(w_full)
+
+    def layer_case(train_w: bool, compile_it: bool):
+        layer.weight.requires_grad_(train_w)
+        layer.weight.grad = None
+        xa = x.clone().requires_grad_()
+        torch._dynamo.reset()
+        fn = torch.compile(layer, fullgraph=True) if compile_it else layer
+        (fn(xa) ** 2).sum().backward()
+        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
+        ((xr @ wr.t()) ** 2).sum().backward()
+        errs = {"grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item()}
+        if train_w:
+            errs["grad_w"] = (layer.weight.grad - wr.grad).abs().max().item()
+        return errs
+
+    case("layer_frozen_eager", lambda: layer_case(False, False))
+    case("layer_trained_eager", lambda: layer_case(True, False))
+    case("layer_frozen_compiled", lambda: layer_case(False, True))
     torch._dynamo.reset()
     return out
 
@@ -218,3 +243,15 @@ def test_compiled_fullgraph_serves_the_winner_unless_w_requires_grad(per_rank) -
         assert c["breaks"] == 0 and c["chunked_runs"] == 0, c
         assert [(p, v, n) for p, v, n, _ in c["rows"]] == [("traced", "bsp", None)], c
         assert max(c["grad_a"], c["grad_w"]) < 1e-4, c
+
+
+def test_the_layer_serves_the_winner_unless_its_weight_trains(per_rank) -> None:
+    for got in per_rank:
+        for case, path, want in (
+            ("layer_frozen_eager", "dispatch", ("cpu_chunked", 1, "tuned")),
+            ("layer_trained_eager", "dispatch", ("bsp", 1, "fell back")),
+            ("layer_frozen_compiled", "compiled", ("cpu_chunked", 1, "tuned")),
+        ):
+            c = got[case]
+            assert _only(c, path) == [want], (case, c)
+            assert max(v for k, v in c.items() if k.startswith("grad_")) < 1e-4, (case, c)
