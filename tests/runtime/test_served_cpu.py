@@ -177,6 +177,21 @@ def _checks(ctx, table: str) -> dict:
     case("layer_frozen_eager", lambda: layer_case(False, False))
     case("layer_trained_eager", lambda: layer_case(True, False))
     case("layer_frozen_compiled", lambda: layer_case(False, True))
+
+    # 8. the custom op called directly with W requiring grad: the winner serves, backward gathers A again
+    def custom_op_direct():
+        import autotaxer.runtime.custom_op  # noqa: F401  (registers the ops)
+
+        xa, w = x.clone().requires_grad_(), w_full.clone().requires_grad_()
+        (torch.ops.autotaxer.ag_gemm(xa, w.t(), 0, name) ** 2).sum().backward()
+        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
+        ((xr @ wr.t()) ** 2).sum().backward()
+        return {
+            "grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item(),
+            "grad_w": (w.grad - wr.grad).abs().max().item(),
+        }
+
+    case("custom_op_direct", custom_op_direct)
     torch._dynamo.reset()
     return out
 
@@ -246,11 +261,13 @@ def test_compiled_fullgraph_serves_the_winner_unless_w_requires_grad(per_rank) -
 
 
 def test_the_layer_serves_the_winner_unless_its_weight_trains(per_rank) -> None:
+    """... and ``autotaxer::ag_gemm`` called directly serves it too, gradients right either way."""
     for got in per_rank:
         for case, path, want in (
             ("layer_frozen_eager", "dispatch", ("cpu_chunked", 1, "tuned")),
             ("layer_trained_eager", "dispatch", ("bsp", 1, "fell back")),
             ("layer_frozen_compiled", "compiled", ("cpu_chunked", 1, "tuned")),
+            ("custom_op_direct", "compiled", ("cpu_chunked", 1, "tuned")),
         ):
             c = got[case]
             assert _only(c, path) == [want], (case, c)
