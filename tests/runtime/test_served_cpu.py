@@ -76,6 +76,13 @@ def _checks(ctx, table: str) -> dict:
 
     case("eager_no_grad", eager_no_grad)
 
+    def eager_inference():
+        with torch.inference_mode():
+            a, (y,) = f(x, w_full)
+        return {"error": (y - x_full @ w_full.t()).abs().max().item(), "A": a is None}
+
+    case("eager_inference", eager_inference)
+
     # 2. eager, grad on, only A requires grad: the winner serves; gradients are plain PyTorch's
     def eager_grad_a():
         xa = x.clone().requires_grad_()
@@ -219,11 +226,12 @@ def _only(got: dict, path: str) -> list[tuple]:
 
 def test_a_winner_that_cannot_save_serves_fused_all_gather_matmul_where_a_is_not_needed(per_rank) -> None:
     for got in per_rank:
-        for case in ("eager_no_grad", "eager_grad_a"):
+        for case in ("eager_no_grad", "eager_inference", "eager_grad_a"):
             c = got[case]
             assert c["chunked_runs"] == 1 and c["bsp_saving_runs"] == 0, (case, c)  # fails before issue 46
             assert _only(c, "function") == [("cpu_chunked", 1, "tuned")], (case, c)
-        assert got["eager_no_grad"]["error"] < 1e-4 and got["eager_no_grad"]["A"]
+        for case in ("eager_no_grad", "eager_inference"):
+            assert got[case]["error"] < 1e-4 and got[case]["A"], (case, got[case])
         assert got["eager_grad_a"]["grad_a"] < 1e-4
 
 
