@@ -13,7 +13,7 @@ from ._problem import DTYPES, ProblemKey, Target
 __all__ = [
     "DTYPES", "PeerTimeoutError", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__",
     "async_tp", "check", "dispatch", "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
-    "warmup",
+    "served", "warmup",
 ]  # fmt: skip
 
 # name -> module it comes from; imported on first use (they import torch)
@@ -27,6 +27,10 @@ _LAZY = {
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
     "warmup": ".tuner.warmup",
+    # served(since=None) -> list of Served rows: per problem key and call path (dispatch, function,
+    # compiled, backward, async_tp, traced), which variant served how many calls, and whether that was
+    # the tuned winner, an untuned key's fallback, or a fall-back for a call needing the gathered A.
+    "served": ".runtime.served",
 }
 
 

@@ -232,9 +232,9 @@ def _decide(
     sig: tuple, call: dict, unsupported: str | None, plan_inputs: Any, meta: Any, needs_saved: bool = False
 ) -> _Entry:
     """Decide once per signature (collectively: every rank decides the same, as dispatch does).
-    ``needs_saved``: the call returns the gathered A (``return_A``, or several ``Bs``), so a winner that
-    cannot hand it out (autograd would run the baseline's forward in its place) leaves it to torch's
-    kernel, which returns it at no cost."""
+    ``needs_saved``: the call returns the gathered A (``return_A``, or several ``Bs``): a winner that
+    cannot hand it out is replaced by the fastest form that can as the table knows it (``Plan.saving``);
+    where the table knows none, torch's kernel serves it (it returns the gathered A at no cost)."""
     from .functional import _world_size, resolve_group
     from .runtime._runtimes import runtime_for
     from .runtime.dispatch import ConsensusError
@@ -249,7 +249,7 @@ def _decide(
             tensors, layout = plan_inputs()
             plan = rt.plan(op, *tensors, **layout)
             serve, key = plan.decision.source in (EXACT, NEAREST), plan.key
-            if needs_saved and not plan.variant.saves_for_backward():
+            if needs_saved and plan.saving is not plan.decision and plan.saving.tuned_key is None:
                 serve = False
         except (ValueError, KeyError, ConsensusError) as exc:  # raised on every rank alike
             why = f"{type(exc).__name__}: {exc}"
@@ -320,10 +320,8 @@ def _serve_all_gather_matmul(
     rt, ws = entry.runtime, entry.world_size
     with torch.no_grad():  # below autograd: the kernel builds no graph
         a2d, gd = _to_matrix(A_shard, gather_dim)
-        if return_A or len(Bs) > 1:  # the variant hands out the gathered A it communicated
-            first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
-        else:
-            first, gathered = rt.dispatch("ag_gemm", a2d, Bs[0], gather_dim=gd), None
+        keep = return_A or len(Bs) > 1  # a form that hands out the gathered A it communicated
+        first, gathered = rt.serve("async_tp", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
         outs = [first] + [gathered @ b for b in Bs[1:]]
         layouts = entry.layouts
         outs = [
@@ -373,7 +371,7 @@ def _matmul_reduce_scatter(
     ws = entry.world_size
     with torch.no_grad():
         a2d, sd = _rs_matrix(A, scatter_dim)
-        out = entry.runtime.dispatch("gemm_rs", a2d, B, scatter_dim=sd)
+        out = entry.runtime.serve("async_tp", "gemm_rs", (a2d, B), {"scatter_dim": sd})[0]
         if reduce_op == "avg":
             out = out / ws
         if sd == 1:

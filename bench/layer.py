@@ -13,6 +13,10 @@ Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
 * ``async_tp_autotaxer``: ``async_tp``'s compiled code with ``autotaxer.async_tp.enable()`` (torch's fused
   ops served by autotaxer where it has a record; switched on around each of its steps only);
 * ``autotaxer_compile``: autotaxer's layers under ``torch.compile``;
+* ``functions_eager`` / ``functions_compile``: the projections through autotaxer's torch-signature
+  functions, as code written for PyTorch's async TP calls them (``fused_all_gather_matmul(x, [W.t()], 0,
+  group_name, return_A=False)``, ``fused_matmul_reduce_scatter(x, W.t(), "sum", 0, group_name)``), eager
+  and under ``torch.compile``;
 * ``ceiling``: ``torch.compile`` of the layer with its communication removed.
 
 Cases (columns): ``train:S`` (forward + backward of the layer input and every weight), ``fwd:S``
@@ -21,11 +25,16 @@ global sequence length ``S`` (``--batch`` sequences). Steps are interleaved over
 repetition runs each mode once after a barrier, starting one mode later than the repetition before, so
 no mode always follows the same one), each timed with CUDA events; a mode's time is the median over
 repetitions of the slowest rank. Compiled modes use static shapes per case. The table prints ms and
-ratios to ``plain_eager`` and to ``plain_compile``; ``--out`` writes every sample, the device, the
-versions and what dispatch served. ``--warmup-budget S`` first runs ``autotaxer.warmup`` (S seconds) on each
-autotaxer mode's step of a case, so keys no table covers are tuned in the launch; with
-``async_tp_autotaxer``, every fused-op call its compiled code made is then replayed alone, torch's kernel
-against autotaxer's (``--out``: ``async_tp_calls``).
+ratios to ``plain_eager`` and to ``plain_compile``, then per case and mode what served the timed steps'
+calls (:func:`autotaxer.served`: per key and call path, the variant and its calls, ``tuned`` /
+``untuned`` / ``fell back``; a BSP that ``torch.compile`` traced into the graph while the mode warmed up
+is listed as traced, its calls uncounted; a ``graph`` case's replays never reach autotaxer, so only its
+capture is listed); ``--out`` writes every sample,
+the device, the versions and what dispatch served (per case and mode: ``served``).
+``--warmup-budget S`` first runs ``autotaxer.warmup`` (S seconds) on each autotaxer mode's step of a
+case, so keys no table covers are tuned in the launch; with ``async_tp_autotaxer``, every fused-op call
+its compiled code made is then replayed alone, torch's kernel against autotaxer's (``--out``:
+``async_tp_calls``).
 """
 
 from __future__ import annotations
@@ -45,14 +54,17 @@ import torch.distributed as dist
 
 MODES = (
     "plain_eager", "autotaxer_eager", "plain_compile", "async_tp", "async_tp_autotaxer", "autotaxer_compile",
-    "ceiling",
+    "functions_eager", "functions_compile", "ceiling",
 )  # fmt: skip
 #: Modes whose keys ``--warmup-budget`` tunes.
-TUNED_MODES = ("autotaxer_eager", "async_tp_autotaxer", "autotaxer_compile")
+TUNED_MODES = ("autotaxer_eager", "async_tp_autotaxer", "autotaxer_compile", "functions_eager",
+               "functions_compile")  # fmt: skip
 DEFAULT_CASES = "train:4096,train:8192,fwd:256,fwd:4096,fwd:16384,graph:64,graph:256"
 COMM = {"plain_eager": "plain", "autotaxer_eager": "autotaxer", "plain_compile": "plain",
         "async_tp": "plain", "async_tp_autotaxer": "plain", "autotaxer_compile": "autotaxer",
-        "ceiling": "none"}  # fmt: skip
+        "functions_eager": "functions", "functions_compile": "functions", "ceiling": "none"}  # fmt: skip
+#: Modes that run eager (the others are compiled).
+EAGER_MODES = ("plain_eager", "autotaxer_eager", "functions_eager")
 
 
 def _parse_cases(text: str) -> list[tuple[str, int]]:
@@ -68,7 +80,7 @@ def _parse_cases(text: str) -> list[tuple[str, int]]:
 def _build(mode: str, base: Any, group_name: str) -> Any:
     """The callable of ``mode``: a shallow copy of ``base`` (the same parameters) set to its comm."""
     layer = copy.copy(base).set_comm(COMM[mode])
-    if mode in ("plain_eager", "autotaxer_eager"):
+    if mode in EAGER_MODES:
         return layer
     options = None
     if mode in ("async_tp", "async_tp_autotaxer"):
@@ -138,16 +150,22 @@ def _sync() -> None:
 def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any]:
     """Interleaved timing: per repetition every mode once, after a barrier; slowest rank per sample (CUDA
     events on GPUs, the wall clock on CPUs)."""
+    import autotaxer
+
     errors: dict[str, str] = {}
     live = dict(steps)
+    served: dict[str, dict[tuple, dict[str, Any]]] = {mode: {} for mode in live}
     for mode, step in list(live.items()):
         try:
+            before = autotaxer.served()
             step.prepare()
             if step.kind == "graph":
                 step.capture()
             for _ in range(warmup):
                 step()
             _sync()
+            # what torch.compile traced into the graph as plain PyTorch (its calls are never counted)
+            _add_served(served[mode], [r for r in autotaxer.served(since=before) if r.calls is None])
         except Exception as exc:  # noqa: BLE001  (reported in the table, the other modes go on)
             errors[mode] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             traceback.print_exc()
@@ -166,6 +184,7 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
         for i in (*range(rep % len(steps), len(steps)), *range(rep % len(steps))):  # a rotating order
             step = steps[i]
             step.prepare()
+            before = autotaxer.served()
             dist.barrier()
             _sync()
             if cuda:
@@ -176,6 +195,7 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
                 end.record()
             _sync()
             samples[i, rep] = start.elapsed_time(end) if cuda else (time.perf_counter() - t) * 1e3
+            _add_served(served[list(live)[i]], autotaxer.served(since=before))
     atp = sys.modules.get("autotaxer.async_tp")
     if atp is not None:
         atp.disable()
@@ -183,8 +203,42 @@ def _time_case(steps: dict[str, _Step], reps: int, warmup: int) -> dict[str, Any
     out: dict[str, Any] = {m: {"error": e} for m, e in errors.items()}
     for i, mode in enumerate(live):
         values = samples[i].tolist()
-        out[mode] = {"ms": statistics.median(values), "samples_ms": values}
+        out[mode] = {
+            "ms": statistics.median(values),
+            "samples_ms": values,
+            "served": list(served[mode].values()),
+        }
     return out
+
+
+def _add_served(total: dict[tuple, dict[str, Any]], rows: list[Any]) -> None:
+    """Add one step's :func:`autotaxer.served` rows to a mode's ``(key, path, variant) -> row`` totals."""
+    for row in rows:
+        where = (row.key, row.path, row.variant)
+        old = total.get(where)
+        entry = row.to_dict()
+        if old is not None:
+            if entry["calls"] is not None:
+                entry["calls"] += old["calls"] or 0
+            entry["traces"] += old["traces"]
+        total[where] = entry
+
+
+def _served_lines(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
+    """Per case and mode, what served the timed steps' calls (one line per key, path and variant)."""
+    from autotaxer.runtime.served import Served
+
+    lines = []
+    for case, per_mode in results.items():
+        for mode in modes:
+            rows = per_mode.get(mode, {}).get("served")
+            if rows is None:
+                continue
+            lines.append(f"served {case} {mode}:" + ("" if rows else " nothing through autotaxer"))
+            for row in rows:
+                fields = {k: v for k, v in row.items() if k != "status"}
+                lines.append("  " + Served(**fields).line())
+    return "\n".join(lines)
 
 
 def _served(group: Any) -> list[dict[str, Any]]:
@@ -358,6 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             _write(args, results, modes, ws)
         print(_table({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
+        print(_served_lines({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
         for c in calls or ():
             dim = c["args"].get("gather_dim", c["args"].get("scatter_dim"))
             print(f"  {c['op']} {c['inputs'][0][0]} dim {dim}: "

@@ -206,9 +206,10 @@ def _run_cases(ctx, compiled: bool) -> list[dict]:
     return results
 
 
-def _table_for(ctx, rt, path: str, ag_variant: str = "bsp") -> int:
+def _table_for(ctx, rt, path: str, ag_variant: str = "bsp", fastest: str | None = None) -> int:
     """A table with a record for every key the runtime has decided: the warm-up a user's launch does
-    (``ag_gemm``'s winner ``ag_variant``: ``bsp`` hands out the gathered A, ``cpu_chunked`` does not)."""
+    (``ag_gemm``'s winner ``ag_variant``: ``bsp`` hands out the gathered A, ``cpu_chunked`` does not;
+    ``fastest``: the fastest form each record says it measured, ``env["fastest_form"]``)."""
     from autotaxer.ops import get_op
     from autotaxer.records import WinnerRecord
     from autotaxer.table_file import write_table
@@ -218,7 +219,8 @@ def _table_for(ctx, rt, path: str, ag_variant: str = "bsp") -> int:
         name = ag_variant if key.op == "ag_gemm" else "bsp"
         params = {"chunks": 1, "order": "rotated"} if name == "cpu_chunked" else {}
         assert get_op(key.op).variants[name].check(key, ctx.target, params) is None
-        records.append(WinnerRecord(key, name, params, 5.0, 9.0, 4, device_type="cpu"))
+        env = {"fastest_form": fastest} if fastest else {}
+        records.append(WinnerRecord(key, name, params, 5.0, 9.0, 4, env=env, device_type="cpu"))
     if ctx.rank == 0:
         write_table(records, path)
     import torch.distributed as dist
@@ -256,11 +258,23 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
             out["compiled"] = _run_cases(ctx, compiled=True)
             out["compiled_counts"] = atp.counters()
             _table_for(ctx, rt, f"{table_dir}/no_saving.json", "cpu_chunked")
-            init((f"{table_dir}/no_saving.json",))
+            rt = init((f"{table_dir}/no_saving.json",))
             atp.reset_counters()
             out["no_saving"] = _run_cases(ctx, compiled=False)
             out["no_saving_counts"] = atp.counters()
             out["no_saving_served"] = [c["served"] for c in atp.decisions()]
+            # the records say BSP was the fastest form: it serves the calls that return A (served())
+            _table_for(ctx, rt, f"{table_dir}/no_saving_bsp.json", "cpu_chunked", fastest="bsp")
+            init((f"{table_dir}/no_saving_bsp.json",))
+            atp.reset_counters()
+            before = autotaxer.served()
+            out["no_saving_bsp"] = _run_cases(ctx, compiled=False)
+            out["no_saving_bsp_counts"] = atp.counters()
+            rows = autotaxer.served(since=before)
+            out["no_saving_bsp_rows"] = sorted(
+                {(s.path, s.variant, s.status) for s in rows if s.key.startswith("ag_gemm")}
+            )
+            out["no_saving_bsp_calls"] = sum(s.calls for s in rows if s.key.startswith("ag_gemm"))
             atp.reset_counters()
             a = torch.randn(4, 8, dtype=torch.float64)  # a dtype autotaxer does not take: torch's kernel
             with warnings.catch_warnings(record=True) as caught:
@@ -281,7 +295,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
 def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size: int) -> None:
     n_ag, n_rs = len(_ag_cases(world_size)), len(_rs_cases(world_size))
     for r in run_ranks(_served_and_fallback, world_size, "cpu", args=(str(tmp_path),), timeout=600):
-        for phase in ("untuned", "tuned", "compiled", "no_saving"):
+        for phase in ("untuned", "tuned", "compiled", "no_saving", "no_saving_bsp"):
             for case in r[phase]:
                 assert case["err"] < 1e-4, (phase, case)  # NaN fails too
                 assert case["layout_ok"], (phase, case)
@@ -307,6 +321,13 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
             "autotaxer": needs_a.count(False), "torch": needs_a.count(True)
         }  # fmt: skip
         assert r["no_saving_served"][:n_ag] == [not n for n in needs_a]
+        # ... unless the records name the fastest form that hands it out: that form serves them
+        assert r["no_saving_bsp_counts"]["fused_all_gather_matmul"] == {"autotaxer": n_ag, "torch": 0}
+        assert r["no_saving_bsp_rows"] == [
+            ("async_tp", "bsp", "fell back"),
+            ("async_tp", "cpu_chunked", "tuned"),
+        ]
+        assert r["no_saving_bsp_calls"] == n_ag
         err, counts, warned = r["fp64"]
         assert err < 1e-9 and counts == {"autotaxer": 0, "torch": 1}
         assert warned and "torch's kernel runs ag_gemm" in warned[0] and "dtype" in warned[0]

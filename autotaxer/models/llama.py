@@ -10,6 +10,9 @@ reduce-scatter back to the sequence shard, ``gemm_rs``). ``comm`` chooses how:
 
 * ``"autotaxer"``: :class:`autotaxer.nn.ColumnParallelLinear` / :class:`~autotaxer.nn.RowParallelLinear`
   (``autotaxer.dispatch``: the tuned variant, or the fastest BSP form);
+* ``"functions"``: autotaxer's torch-signature functions as code written for PyTorch's async TP calls
+  them: ``fused_all_gather_matmul(x, [W.t()], 0, group_name, return_A=False)`` and
+  ``fused_matmul_reduce_scatter(x, W.t(), "sum", 0, group_name)`` (``autotaxer.dispatch`` underneath);
 * ``"plain"``: what users write today, PyTorch's functional collectives and ``F.linear`` (traceable, so
   ``torch.compile`` and its async-TP pass see them);
 * ``"none"``: the same GEMMs with the communication removed (a local copy stands for the all-gather, a
@@ -34,7 +37,7 @@ from ..nn import ColumnParallelLinear, RowParallelLinear
 from ..runtime.custom_op import functional_collective
 
 #: The ways a :class:`TPLlamaLayer` communicates.
-COMMS = ("autotaxer", "plain", "none")
+COMMS = ("autotaxer", "functions", "plain", "none")
 
 
 @dataclass(frozen=True)
@@ -218,6 +221,11 @@ class TPLlamaLayer(nn.Module):
     def _column(self, x: torch.Tensor, layer: ColumnParallelLinear) -> torch.Tensor:
         if self.comm == "autotaxer":
             return layer(x)
+        if self.comm == "functions":
+            from ..functional import fused_all_gather_matmul
+
+            _, (y,) = fused_all_gather_matmul(x, [layer.weight.t()], 0, self._group_name(), return_A=False)
+            return y
         if self.comm == "plain":
             return F.linear(functional_collective("all_gather")(x, 0, self._group()), layer.weight)
         return F.linear(x.repeat(self.world_size, *([1] * (x.dim() - 1))), layer.weight)
@@ -225,6 +233,10 @@ class TPLlamaLayer(nn.Module):
     def _row(self, x: torch.Tensor, layer: RowParallelLinear) -> torch.Tensor:
         if self.comm == "autotaxer":
             return layer(x)
+        if self.comm == "functions":
+            from ..functional import fused_matmul_reduce_scatter
+
+            return fused_matmul_reduce_scatter(x, layer.weight.t(), "sum", 0, self._group_name())
         y = F.linear(x, layer.weight)
         if self.comm == "plain":
             return functional_collective("reduce_scatter")(y, "sum", 0, self._group())
@@ -234,6 +246,10 @@ class TPLlamaLayer(nn.Module):
         import torch.distributed as dist
 
         return self.group if self.group is not None else dist.group.WORLD
+
+    def _group_name(self) -> str:
+        """The group's name, as code written for PyTorch's async TP passes it."""
+        return self._group().group_name
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cfg, ws = self.cfg, self.world_size

@@ -42,30 +42,39 @@ class LayerForm:
             raise ValueError(f"role: expected one of {', '.join(LAYER_ROLES)}, got {self.role!r}")
 
 
+def _never(a: Any, b: Any) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class CompiledForm:
     """How ``torch.compile`` traces a call ``(a, b, <field>=dim)`` of the op
     (:mod:`autotaxer.runtime.custom_op`).
 
     ``plain(a, b, dim, group_name)``: BSP as plain PyTorch writes it (functional collectives and the
-    matmul, traceable and differentiable), ``(output, saved or None)``. ``opaque(a, b, dim, group_name,
-    grad)``: the op's custom op, opaque to the compiler (``grad``: the form with an autograd registration).
-    ``saving(a, b, dim, group_name)``: ``(output, saved)`` of the custom op that also returns what backward
-    keeps, or None."""
+    matmul, traceable and differentiable), ``(output, saved or None)``. ``opaque(a, b, dim, group_name)``:
+    the op's custom op, opaque to the compiler, served by the key's winner whatever it can hand out
+    (differentiable where its backward needs nothing the forward kept). ``saving(a, b, dim, group_name)``:
+    ``(output, saved)`` of the custom op that also returns what backward keeps, or None.
+    ``backward_keeps(a, b)``: whether a differentiable call's backward needs what the forward kept
+    (``ag_gemm``: the gathered A, when ``b`` requires grad)."""
 
     field: str
     plain: Callable[..., tuple[Any, Any]]
     opaque: Callable[..., Any]
     saving: Callable[..., tuple[Any, Any]] | None = None
+    backward_keeps: Callable[[Any, Any], bool] = _never
 
 
 @dataclass(frozen=True)
 class AutogradForm:
-    """How dispatch differentiates the op: ``call(tensors, plan)`` returns the differentiable output;
-    ``saving(tensors, plan)`` ``(output, saved)``, both differentiable (``dispatch_saving``), or None."""
+    """How dispatch differentiates the op: ``call(tensors, plan, path, keep)`` returns ``(output, saved or
+    None)``, both differentiable; ``keep``: the caller needs what backward keeps (``saved``). The forward
+    runs ``plan.forward(tensors, path, save)`` (the winner, or with ``save`` the form that hands out what
+    backward keeps), ``save`` true only where the caller or this call's backward needs it; ``path`` is
+    the call path it is counted under (:func:`autotaxer.served`)."""
 
-    call: Callable[[tuple, Any], Any]
-    saving: Callable[[tuple, Any], tuple[Any, Any]] | None = None
+    call: Callable[[tuple, Any, str, bool], tuple[Any, Any]]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ decision the first eager call of that shape would make, agreed by every rank):
   op's custom op, opaque to the compiler: its fake implementation gives the output's shape to the
   tracer, and at run time it is the ordinary eager dispatch (table lookup + the tuned variant).
 
+A call needs what backward keeps (``ag_gemm``: the gathered A) where its caller uses it or where its
+backward does (B requires grad); only then is a winner that cannot hand it out replaced, by the fastest
+form that can (``Plan.saving``: where that is ``bsp``, the traced BSP), and the op's ``saving`` custom op
+serves it. Calls of the custom ops are counted at run time (:func:`autotaxer.served`, path ``compiled``);
+a BSP traced into the graph is not autotaxer's at run time: it is listed with its number of traces.
+
 Each op declares both forms in its ``compiled`` integration (:class:`autotaxer.ops._forms.CompiledForm`:
 ``autotaxer/ops/<op>/_compile.py``, whose custom ops are ``torch.ops.autotaxer.<op>...``); importing this
 module registers every op's. Process groups cross the op boundary by name (:mod:`._groups`).
@@ -27,7 +33,7 @@ from ..ops import get_op, ops_with
 from ._groups import functional_collective, group_name, resolve
 from ._runtimes import runtime_for
 
-__all__ = ["compiled_dispatch", "compiled_saving", "functional_collective", "group_name"]
+__all__ = ["compiled_call", "compiled_dispatch", "compiled_saving", "functional_collective", "group_name"]
 
 for _op in ops_with("compiled"):  # registered now, as every compiled graph may call them
     _op.integration("compiled")
@@ -42,38 +48,62 @@ def _form(op: str) -> Any:
     return form
 
 
+#: The variant a compiled graph holds as plain PyTorch (functional collectives and the matmul).
+PLAIN = "bsp"
+
+
 @torch._dynamo.assume_constant_result
 def _traced_variant(
     op: str, field: str, name: str, dim: int, a0: int, a1: int, as0: int, as1: int, b0: int, b1: int,
-    bs0: int, bs1: int, dtype: torch.dtype, device: torch.device,
+    bs0: int, bs1: int, dtype: torch.dtype, device: torch.device, keep: bool,
 ) -> str:  # fmt: skip
-    """The variant dispatch serves a call of these static sizes, strides and dtype; run while tracing
-    (collective: every rank traces the same call)."""
+    """The variant dispatch serves a call of these static sizes, strides and dtype (``keep``: a call that
+    needs what backward keeps); run while tracing (collective: every rank traces the same call)."""
     a = torch.empty_strided((a0, a1), (as0, as1), dtype=dtype, device="meta")
     b = torch.empty_strided((b0, b1), (bs0, bs1), dtype=dtype, device="meta")
     rt = runtime_for(resolve(name))
-    return rt.decide_call(op, (a, b), {field: dim}, device).variant
+    variant = rt.decide_call(op, (a, b), {field: dim}, device, keep).variant
+    if variant == PLAIN:
+        rt.note_traced(op, (a, b), {field: dim}, variant)
+    return variant
 
 
-def _served_as_bsp(op: str, field: str, a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> bool:
+def _served_as_bsp(
+    op: str, field: str, a: torch.Tensor, b: torch.Tensor, dim: int, name: str, keep: bool = False
+) -> bool:
     """True when dispatch serves ``bsp`` for this call and its sizes are static (decided while tracing)."""
     from torch.fx.experimental.symbolic_shapes import has_static_value
 
     dims = (*a.shape, *a.stride(), *b.shape, *b.stride())
     if not all(has_static_value(d) for d in dims):
         return False  # dynamic shapes: the custom op decides per call at run time
-    return _traced_variant(op, field, name, dim, *dims[:4], *dims[4:], a.dtype, a.device) == "bsp"
+    return _traced_variant(op, field, name, dim, *dims[:4], *dims[4:], a.dtype, a.device, keep) == PLAIN
+
+
+def compiled_call(
+    op: str, a: torch.Tensor, b: torch.Tensor, dim: int, group: Any, keep: bool = False
+) -> tuple[Any, Any]:
+    """``(output, saved or None)`` of a call of ``op`` while ``torch.compile`` traces: the traced BSP, or
+    the op's custom op. ``keep``: the caller uses what backward keeps (returned as ``saved``); it is also
+    kept where the call's backward needs it (``CompiledForm.backward_keeps``), else the winner serves
+    whatever it can hand out."""
+    form, name = _form(op), group_name(group)
+    grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    save = keep or (grad and form.backward_keeps(a, b))
+    if save and form.saving is None:
+        if keep:
+            raise NotImplementedError(f"{op}: no custom op returns what its backward keeps")
+        save = False
+    if _served_as_bsp(op, form.field, a, b, dim, name, save):
+        return form.plain(a, b, dim, name)
+    if save:
+        return form.saving(a, b, dim, name)
+    return form.opaque(a, b, dim, name), None
 
 
 def compiled_saving(op: str, a: torch.Tensor, b: torch.Tensor, dim: int, group: Any) -> tuple[Any, Any]:
-    """``(output, saved)`` of a call of ``op`` while ``torch.compile`` traces: the traced BSP, or the op's
-    custom op that also returns what backward keeps."""
-    form, name = _form(op), group_name(group)
-    if _served_as_bsp(op, form.field, a, b, dim, name):
-        return form.plain(a, b, dim, name)
-    if form.saving is None:
-        raise NotImplementedError(f"{op}: no custom op returns what its backward keeps")
-    return form.saving(a, b, dim, name)
+    """``(output, saved)`` of a call of ``op`` while ``torch.compile`` traces (:func:`compiled_call`)."""
+    return compiled_call(op, a, b, dim, group, keep=True)
 
 
 def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int], group: Any) -> Any:
@@ -83,14 +113,11 @@ def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int],
         if key != form.field:
             raise ValueError(f"{key}: not a layout field of {op} (known: {form.field})")
     a, b = tensors
-    dim, name = int(layout.get(form.field, 0)), group_name(group)
+    dim = int(layout.get(form.field, 0))
     grad = (a.requires_grad or b.requires_grad) and torch.is_grad_enabled()
     if grad and out is not None:
         raise RuntimeError("dispatch(out=...): an output buffer cannot be differentiated through")
-    if _served_as_bsp(op, form.field, a, b, dim, name):
-        result = form.plain(a, b, dim, name)[0]
-    else:
-        result = form.opaque(a, b, dim, name, grad)
+    result = compiled_call(op, a, b, dim, group)[0]
     if out is not None:
         out.copy_(result)
         return out

@@ -13,10 +13,15 @@ Layouts: ``b`` may be row-major ``(K, N)`` or an nn.Linear weight passed as ``we
 ``b_layout`` (``kn``/``nk``) comes from its strides, so each layout is served its own tuned record.
 Inputs in other layouts (a non-contiguous ``a_shard``, a strided slice of B) are copied to one of those.
 
-Autograd: when an input requires grad (and grad mode is on), the forward also keeps the gathered A that
-it communicated (``Variant.run_for_backward``; variants that cannot hand it out run the baseline's), and
-backward computes ``grad_b = gathered_Aᵀ · grad_C`` and ``grad_a = reduce-scatter(grad_C · Bᵀ)`` along
-the gather dimension (:mod:`.autograd`). Every rank must call with the same ``requires_grad``.
+Autograd: when an input requires grad (and grad mode is on), backward computes ``grad_b = gathered_Aᵀ ·
+grad_C`` and ``grad_a = reduce-scatter(grad_C · Bᵀ)`` along the gather dimension (:mod:`.autograd`).
+Where B requires grad the forward also keeps the gathered A it communicated (``Variant.run_for_backward``);
+a winner that cannot hand it out is replaced, for those calls only, by the fastest form that can as the
+table knows it (``Plan.saving``, :func:`.lookup.saving_decision`); every other call (no grad, only A
+requiring grad) is served by the winner. Every rank must call with the same ``requires_grad``.
+
+What served: every call is counted per problem key, call path and variant (:func:`autotaxer.served`); the
+hot path's count is the plan's call counter it always kept.
 
 CUDA graphs: call each shape once before capturing (the first call allocates and talks to the other
 ranks, which capture forbids: it raises a clear error instead); replays then launch the captured
@@ -53,9 +58,9 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
-from .autograd import autograd_form, differentiable_call, saving_call
+from .autograd import autograd_call, autograd_form, differentiable_call
 from .custom_op import compiled_dispatch
-from .lookup import FALLBACK, Decision, decide
+from .lookup import FALLBACK, Decision, decide, saving_decision
 from .misses import Miss, append_misses, default_misses_path
 from .table import Table, TableSources, load_table, merge
 
@@ -188,14 +193,17 @@ class Plan:
 
     ``layout`` is the layout the plan was made for: the hot index finds a plan by op, shapes, strides and
     dtypes, and the call's layout must equal it (else the full signature decides). ``run`` copies inputs
-    into a layout the variants read first where the signature needs it. ``run_saving(inputs)`` returns
-    ``(output, saved)`` for autograd (the variant's :meth:`~autotaxer.ops.Variant.run_for_backward`, else
-    the baseline's, whose workspace is prepared on first use).
+    into a layout the variants read first where the signature needs it. ``saving`` is the decision that
+    serves calls needing what backward keeps (:func:`~.lookup.saving_decision`: the winner itself when it
+    hands that out, else the fastest form that does); ``run_saving(inputs)`` returns ``(output, saved)``
+    through it (its workspace prepared on first use). Calls are counted per path and variant for
+    :func:`autotaxer.served`: ``calls`` counts the hot path's (plain dispatch without grad, the winner),
+    ``served`` every other call by ``(path, variant)``.
     """
 
     __slots__ = (
         "run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used", "variant", "opobj",
-        "autograd", "_saving",
+        "autograd", "saving", "served", "_saving",
     )  # fmt: skip
 
     def __init__(
@@ -208,6 +216,7 @@ class Plan:
         layout: dict[str, Any] | None = None,
         variant: Any = None,
         opobj: Any = None,
+        saving: Decision | None = None,
     ) -> None:
         self.run = run
         self.workspace = workspace
@@ -215,30 +224,57 @@ class Plan:
         self.key = key
         self.decision = decision
         self.layout = dict(layout) if layout is not None else {}
-        self.calls = 0
+        self.calls = 0  # plain dispatch calls without grad (the hot path): served by the winner
         self.last_used = 0  # a tick of the runtime's clock: the least recently used plan is evicted first
         self.variant = variant
         self.opobj = opobj
         self.autograd = autograd_form(opobj) if opobj is not None else None  # the op's AutogradForm
+        self.saving = saving if saving is not None else decision
+        self.served: dict[tuple[str, str], int] = {}  # (path, variant) -> calls, beside the hot path's
         self._saving: Any = None  # (variant, workspace) that hands out what backward needs
 
-    def run_saving(self, tensors: tuple) -> tuple[Any, Any]:
-        """``(output, saved)`` as fresh tensors: the forward of an autograd call."""
+    def count(self, path: str, variant: str) -> None:
+        """Count one call of ``path`` served by ``variant`` (:func:`autotaxer.served`)."""
+        key = (path, variant)
+        self.served[key] = self.served.get(key, 0) + 1
+
+    def total_calls(self) -> int:
+        """Every call served through this plan since its counts were last collected."""
+        return self.calls + sum(self.served.values())
+
+    def forward(self, tensors: tuple, path: str, keep: bool) -> tuple[Any, Any]:
+        """``(output, saved)`` of one call of ``path``, counted: ``keep`` (the caller needs what backward
+        keeps) runs :meth:`run_saving`; otherwise the winner runs and ``saved`` is None."""
+        if keep:
+            return self.run_saving(tensors, path)
+        self.count(path, self.decision.variant)
+        return self.run(self.workspace, tensors, self.ctx, None), None
+
+    def run_saving(self, tensors: tuple, path: str = "dispatch") -> tuple[Any, Any]:
+        """``(output, saved)`` as fresh tensors through the ``saving`` form, counted under ``path``."""
         if self.opobj is not None and self.opobj.needs_canonical(tensors):
             tensors = self.opobj.canonical_inputs(tensors)
         if self._saving is None:
-            self._saving = (self.variant, self.workspace)
+            self._saving = self._saving_form(self.saving)
         variant, ws = self._saving
         result = variant.run_for_backward(ws, tensors, self.ctx)
-        if result is None:  # this variant cannot hand out the gathered input: the baseline's forward
+        if result is None:  # a variant that declared it saves but could not this time: the baseline's
             base = self.opobj.baseline()
             params = base.default_params(self.key, self.ctx.target)
-            self._saving = (base, base.prepare(self.key, params, self.ctx))
+            self._saving = self._saving_form(Decision(base.name, params))
             variant, ws = self._saving
             result = variant.run_for_backward(ws, tensors, self.ctx)
             if result is None:
                 raise NotImplementedError(f"{self.key.op}: no variant supports autograd")
+        self.count(path, variant.name)
         return result
+
+    def _saving_form(self, decision: Decision) -> tuple[Any, Any]:
+        """``(variant, workspace)`` of ``decision`` (the winner's own workspace where it is the winner)."""
+        if decision.variant == self.decision.variant and dict(decision.params) == dict(self.decision.params):
+            return self.variant, self.workspace
+        variant = self.opobj.variants[decision.variant]
+        return variant, variant.prepare(self.key, dict(decision.params), self.ctx)
 
 
 def _canonicalizing(run: Any, opobj: Any) -> Any:
@@ -300,6 +336,9 @@ class Runtime:
         self._watch: Any = IDLE
         self._checking = self.config.check_calls
         self._traced: set[ProblemKey] = set()  # keys decided while torch.compile traced (decide_call)
+        self._traced_forms: dict[tuple[ProblemKey, str], int] = {}  # (key, variant) -> traces (plain)
+        #: calls of dropped plans: (key, path, variant) -> calls, with the decision that served them
+        self._served_before: dict[tuple[ProblemKey, str, str], tuple[int, Decision]] = {}
         self._inline: Any = None  # tunes a miss at its first call (RuntimeConfig.tune_misses)
         self._misses_path = None
         if self.config.persist_misses:
@@ -316,10 +355,35 @@ class Runtime:
     def dispatch_saving(self, op: str, *tensors: Any, **layout: int) -> tuple[Any, Any]:
         """``(output, saved)``: the call as :meth:`dispatch` makes it, plus what its backward keeps
         (``ag_gemm``: the gathered A, fresh); differentiable in both when an input requires grad."""
-        plan = self._find(op, tensors, layout)
-        plan.calls += 1
+        return self.serve("dispatch", op, tensors, layout, keep=True)
+
+    def serve(
+        self, path: str, op: str, tensors: tuple, layout: dict[str, Any], keep: bool = False
+    ) -> tuple[Any, Any]:
+        """``(output, saved or None)`` of one call of ``op`` made by ``path`` (the name
+        :func:`autotaxer.served` counts it under: ``function``, ``compiled``, ``backward``, ...).
+
+        The key's winner serves it unless the call needs what backward keeps and the winner cannot hand
+        that out; then the fastest form that can (``Plan.saving``). It is needed when ``keep`` (the caller
+        uses it: ``saved`` is returned) or when the backward of a differentiable call does (``ag_gemm``:
+        the gathered A, for B's gradient only). Differentiable when an input requires grad under grad
+        mode. Collective, like :func:`dispatch`."""
+        w = self._watch
+        if w.view[0] != w.expect or self._checking:
+            self._before_call(op, tensors, layout)
+        plan = None
+        if len(tensors) == 2:
+            x, y = tensors
+            try:
+                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+            except AttributeError:  # not tensors: _find tells every rank which argument
+                plan = None
+        if plan is None or plan.layout != layout:
+            plan = self._find(op, tensors, layout)
         plan.last_used = next(self._clock)
-        return saving_call(op, plan, tensors)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return autograd_call(plan, tensors, path, keep)
+        return plan.forward(tensors, path, keep)
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -439,23 +503,42 @@ class Runtime:
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
         run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
-        plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj)
+        saving = self._saving_decision(opobj, key, decision)
+        plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj, saving)
         plan.last_used = next(self._clock)  # newest: never the one evicted to make room for itself
         self._plans[sig] = plan
         self._evict()
         return plan
 
-    def decide_call(self, op: str, tensors: tuple, layout: dict[str, Any], device: Any = None) -> Decision:
+    def decide_call(
+        self, op: str, tensors: tuple, layout: dict[str, Any], device: Any = None, keep: bool = False
+    ) -> Decision:
         """The decision a call with tensors of these shapes, strides and dtypes gets (``tensors`` may be on
         the meta device; ``device`` is where the call runs): the first call of a shape decides the same,
-        but this prepares no workspace. Collective, like the first call of a shape."""
+        but this prepares no workspace. ``keep``: the decision serving such calls that need what backward
+        keeps (``Plan.saving``). Collective, like the first call of a shape."""
         from ..ops import get_op
 
         if self.table is None:
             self.load(device)
-        key, decision = self._decide(get_op(op), tensors, layout, tracing=True)
+        opobj = get_op(op)
+        key, decision = self._decide(opobj, tensors, layout, tracing=True)
         self._traced.add(key)
-        return decision
+        return self._saving_decision(opobj, key, decision) if keep else decision
+
+    def note_traced(self, op: str, tensors: tuple, layout: dict[str, Any], variant: str) -> None:
+        """Note that ``torch.compile`` traced a call of these shapes as ``variant`` in plain PyTorch (the
+        graph runs it without autotaxer, so its calls are not counted: :func:`autotaxer.served` lists
+        the key with the number of traces instead)."""
+        from ..ops import get_op
+
+        key = problem_key(get_op(op), tensors, dict(layout), self.ctx.world_size, self.ctx.target)
+        self._traced_forms[(key, variant)] = self._traced_forms.get((key, variant), 0) + 1
+
+    def _saving_decision(self, opobj: Any, key: ProblemKey, decision: Decision) -> Decision:
+        """What serves ``key``'s calls that need what backward keeps (:func:`.lookup.saving_decision`)."""
+        max_log = math.log(self.config.max_m_ratio)
+        return saving_decision(self.table.records, key, decision, opobj, self.ctx.target, max_log)
 
     def _decide(
         self, opobj: Any, tensors: tuple, layout: dict[str, Any], tracing: bool = False
@@ -699,16 +782,43 @@ class Runtime:
         )
 
     def _count_calls(self, plan: Plan) -> None:
+        """Move ``plan``'s call counts into the runtime's (its miss, and :meth:`served_calls`)."""
         m = self._misses.get(plan.key)
         if m is not None:
-            self._misses[plan.key] = Miss(m.key, m.source, m.variant, m.calls + plan.calls, m.tuned_key)
+            self._misses[plan.key] = Miss(
+                m.key, m.source, m.variant, m.calls + plan.total_calls(), m.tuned_key
+            )
+        for (path, variant), n in _plan_counts(plan).items():
+            before, _ = self._served_before.get((plan.key, path, variant), (0, None))
+            self._served_before[(plan.key, path, variant)] = (before + n, plan.decision)
         plan.calls = 0
+        plan.served = {}
+
+    def served_calls(self) -> list[tuple[ProblemKey, str, str, int | None, Decision | None]]:
+        """``(key, path, variant, calls, decision)`` of every call served so far (``calls`` None: traced
+        into a compiled graph as plain PyTorch, whose calls nobody counts; the number of traces is
+        :meth:`traces`); ``decision`` the key's decision when those calls were served."""
+        counts = {k: (n, d) for k, (n, d) in self._served_before.items()}
+        for plan in self._plans.values():
+            for (path, variant), n in _plan_counts(plan).items():
+                before, _ = counts.get((plan.key, path, variant), (0, None))
+                counts[(plan.key, path, variant)] = (before + n, plan.decision)
+        rows: list[tuple[ProblemKey, str, str, int | None, Decision | None]] = [
+            (key, path, variant, n, d) for (key, path, variant), (n, d) in counts.items()
+        ]
+        for key, variant in self._traced_forms:
+            rows.append((key, "traced", variant, None, self._decisions.get(key)))
+        return rows
+
+    def traces(self, key: ProblemKey, variant: str) -> int:
+        """How many times ``torch.compile`` traced ``key`` as ``variant`` in plain PyTorch."""
+        return self._traced_forms.get((key, variant), 0)
 
     def misses(self) -> list[Miss]:
         """Distinct misses so far with their call counts, most called first."""
         live: dict[ProblemKey, int] = {}
         for p in self._plans.values():
-            live[p.key] = live.get(p.key, 0) + p.calls
+            live[p.key] = live.get(p.key, 0) + p.total_calls()
         out = [
             Miss(m.key, m.source, m.variant, m.calls + live.get(m.key, 0), m.tuned_key)
             for m in self._misses.values()
@@ -747,6 +857,15 @@ class Runtime:
         if tag not in self._warned:
             self._warned.add(tag)
             warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _plan_counts(plan: Plan) -> dict[tuple[str, str], int]:
+    """``(path, variant) -> calls`` of ``plan``: its hot path's (plain dispatch, the winner) and the rest."""
+    counts = {k: n for k, n in plan.served.items() if n}
+    if plan.calls:
+        key = ("dispatch", plan.decision.variant)
+        counts[key] = counts.get(key, 0) + plan.calls
+    return counts
 
 
 def _argument_error(tensors: tuple) -> str | None:
@@ -825,9 +944,8 @@ def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dic
         if plan is None or plan.layout != layout:
             plan = rt._find(op, tensors, layout)
         if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
-            plan.calls += 1
             plan.last_used = next(rt._clock)
-            return differentiable_call(plan, tensors, out)
+            return differentiable_call(plan, tensors, out)  # counted by the op's autograd forward
     else:
         plan = rt._find(op, tensors, layout)
     plan.calls += 1

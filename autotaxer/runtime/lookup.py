@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,10 +154,11 @@ def fastest_form_near(
     op: Any,
     target: Target,
     max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+    accept: Callable[[Any], bool] = lambda variant: True,
 ) -> Decision | None:
     """The :data:`FALLBACK` decision of the fastest form measured at the nearest tuned key of the same GPU,
     world size, dtype, op and layout (within ``max_log_distance`` summed over the shape fields) whose
-    form runs here (default parameters), or None."""
+    form runs here (default parameters) and which ``accept(variant)`` takes, or None."""
     near = []
     for rec in records:
         k = rec.key
@@ -173,7 +174,7 @@ def fastest_form_near(
     for dist, _, rec in sorted(near, key=lambda t: t[:2]):
         name = fastest_form(rec, op)
         variant = op.available_variants(target).get(name) if name else None
-        if variant is None:
+        if variant is None or not accept(variant):
             continue
         try:
             params = variant.default_params(key, target)
@@ -181,3 +182,39 @@ def fastest_form_near(
             continue
         return Decision(name, params, FALLBACK, dist, rec.key)
     return None
+
+
+def _saves(variant: Any) -> bool:
+    return variant.saves_for_backward()
+
+
+def saving_decision(
+    table: Mapping[ProblemKey, Any],
+    key: ProblemKey,
+    decision: Decision,
+    op: Any,
+    target: Target,
+    max_log_distance: float = DEFAULT_MAX_LOG_DISTANCE,
+) -> Decision:
+    """What serves the calls of ``key`` that need what its backward keeps (``ag_gemm``: the gathered A,
+    returned to the caller or saved for the weight's gradient): ``decision`` itself when its variant hands
+    that out (:meth:`~autotaxer.ops.Variant.saves_for_backward`), else the fastest form that does as the
+    table knows it: the fastest form measured at the decision's tuned key (``fastest_form``), else at the
+    nearest tuned key (:func:`fastest_form_near`), else the op's baseline (BSP). Pure and the same on every
+    rank, like :func:`decide`."""
+    variant = op.variants.get(decision.variant)
+    if variant is not None and variant.saves_for_backward():
+        return decision
+    rec = table.get(decision.tuned_key) if decision.tuned_key is not None else None
+    name = fastest_form(rec, op) if rec is not None else None
+    form = op.available_variants(target).get(name) if name else None
+    if form is not None and _saves(form):
+        try:
+            return Decision(name, form.default_params(key, target), FALLBACK, decision.distance, rec.key)
+        except ValueError:
+            pass
+    near = fastest_form_near(table.values(), key, op, target, max_log_distance, accept=_saves)
+    if near is not None:
+        return near
+    base = op.baseline()
+    return Decision(base.name, base.default_params(key, target), FALLBACK, math.inf, None)

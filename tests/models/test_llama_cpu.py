@@ -1,6 +1,7 @@
-"""The layer benchmark's model on gloo ranks (CPU, fp32): the sharded layer through autotaxer and through
-PyTorch's functional collectives against the unsharded layer (output, loss, every gradient), eager and
-under ``torch.compile(fullgraph=True)`` with no graph break."""
+"""The layer benchmark's model on gloo ranks (CPU, fp32): the sharded layer through autotaxer's layers,
+through its torch-signature functions and through PyTorch's functional collectives against the unsharded
+layer (output, loss, every gradient), eager and under ``torch.compile(fullgraph=True)`` with no graph
+break."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def _layer_against_reference(ctx, comm: str, compiled: bool) -> dict:
 def _every_case(ctx) -> dict:
     """Every (comm, compiled) case in turn, in one spawned group (spawning one costs seconds)."""
     return {(comm, compiled): _layer_against_reference(ctx, comm, compiled)
-            for comm in ("autotaxer", "plain") for compiled in (False, True)}  # fmt: skip
+            for comm in ("autotaxer", "functions", "plain") for compiled in (False, True)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -94,12 +95,12 @@ def layer_results() -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
-@pytest.mark.parametrize("comm", ["autotaxer", "plain"])
+@pytest.mark.parametrize("comm", ["autotaxer", "functions", "plain"])
 def test_sharded_layer_matches_the_unsharded_layer(comm: str, compiled: bool, layer_results) -> None:
     for per_rank in (r[(comm, compiled)] for r in layer_results):
         assert max(per_rank["errors"].values()) < 1e-5, per_rank["errors"]
         assert per_rank["breaks"] == 0
-        if comm == "autotaxer" and not compiled:  # every problem the step dispatched, and only those
+        if comm != "plain" and not compiled:  # every problem the step dispatched, and only those
             called, listed = per_rank["problems"]
             assert called == listed
 

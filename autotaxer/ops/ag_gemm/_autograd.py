@@ -1,7 +1,10 @@
 """Autograd of ``ag_gemm``: ``C = all_gather(A_shard, gather_dim) @ B`` on every rank.
 
-Forward runs the planned variant through :meth:`Plan.run_saving`, which also returns the gathered A it
-communicated (a fresh tensor, saved for backward: no second all-gather). Backward, on every rank:
+Forward runs the planned variant. Where B requires grad (or the caller wants the gathered A) it runs
+through :meth:`Plan.run_saving`, which also returns the gathered A it communicated (a fresh tensor, saved
+for backward: no second all-gather; a winner that cannot hand it out is replaced, for that call, by the
+fastest form that can); elsewhere the winner runs whatever it can save, since A's gradient needs only B.
+Backward, on every rank:
 
 * ``grad_B = gathered_Aᵀ · grad_C`` (local: each rank's B is its own, e.g. a column shard of a weight);
 * ``grad_A_shard = reduce-scatter(grad_C · Bᵀ + grad_gathered)`` along ``gather_dim``: every rank's
@@ -77,14 +80,17 @@ class AgGemmFunction(torch.autograd.Function):
     """``(C, gathered A) = ag_gemm(a_shard, b)`` through a dispatch plan, differentiable in both inputs."""
 
     @staticmethod
-    def forward(ctx: Any, a_shard: torch.Tensor, b: torch.Tensor, plan: Any) -> tuple[torch.Tensor, Any]:
-        out, gathered = plan.run_saving((a_shard, b))
-        ctx.save_for_backward(gathered, b)
+    def forward(
+        ctx: Any, a_shard: torch.Tensor, b: torch.Tensor, plan: Any, path: str, keep: bool
+    ) -> tuple[torch.Tensor, Any]:
+        weight_grad_needed = ctx.needs_input_grad[1]  # grad_B = gathered Aᵀ · grad_C; grad_A needs only B
+        out, gathered = plan.forward((a_shard, b), path, keep or weight_grad_needed)
+        ctx.save_for_backward(gathered if weight_grad_needed else None, b)
         ctx.set_materialize_grads(False)  # an unused gathered A has no gradient: no zeros to add
         ctx.gather_dim = plan.key["gather_dim"]
         ctx.group = plan.ctx.group
         ctx.world_size = plan.ctx.world_size
-        return out, gathered
+        return out, (gathered if keep else None)
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: torch.Tensor | None):
@@ -96,15 +102,19 @@ class AgGemmFunction(torch.autograd.Function):
         def gemm_rs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
             rt = runtime_for(ctx.group)
             x = x.contiguous()
-            if rt.plan(BACKWARD_OP, x, y, scatter_dim=ctx.gather_dim).decision.variant == "bsp":
-                return None  # plain BSP: computed and scattered by ag_gemm_grads, overlapping grad_b
-            return rt.dispatch(BACKWARD_OP, x, y, scatter_dim=ctx.gather_dim)
+            plan = rt.plan(BACKWARD_OP, x, y, scatter_dim=ctx.gather_dim)
+            if plan.decision.variant == "bsp":
+                plan.count("backward", "bsp")  # computed and scattered by ag_gemm_grads, overlapping grad_b
+                return None
+            return rt.serve("backward", BACKWARD_OP, (x, y), {"scatter_dim": ctx.gather_dim})[0]
 
         needs = ctx.needs_input_grad[:2]
-        return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs), None)
+        grads = ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter, gemm_rs)
+        return (*grads, None, None, None)
 
 
-FORM = AutogradForm(
-    call=lambda tensors, plan: AgGemmFunction.apply(*tensors, plan)[0],
-    saving=lambda tensors, plan: AgGemmFunction.apply(*tensors, plan),
-)
+def _call(tensors: tuple, plan: Any, path: str, keep: bool) -> tuple[torch.Tensor, Any]:
+    return AgGemmFunction.apply(*tensors, plan, path, keep)
+
+
+FORM = AutogradForm(call=_call)

@@ -3,10 +3,12 @@
     torch.ops.autotaxer.ag_gemm(a_shard, b, gather_dim, group_name) -> Tensor (M, N)
     torch.ops.autotaxer.ag_gemm_saving(a_shard, b, gather_dim, group_name) -> (C, gathered A)
 
-``ag_gemm_saving`` is what a compiled region calls when an input requires grad: it has an autograd
-registration whose reduce-scatter is a functional collective (traced, so inductor overlaps it with the
-weight gradient as it does for plain PyTorch), so ``torch.compile`` traces forward and backward around
-the opaque communicating forward. :mod:`autotaxer.runtime.custom_op` decides which form a call gets.
+``ag_gemm`` is served by the key's winner whatever it can hand out; ``ag_gemm_saving`` is what a compiled
+region calls where the gathered A is needed (returned to the caller, or B requires grad). Both have
+autograd registrations whose reduce-scatter is a functional collective (traced, so inductor overlaps it
+with the weight gradient as it does for plain PyTorch), so ``torch.compile`` traces forward and backward
+around the opaque communicating forward. :mod:`autotaxer.runtime.custom_op` decides which form a call
+gets.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from ._autograd import ag_gemm_grads
 @torch.library.custom_op("autotaxer::ag_gemm", mutates_args=())
 def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
     """All-gather ``a_shard`` along ``gather_dim`` over the group, then multiply by ``b`` (tuned variant)."""
-    return runtime_for(resolve(group_name)).dispatch("ag_gemm", a_shard, b, gather_dim=gather_dim)
+    rt = runtime_for(resolve(group_name))
+    with torch.no_grad():
+        return rt.serve("compiled", "ag_gemm", (a_shard, b), {"gather_dim": gather_dim})[0]
 
 
 def _gathered_shape(a_shard: torch.Tensor, gather_dim: int, group_name: str) -> tuple[int, int]:
@@ -48,7 +52,7 @@ def ag_gemm_saving(
     """``(C, gathered A)``: :func:`ag_gemm` that also returns the gathered A it communicated (fresh)."""
     rt = runtime_for(resolve(group_name))
     with torch.no_grad():
-        return rt.dispatch_saving("ag_gemm", a_shard, b, gather_dim=gather_dim)
+        return rt.serve("compiled", "ag_gemm", (a_shard, b), {"gather_dim": gather_dim}, keep=True)
 
 
 @ag_gemm_saving.register_fake
@@ -63,8 +67,8 @@ def _saving_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
     ctx.gather_dim, ctx.group_name = gather_dim, group_name
 
 
-def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: torch.Tensor | None):
-    gathered, b = ctx.saved_tensors
+def _reduce_scatter(ctx: Any) -> Any:
+    """``full -> (this rank's shard of the sum over ranks, None)`` as a functional collective."""
 
     def reduce_scatter(full: torch.Tensor) -> tuple[torch.Tensor, None]:
         if world_size(ctx.group_name) == 1:
@@ -72,11 +76,34 @@ def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: tor
         group = collective_name(ctx.group_name)
         return functional_collective("reduce_scatter")(full.contiguous(), "sum", ctx.gather_dim, group), None
 
+    return reduce_scatter
+
+
+def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: torch.Tensor | None):
+    gathered, b = ctx.saved_tensors
     needs = ctx.needs_input_grad[:2]
-    return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, reduce_scatter), None, None)
+    return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, _reduce_scatter(ctx)), None, None)
 
 
 ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
+
+
+def _setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    a_shard, b, gather_dim, group_name = inputs
+    # compiled code calls ag_gemm_saving where B requires grad; a direct call keeps the shard to gather again
+    ctx.save_for_backward(a_shard if ctx.needs_input_grad[1] else None, b)
+    ctx.gather_dim, ctx.group_name = gather_dim, group_name
+
+
+def _backward(ctx: Any, grad_out: torch.Tensor | None):
+    """A's gradient needs only B; B's (a direct call of the op) the shard gathered again."""
+    a_shard, b = ctx.saved_tensors
+    gathered = _plain(a_shard, b, ctx.gather_dim, ctx.group_name)[1] if a_shard is not None else None
+    needs = ctx.needs_input_grad[:2]
+    return (*ag_gemm_grads(needs, grad_out, None, gathered, b, _reduce_scatter(ctx)), None, None)
+
+
+ag_gemm.register_autograd(_backward, setup_context=_setup)
 
 
 def _plain(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,14 +112,18 @@ def _plain(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch
     return linear_product(gathered, b), gathered
 
 
-def _opaque(a: torch.Tensor, b: torch.Tensor, dim: int, name: str, grad: bool) -> torch.Tensor:
-    if grad:
-        return torch.ops.autotaxer.ag_gemm_saving(a, b, dim, name)[0]
+def _opaque(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> torch.Tensor:
     return torch.ops.autotaxer.ag_gemm(a, b, dim, name)
+
+
+def _backward_keeps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return b.requires_grad  # grad_B = gathered Aᵀ · grad_C; grad_A needs only B
 
 
 def _saving(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ops.autotaxer.ag_gemm_saving(a, b, dim, name)
 
 
-FORM = CompiledForm(field="gather_dim", plain=_plain, opaque=_opaque, saving=_saving)
+FORM = CompiledForm(
+    field="gather_dim", plain=_plain, opaque=_opaque, saving=_saving, backward_keeps=_backward_keeps
+)

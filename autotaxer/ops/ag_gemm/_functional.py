@@ -2,9 +2,11 @@
 dispatch (:mod:`autotaxer.functional` exports it).
 
 All-gather ``A_shard`` along ``gather_dim`` over the group, return the gathered A and ``A @ B`` for each
-B, so code written for PyTorch's async-TP swaps one call. The first B is one tuned ``ag_gemm`` problem
-(whose variant also returns the gathered A it communicated); the others multiply that gathered A, so all
-of them share one all-gather. Differentiable in A_shard, every B and the returned A.
+B, so code written for PyTorch's async-TP swaps one call. The first B is one tuned ``ag_gemm`` problem;
+the others multiply the gathered A, so all of them share one all-gather. The key's winner serves the call
+whatever it can hand out unless the gathered A is needed (``return_A``, several Bs, or the first B
+requires grad): then a winner that cannot return it is replaced by the fastest form that can.
+Differentiable in A_shard, every B and the returned A.
 """
 
 from __future__ import annotations
@@ -38,15 +40,16 @@ def fused_all_gather_matmul(
     gather_dim %= A_shard.dim()
     group = _group_arg(group_name)
     a2d, gd = _to_matrix(A_shard, gather_dim)
-    if torch.compiler.is_compiling():  # traced BSP, or the custom op with its autograd registration
-        from ...runtime.custom_op import compiled_saving
+    keep = return_A or len(Bs) > 1  # the caller uses the gathered A
+    if torch.compiler.is_compiling():  # traced BSP, or a custom op with its autograd registration
+        from ...runtime.custom_op import compiled_call
 
-        first, gathered = compiled_saving("ag_gemm", a2d, Bs[0], gd, group)
+        first, gathered = compiled_call("ag_gemm", a2d, Bs[0], gd, group, keep)
     else:
         rt = runtime_for(group)
-        first, gathered = rt.dispatch_saving("ag_gemm", a2d, Bs[0], gather_dim=gd)
+        first, gathered = rt.serve("function", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
     outs = [first] + [gathered @ b for b in Bs[1:]]
-    ws = gathered.shape[gd] // a2d.shape[gd]
+    ws = first.shape[0] // a2d.shape[0] if gd == 0 else Bs[0].shape[0] // a2d.shape[1]
     outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
     return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
 

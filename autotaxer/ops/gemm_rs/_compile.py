@@ -26,7 +26,7 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str)
     """This rank's slice along ``scatter_dim`` of the sum over ranks of ``a @ b`` (tuned variant)."""
     rt = runtime_for(resolve(group_name))
     with torch.no_grad():
-        return rt.dispatch("gemm_rs", a, b, scatter_dim=scatter_dim)
+        return rt.serve("compiled", "gemm_rs", (a, b), {"scatter_dim": scatter_dim})[0]
 
 
 @gemm_rs.register_fake
@@ -43,11 +43,16 @@ def _setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
 
 
 def _backward(ctx: Any, grad_out: torch.Tensor):
-    """One tuned all-gather GEMM of ``grad_out`` with ``bᵀ``; it also returns the gathered ``grad_out``."""
+    """One tuned all-gather GEMM of ``grad_out`` with ``bᵀ``; where ``b`` requires grad it also returns the
+    gathered ``grad_out`` (else its winner serves whatever it can hand out)."""
     a, b = ctx.saved_tensors
-    saving = get_op(BACKWARD_OP).integration("compiled").saving
-    grad_a, gathered = saving(grad_out.contiguous(), b.t(), ctx.scatter_dim, ctx.group_name)
-    grad_b = weight_grad(a, gathered, b) if ctx.needs_input_grad[1] else None
+    form = get_op(BACKWARD_OP).integration("compiled")
+    args = (grad_out.contiguous(), b.t(), ctx.scatter_dim, ctx.group_name)
+    if ctx.needs_input_grad[1]:
+        grad_a, gathered = form.saving(*args)
+        grad_b = weight_grad(a, gathered, b)
+    else:
+        grad_a, grad_b = form.opaque(*args), None
     return (grad_a if ctx.needs_input_grad[0] else None), grad_b, None, None
 
 
@@ -60,7 +65,7 @@ def _plain(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch
     return functional_collective("reduce_scatter")(linear_product(a, b), "sum", dim, group), None
 
 
-def _opaque(a: torch.Tensor, b: torch.Tensor, dim: int, name: str, grad: bool) -> torch.Tensor:
+def _opaque(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> torch.Tensor:
     return torch.ops.autotaxer.gemm_rs(a, b, dim, name)
 
 

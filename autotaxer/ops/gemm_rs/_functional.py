@@ -17,7 +17,8 @@ def fused_matmul_reduce_scatter(
     """This rank's slice along ``scatter_dim`` of ``sum over ranks of A @ B`` (``reduce_op`` ``"sum"``
     or ``"avg"``); collective. ``A`` is ``(..., K_r)``, ``B`` ``(K_r, N)`` (row-major or ``weight.t()``).
     """
-    from ...runtime.dispatch import dispatch
+    from ...runtime.custom_op import compiled_call
+    from ...runtime.dispatch import runtime_for
 
     if reduce_op not in ("sum", "avg"):
         raise ValueError(f"reduce_op: expected 'sum' or 'avg', got {reduce_op!r}")
@@ -30,7 +31,10 @@ def fused_matmul_reduce_scatter(
         a2d, sd = A.reshape(-1, A.shape[-1]), 1
     else:
         a2d, sd = A.movedim(scatter_dim, 0).reshape(-1, A.shape[-1]), 0
-    out = dispatch("gemm_rs", a2d, B, scatter_dim=sd, group=group)
+    if torch.compiler.is_compiling():  # traced BSP, or the custom op with its autograd registration
+        out = compiled_call("gemm_rs", a2d, B, sd, group)[0]
+    else:
+        out = runtime_for(group).serve("function", "gemm_rs", (a2d, B), {"scatter_dim": sd})[0]
     ws = a2d.shape[0] // out.shape[0] if sd == 0 else B.shape[1] // out.shape[1]
     if reduce_op == "avg":
         out = out / ws
