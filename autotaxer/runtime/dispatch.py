@@ -669,10 +669,10 @@ class Runtime:
         for key in keys:
             self._decisions.pop(key, None)
         self._drop_plans(lambda plan: plan.key in keys)
-        for wkey in [w for w in self._workspaces if w[0] in keys]:  # kept by serve() for no plan
+        for wkey in [w for w in self._workspaces if w[0] in keys]:  # kept by serve_decision() for no plan
             del self._workspaces[wkey]
 
-    def serve(self, key: ProblemKey, decision: Decision) -> None:
+    def serve_decision(self, key: ProblemKey, decision: Decision) -> None:
         """Serve ``decision`` for ``key`` from its next call, keeping the workspaces prepared for the key
         (``autotaxer.warmup``'s in-step check switches a key between its winner and its fastest form;
         :meth:`forget` drops them). Every rank must serve the same: the next call agrees on it again."""

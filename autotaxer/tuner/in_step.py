@@ -221,7 +221,7 @@ def _rounds(
     for _ in range(rounds):
         for arm in rng.sample((0, 1), 2):
             if mine is not None:
-                mine[0].serve(mine[1].key, decisions[arm])
+                mine[0].serve_decision(mine[1].key, decisions[arm])
             step(*args)  # untimed: the switch's first call agrees with the other ranks
             samples[arm].append(_timed(step, args, world))
     return samples

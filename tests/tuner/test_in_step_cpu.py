@@ -324,7 +324,10 @@ def test_show_prints_the_in_step_gain_beside_the_speedup(tmp_path) -> None:
         return dataclasses.replace(rec, env={**rec.env, **env})
 
     kept = stamped(
-        make_record(16, median_us=20.0, bsp_us=30.0), in_step="kept", in_step_gain="1.0830", confirmed="interleaved"
+        make_record(16, median_us=20.0, bsp_us=30.0),
+        in_step="kept",
+        in_step_gain="1.0830",
+        confirmed="interleaved",
     )
     replaced = stamped(
         make_record(32, median_us=30.0, bsp_us=30.0, variant="bsp"),
