@@ -328,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--tables", default="", help="comma-separated table files for autotaxer (default: shipped)"
     )
+    ap.add_argument(
+        "--no-shipped", action="store_true", help="serve no shipped table (tuning_db/): only --tables, --db"
+    )
     ap.add_argument("--out", default="")
     ap.add_argument(
         "--write-shapes",
@@ -364,7 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     import autotaxer
 
     tables = tuple(t for t in args.tables.split(",") if t)
-    autotaxer.init(autotaxer.RuntimeConfig(tables=tables, persist_misses=False, db_url=args.db or None))
+    autotaxer.init(
+        autotaxer.RuntimeConfig(
+            tables=tables, persist_misses=False, db_url=args.db or None, shipped_tables=not args.no_shipped
+        )
+    )
     base = make_layer(cfg, device, dtype, rank)
     params = list(base.parameters())
     # Every mode compiles the same forward (one code object) for every case: static shapes per case, as a
