@@ -45,7 +45,7 @@ import math
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -82,6 +82,10 @@ def _hot_key(op: str, tensors: tuple) -> tuple | None:
         return None
     x, y = tensors
     return (op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype)
+
+
+#: the longest bound of a wait on peers that a config accepts, in seconds (kernels count it in int64 ns)
+MAX_WAIT_S = 86400.0
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,17 @@ class RuntimeConfig(TableSources):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
-        self.peer_timeout()  # $AUTOTAXER_PEER_TIMEOUT, when it decides
+        for name, value in (
+            ("peer_timeout_s", self.peer_timeout()),
+            ("first_call_timeout_s", self.first_call_timeout_s),
+        ):
+            if value > MAX_WAIT_S:  # kernels count the bound in int64 nanoseconds
+                where = (
+                    "$AUTOTAXER_PEER_TIMEOUT"
+                    if name == "peer_timeout_s" and self.peer_timeout_s is None
+                    else name
+                )
+                raise ValueError(f"{where}: at most {MAX_WAIT_S:.0f} seconds (one day), got {value!r}")
         sources = self.table_sources()
         sources.validate()
         for path in sources.tables:  # refused at init, not at the first call
@@ -463,7 +477,7 @@ class Runtime:
         """The key of a call and the decision every rank agreed on (a miss is noted; with ``tune_misses``
         tuned, unless ``torch.compile`` is ``tracing``: no trial runs inside a trace); collective."""
         key, decision, error, exc = None, None, None, None
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        grad = _grad_inputs(tensors)
         try:
             key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
             decision = self._decisions.get(key)
@@ -495,13 +509,16 @@ class Runtime:
             self._note_miss(key, decision)
         return key, decision
 
-    def _agree(self, op: str, key, decision, error, exc, grad: bool = False) -> Decision:
-        """All ranks exchange (key, decision, whether the call is differentiable); raise on every rank or
-        resolve to one decision."""
+    def _agree(self, op: str, key, decision, error, exc, grad: tuple = ()) -> Decision:
+        """All ranks exchange (key, decision, which inputs require grad, the wrapper's arguments:
+        :mod:`.agreement`); raise on every rank or resolve to one decision."""
         from ..ops import get_op
+        from .agreement import caller
 
         mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
-        everyone = _all_gather(mine, self.group)
+        everyone = _all_gather((mine, caller()), self.group)
+        callers = [c for _, c in everyone]
+        everyone = [m for m, _ in everyone]
         failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
         if failed:
             lines = "; ".join(f"rank {r}: {e}" for r, e in failed)
@@ -509,12 +526,17 @@ class Runtime:
         if len({k for k, _, _, _ in everyone}) > 1:
             lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _, _) in enumerate(everyone))
             raise ConsensusError(f"dispatch({op!r}): ranks called with different problems ({lines})")
-        if len({g for _, _, _, g in everyone}) > 1:
-            lines = ", ".join(f"rank {r}: {'yes' if g else 'no'}" for r, (_, _, _, g) in enumerate(everyone))
+        if len(set(callers)) > 1:
+            lines = "; ".join(f"rank {r}: {_caller_text(c)}" for r, c in enumerate(callers))
             raise ConsensusError(
-                f"dispatch({op!r}): ranks differ in whether the call is differentiable (an input with "
-                f"requires_grad under grad mode: {lines}); backward is collective, so every rank must "
-                "differentiate the same calls"
+                f"dispatch({op!r}): ranks called with different arguments for one problem ({lines}); "
+                "the results would differ"
+            )
+        if len({g for _, _, _, g in everyone}) > 1:
+            lines = ", ".join(f"rank {r}: {_grad_text(g)}" for r, (_, _, _, g) in enumerate(everyone))
+            raise ConsensusError(
+                f"dispatch({op!r}): ranks differ in which inputs require grad under grad mode ({lines}); "
+                "backward is collective, so every rank must differentiate the same calls in the same inputs"
             )
         if len({d for _, d, _, _ in everyone}) == 1:
             return decision
@@ -641,14 +663,17 @@ class Runtime:
             self._inline = InlineTuner(self.config)
         return self.decide_key(key) if self._inline.tune(self, key) else decision
 
-    def _refuse(self, op: str, error: str) -> None:
-        """Raise ``TypeError`` for a call whose arguments are not what dispatch takes, on every rank: the
-        others learn it in the exchange of a first call, where they would otherwise wait for this one."""
-        if self.table is None:
-            self.load()
-        if self.ctx.world_size > 1:
-            self._agree(op, None, None, f"TypeError: {error}", None)
-        raise TypeError(f"dispatch({op!r}): {error}")
+    def _refuse(self, op: str, error: str | Exception) -> NoReturn:
+        """Raise for a call whose arguments are not what dispatch (or a wrapper over it) takes, on every
+        rank: the others learn it in the exchange of a first call, where they would otherwise wait for
+        this one. ``error``: a message (a ``TypeError`` of dispatch's) or the wrapper's exception."""
+        exc = error if isinstance(error, Exception) else TypeError(f"dispatch({op!r}): {error}")
+        text = f"TypeError: {error}" if isinstance(error, str) else f"{type(exc).__name__}: {exc}"
+        if self.world_size > 1:
+            if self.table is None:
+                self.load()
+            self._agree(op, None, None, text, exc)
+        raise exc
 
     def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
         import json
@@ -743,6 +768,21 @@ def _argument_error(tensors: tuple) -> str | None:
         if not isinstance(t, torch.Tensor):
             return f"tensor argument {i + 1}: expected a torch.Tensor, got {type(t).__name__}"
     return None
+
+
+def _grad_inputs(tensors: tuple) -> tuple[int, ...]:
+    """Which tensor arguments (by position) require grad under grad mode: what backward will need."""
+    if not torch.is_grad_enabled():
+        return ()
+    return tuple(i for i, t in enumerate(tensors) if getattr(t, "requires_grad", False))
+
+
+def _grad_text(grad: tuple[int, ...]) -> str:
+    return "tensor arguments " + ", ".join(str(i + 1) for i in grad) if grad else "none"
+
+
+def _caller_text(caller: tuple | None) -> str:
+    return "dispatch itself" if caller is None else ", ".join(str(a) for a in caller)
 
 
 def _call_text(op: str, tensors: tuple, layout: dict[str, Any]) -> str:
