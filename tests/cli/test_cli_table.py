@@ -211,3 +211,66 @@ def test_bad_databases_give_clear_errors(tmp_path):
     assert not (tmp_path / "o.json").exists()
     result = invoke("show", "--db", "nosuchdialect://x")
     assert result.exit_code == 2 and "cannot create an engine" in result.stderr
+
+
+def _special(tmp_path, kind: str):
+    """A path that is not a regular file: a FIFO, a folder, a symlink to a device (never a device itself:
+    the old code replaced it, and a test must not write outside its tmp folder)."""
+    import os
+
+    if kind == "fifo":
+        path = tmp_path / "pipe.json"
+        os.mkfifo(path)
+    elif kind == "folder":
+        path = tmp_path / "adir.json"
+        path.mkdir()
+    else:
+        path = tmp_path / "link.json"
+        path.symlink_to("/dev/null")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink to a device"])
+def test_export_refuses_a_path_that_is_not_a_regular_file_and_leaves_it(tmp_path, url, kind):
+    import os
+    import stat
+
+    path = _special(tmp_path, kind)
+    before = os.lstat(path)
+    result = invoke("export", "--db", url, "--out", path, "--file-format", "json")
+    assert result.exit_code == 2, result.output
+    assert "refusing to replace it" in result.stderr and "Traceback" not in result.output
+    after = os.lstat(path)
+    assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and after.st_ino == before.st_ino
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_export_writes_through_a_symlink_and_a_new_table_is_readable_by_others(tmp_path, url):
+    import os
+    import stat
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        assert invoke("export", "--db", url, "--out", link).exit_code == 0
+        assert invoke("export", "--db", url, "--out", tmp_path / "new.json").exit_code == 0
+    finally:
+        os.umask(old)
+    assert link.is_symlink() and len(read_table(target)) == 4  # the link kept, its target written
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+
+
+def test_bench_refuses_an_output_folder_before_the_run(tmp_path):
+    from pathlib import Path
+
+    shapes = Path(__file__).resolve().parents[2] / "examples" / "shapes_cpu.csv"
+    out = tmp_path / "adir"
+    out.mkdir()
+    args = ["bench", "--world-size", "2", "--shapes", shapes, "--device", "cpu", "--out", out]
+    result = invoke(*args, "--db", f"sqlite:///{tmp_path}/t.sqlite", "--yes")
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.stderr and "is a directory; refusing" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]  # no adir.tmp, no adir.rows.jsonl
