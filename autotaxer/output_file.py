@@ -3,8 +3,9 @@ whole, and never put in the place of something that is not a regular file.
 
 :func:`output_path` is the check: an existing path must be a regular file (a symlink counts as its target,
 which is written, as editors do; a directory, a device, a FIFO or a socket is refused with
-:class:`OutputPathError`, a ``ValueError``: the commands exit 2 and leave it as it was). :func:`write_atomic` writes through a temporary file in the target's folder, renamed over it:
-a reader sees the old file or the new one. A new file gets ``0666`` less the umask (``0644`` under the
+:class:`OutputPathError`, a ``ValueError``: the commands exit 2 and leave it as it was).
+:func:`write_atomic` writes through a temporary file in the target's folder, renamed over it: a reader
+sees the old file or the new one. A new file gets ``0666`` less the umask (``0644`` under the
 usual ``022``: tables are for sharing); a replaced one keeps its mode.
 """
 
