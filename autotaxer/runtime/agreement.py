@@ -10,6 +10,12 @@ reach dispatch with the same problem. Two helpers keep every rank ending togethe
   the error itself is raised.
 - :func:`calling`: the wrapper's own arguments that change the result (``fused_all_gather_matmul``'s
   A_shard shape and ``gather_dim``), carried into that exchange and compared there with the problem key.
+
+:func:`exchange` is the one collective these comparisons use: every rank sends what it is at (a first
+call of dispatch, the end of a warm-up's step) with its payload. Ranks at different exchanges (one rank
+dispatching a call its peers never make while they have moved on to the warm-up's end) meet in it and
+raise :class:`OutOfStepError` on every rank, naming what each rank was at, instead of waiting forever or
+reading each other's payloads.
 """
 
 from __future__ import annotations
@@ -18,6 +24,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
+
+
+class ConsensusError(RuntimeError):
+    """Ranks cannot agree (a rank failed to load its table, or ranks called with different problems)."""
+
+
+class OutOfStepError(ConsensusError):
+    """Ranks met in one collective while at different exchanges (see :func:`exchange`); every rank raises
+    it, and none makes the collective it was at again (its peers are no longer there)."""
+
 
 #: the wrapper call being served (its arguments that change the result), compared at a first call
 _CALLER: ContextVar[tuple | None] = ContextVar("autotaxer_caller", default=None)
@@ -62,3 +78,20 @@ def check_dim(name: str, value: Any, ndim: int, what: str) -> str | None:
     if not -ndim <= value < ndim:
         return f"{name}: {value} is not a dimension of a {ndim}-D {what}"
     return None
+
+
+def exchange(kind: str, what: str, payload: Any, group: Any) -> list[Any]:
+    """Every rank's ``payload`` (rank order) of the exchange ``kind`` (``"dispatch"``, ``"warmup"``);
+    collective. ``what`` says what this rank is at (``dispatch('ag_gemm') first call of <key>``).
+    :class:`OutOfStepError` on every rank when a rank is at another exchange."""
+    import torch.distributed as dist
+
+    everyone: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, (kind, what, payload), group=group)
+    if any(k != kind for k, _, _ in everyone):
+        lines = "; ".join(f"rank {r}: {w}" for r, (_, w, _) in enumerate(everyone))
+        raise OutOfStepError(
+            f"ranks are out of step ({lines}): they made different collective calls (a call only some "
+            "ranks made, or a step that dispatched differently on each rank)"
+        )
+    return [p for _, _, p in everyone]

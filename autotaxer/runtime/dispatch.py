@@ -53,6 +53,7 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
+from .agreement import ConsensusError, OutOfStepError, exchange
 from .autograd import autograd_form, differentiable_call, saving_call
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide
@@ -191,10 +192,6 @@ class RuntimeConfig(TableSources):
             own["tables"] = tuple(str(p) for p in self.tables)
         own["db_url"] = self.tuning_db_url() if self.tune_misses is not None else self.db_url
         return TableSources(**own)
-
-
-class ConsensusError(RuntimeError):
-    """Ranks cannot agree (a rank failed to load its table, or ranks called with different problems)."""
 
 
 class Plan:
@@ -516,7 +513,8 @@ class Runtime:
         from .agreement import caller
 
         mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
-        everyone = _all_gather((mine, caller()), self.group)
+        what = f"dispatch({op!r}) first call of {key.text if key is not None else 'a refused call'}"
+        everyone = exchange("dispatch", what, (mine, caller()), self.group)
         callers = [c for _, c in everyone]
         everyone = [m for m, _ in everyone]
         failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
@@ -831,8 +829,8 @@ def _broadcast(obj: Any, group: Any) -> Any:
 # -- module-level API -------------------------------------------------------------------------------
 install(Runtime)  # what init() and runtime_for() (autotaxer.runtime._runtimes) build
 __all__ = [
-    "ConsensusError", "Decision", "Plan", "Runtime", "RuntimeConfig", "dispatch", "get_runtime", "init",
-    "problem_key", "runtime_for", "shutdown",
+    "ConsensusError", "Decision", "OutOfStepError", "Plan", "Runtime", "RuntimeConfig", "dispatch",
+    "get_runtime", "init", "problem_key", "runtime_for", "shutdown",
 ]  # fmt: skip
 
 

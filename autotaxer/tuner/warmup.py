@@ -15,9 +15,11 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    those keys is dropped so the next call traces the winner.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
-rank calls it, with the same step. Call it first, before capturing CUDA graphs: it drops the plans and
-workspaces of the keys it tunes (a graph that replays them would read freed buffers), and a step replayed
-from a graph never reaches dispatch to be seen.
+rank calls it, with the same step. Before tuning, the ranks compare how their steps ended and the keys
+they dispatched: a step that raised on some ranks only, or dispatched differently, raises
+``ConsensusError`` on every rank and nothing is tuned. Call it first, before capturing CUDA graphs: it
+drops the plans and workspaces of the keys it tunes (a graph that replays them would read freed buffers),
+and a step replayed from a graph never reaches dispatch to be seen.
 """
 
 from __future__ import annotations
@@ -103,15 +105,19 @@ def warmup(
     recorder = _Recorder()
     t0 = time.monotonic()
     set_recorder(recorder)
+    failure: Exception | None = None
     try:
         with _eager():
             step(*args)
         if _async_tp_on():  # compiled code reaches torch's fused ops only when it runs compiled
             step(*args)
+    except Exception as exc:  # told to every rank below, before any of them tunes
+        failure = exc
     finally:
         set_recorder(None)
         for rt, seen in recorder.seen.items():
             rt.forget(seen)  # the recording's BSP decisions go; the next call decides again
+    _agree_on_step(recorder, failure)
     step_s = time.monotonic() - t0
     results: list[KeyResult] = []
     for rt in _ordered(recorder.seen):
@@ -126,6 +132,50 @@ def warmup(
         _retrace(rt, [ProblemKey.from_text(r.key) for r in done if r.status != "skipped"], out)
     seen = sum(len(s) for s in recorder.seen.values())
     return WarmupReport(tuple(results), seen, step_s, time.monotonic() - t0 - step_s)
+
+
+def _agree_on_step(recorder: _Recorder, failure: Exception | None) -> None:
+    """Before any tuning, every rank compares how its step ended and the keys it dispatched (over the
+    default group); a step that raised on some ranks, or dispatched keys others did not, raises
+    :class:`~autotaxer.runtime.agreement.ConsensusError` on every rank (a step that raised on every rank:
+    its own error on each). A rank whose step dispatched while its peers were already here met them in
+    this exchange: that raised :class:`~autotaxer.runtime.agreement.OutOfStepError` on all of them."""
+    import torch.distributed as dist
+
+    from ..runtime.agreement import ConsensusError, OutOfStepError, exchange
+
+    if isinstance(failure, OutOfStepError) or not (dist.is_available() and dist.is_initialized()):
+        if failure is not None:
+            raise failure
+        return
+    if dist.get_world_size() == 1:
+        if failure is not None:
+            raise failure
+        return
+    keys = sorted(
+        f"{k.text} (group {_group_name(rt.group)})" for rt, seen in recorder.seen.items() for k in seen
+    )
+    outcome = None if failure is None else f"{type(failure).__name__}: {failure}"
+    what = f"autotaxer.warmup's end of the step ({len(keys)} key(s) dispatched)"
+    everyone = exchange("warmup", what, (keys, outcome), None)
+    failed = [(r, o) for r, (_, o) in enumerate(everyone) if o is not None]
+    if failure is not None and len(failed) == len(everyone):
+        raise failure  # every rank's step raised: each raises its own
+    if failed:
+        lines = "; ".join(f"rank {r}: {o}" for r, o in failed)
+        raise ConsensusError(
+            f"autotaxer.warmup: the step raised on some ranks ({lines}); nothing was tuned"
+        ) from failure
+    seen = [set(k) for k, _ in everyone]
+    if any(s != seen[0] for s in seen):
+        common = set.intersection(*seen)
+        lines = "; ".join(
+            f"rank {r} only: {', '.join(sorted(s - common)) or 'none'}" for r, s in enumerate(seen)
+        )
+        raise ConsensusError(
+            f"autotaxer.warmup: the ranks' steps dispatched different keys ({lines}); every rank must run "
+            "the same step: nothing was tuned"
+        )
 
 
 def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:
