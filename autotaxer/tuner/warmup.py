@@ -152,12 +152,14 @@ def _agree_on_step(recorder: _Recorder, failure: Exception | None) -> None:
         if failure is not None:
             raise failure
         return
-    keys = sorted(
-        f"{k.text} (group {_group_name(rt.group)})" for rt, seen in recorder.seen.items() for k in seen
-    )
+    groups = {
+        _group_name(rt.group): (_members(rt.group), sorted(k.text for k in seen))
+        for rt, seen in recorder.seen.items()
+    }
     outcome = None if failure is None else f"{type(failure).__name__}: {failure}"
-    what = f"autotaxer.warmup's end of the step ({len(keys)} key(s) dispatched)"
-    everyone = exchange("warmup", what, (keys, outcome), None)
+    count = sum(len(keys) for _, keys in groups.values())
+    what = f"autotaxer.warmup's end of the step ({count} key(s) dispatched)"
+    everyone = exchange("warmup", what, (groups, outcome), None)
     failed = [(r, o) for r, (_, o) in enumerate(everyone) if o is not None]
     if failure is not None and len(failed) == len(everyone):
         raise failure  # every rank's step raised: each raises its own
@@ -166,16 +168,34 @@ def _agree_on_step(recorder: _Recorder, failure: Exception | None) -> None:
         raise ConsensusError(
             f"autotaxer.warmup: the step raised on some ranks ({lines}); nothing was tuned"
         ) from failure
-    seen = [set(k) for k, _ in everyone]
-    if any(s != seen[0] for s in seen):
-        common = set.intersection(*seen)
-        lines = "; ".join(
-            f"rank {r} only: {', '.join(sorted(s - common)) or 'none'}" for r, s in enumerate(seen)
-        )
+    differ = _differing_keys([g for g, _ in everyone])
+    if differ:
         raise ConsensusError(
-            f"autotaxer.warmup: the ranks' steps dispatched different keys ({lines}); every rank must run "
+            f"autotaxer.warmup: the ranks' steps dispatched different keys ({differ}); every rank must run "
             "the same step: nothing was tuned"
         )
+
+
+def _members(group: Any) -> tuple[int, ...]:
+    import torch.distributed as dist
+
+    return tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+
+
+def _differing_keys(reports: list[dict[str, tuple[tuple[int, ...], list[str]]]]) -> str:
+    """Where the ranks of a group saw different keys on it (``"group G: rank 0 only: K; ..."``), from each
+    rank's ``{group name: (its members' global ranks, keys seen on it)}``; empty when they agree."""
+    members = {name: m for report in reports for name, (m, _) in report.items()}
+    lines = []
+    for name, ranks in sorted(members.items()):
+        seen = {r: set(reports[r].get(name, ((), []))[1]) for r in ranks}
+        if len({frozenset(s) for s in seen.values()}) > 1:
+            common = set.intersection(*seen.values())
+            only = "; ".join(
+                f"rank {r} only: {', '.join(sorted(s - common)) or 'none'}" for r, s in seen.items()
+            )
+            lines.append(f"group {name}: {only}")
+    return "; ".join(lines)
 
 
 def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:

@@ -76,3 +76,19 @@ def test_steps_that_differ_between_ranks_raise_on_every_rank_before_tuning(tmp_p
         assert "ConsensusError: autotaxer.warmup: the step raised on some ranks" in r["raises_after"]
         assert "rank 0: ValueError: boom on rank 0" in r["raises_after"], r["raises_after"]
         assert r["after"] < 1e-4
+
+
+def test_keys_are_compared_within_each_group_only() -> None:
+    from autotaxer.tuner.warmup import _differing_keys
+
+    # two groups of two ranks, each with its own key: they agree
+    same = [
+        {"g1": ((0, 1), ["k1"])},
+        {"g1": ((0, 1), ["k1"])},
+        {"g2": ((2, 3), ["k2"])},
+        {"g2": ((2, 3), ["k2"])},
+    ]
+    assert _differing_keys(same) == ""
+    # rank 3 saw nothing on its group, rank 2 a key: named
+    differ = [{"g1": ((0, 1), ["k1"])}, {"g1": ((0, 1), ["k1"])}, {"g2": ((2, 3), ["k2"])}, {}]
+    assert _differing_keys(differ) == "group g2: rank 2 only: k2; rank 3 only: none"
