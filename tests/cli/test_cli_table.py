@@ -274,3 +274,39 @@ def test_bench_refuses_an_output_folder_before_the_run(tmp_path):
     assert result.exit_code == 2, result.output
     assert "--out" in result.stderr and "is a directory; refusing" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]  # no adir.tmp, no adir.rows.jsonl
+
+
+def test_read_commands_leave_nothing_beside_the_database(tmp_path, url):
+    """show, export and doctor read a WAL database and leave no -wal or -shm file beside it."""
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"src.sqlite"}, names
+    for args in (("show",), ("export", "--out", tmp_path / "out" / "t.json"), ("doctor",), ("db", "current")):
+        (tmp_path / "out").mkdir(exist_ok=True)
+        result = invoke(*args, "--db", url)
+        assert result.exit_code == 0, (args, result.output)
+        left = {p.name for p in tmp_path.iterdir()} - {"out"}
+        assert left == {"src.sqlite"}, (args, left)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"shape": {"X": 1}}, "shape fields X, expected M, N, K"),
+        ({"shape": {"M": 16, "N": 8192}}, "shape fields M, N, expected M, N, K"),
+        ({"layout": {"gather_dim": 0, "colour": 1}}, "layout colour=1 is not one of ag_gemm's layouts"),
+        ({"op": "no_such_op"}, "op 'no_such_op' is not registered"),
+    ],
+)
+def test_import_refuses_a_record_that_is_no_problem_of_its_op(tmp_path, url, change, fragment):
+    """A record whose key no op serves (``shape {"X": 1}``) is refused on import, by record and field:
+    stored, it broke ``show --stale-out`` with a traceback."""
+    path = tmp_path / "t.json"
+    write_table([make_record(16)], path)
+    doc = json.loads(path.read_text())
+    doc["records"][0].update(change)
+    path.write_text(json.dumps(doc))
+    before = _db_rows(url)
+    result = invoke("import", path, "--db", url)
+    assert result.exit_code == 2, result.output
+    assert f"error: {path}: record 1" in result.stderr and fragment in result.stderr, result.stderr
+    assert _db_rows(url) == before
