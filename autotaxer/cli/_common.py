@@ -64,6 +64,8 @@ DEVICES = ("auto", "cuda", "cpu")
 WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
 ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
 DeviceOption = Annotated[str, choice("--device", DEVICES, help="auto: GPUs when visible, else CPU.")]
+
+
 def _check_variants(value: str | None) -> str | None:
     """``--variants``' callback: a usage error (exit 2) for an empty list, an empty name or a repeat."""
     try:
