@@ -20,6 +20,7 @@ reading each other's payloads.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -80,12 +81,23 @@ def check_dim(name: str, value: Any, ndim: int, what: str) -> str | None:
     return None
 
 
-def exchange(kind: str, what: str, payload: Any, group: Any) -> list[Any]:
+#: the longest a rank waits at an exchange for its peers to come to it (RuntimeConfig.agree_timeout_s)
+AGREE_TIMEOUT_S = 600.0
+#: exchanges made so far on each group (by name): every rank of a group makes the same ones in order
+_MADE: dict[str, int] = {}
+
+
+def exchange(kind: str, what: str, payload: Any, group: Any, timeout_s: float = AGREE_TIMEOUT_S) -> list[Any]:
     """Every rank's ``payload`` (rank order) of the exchange ``kind`` (``"dispatch"``, ``"warmup"``);
     collective. ``what`` says what this rank is at (``dispatch('ag_gemm') first call of <key>``).
-    :class:`OutOfStepError` on every rank when a rank is at another exchange."""
+
+    The ranks first meet in the process group's store (:func:`_meet`), not in a collective of the group:
+    a peer busy in an op's collective (a call it served from its cache) is then never paired with this
+    exchange's. :class:`OutOfStepError` on every rank at it when a rank is at another exchange, and on
+    this rank when a peer has not come within ``timeout_s``."""
     import torch.distributed as dist
 
+    _meet(kind, what, group, timeout_s)
     everyone: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(everyone, (kind, what, payload), group=group)
     if any(k != kind for k, _, _ in everyone):
@@ -95,3 +107,49 @@ def exchange(kind: str, what: str, payload: Any, group: Any) -> list[Any]:
             "ranks made, or a step that dispatched differently on each rank)"
         )
     return [p for _, _, p in everyone]
+
+
+def _meet(kind: str, what: str, group: Any, timeout_s: float) -> None:
+    """Wait (at most ``timeout_s``) in the store until every rank of ``group`` has come to this exchange
+    (the group's next one), then compare what each is at. A peer that never comes is in a collective
+    this rank did not make: the group is out of step for good, so it is shut down here (a peer waiting in
+    a collective of it then fails at once instead of at the group's own timeout) and this rank raises."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        store = c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):  # no store to meet in: the collective alone
+        return
+    name = (group if group is not None else dist.group.WORLD).group_name
+    n = _MADE.get(name, 0)
+    _MADE[name] = n + 1
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    keys = [f"autotaxer/agree/{name}/{n}/{r}" for r in range(size)]
+    store.set(keys[rank], f"{kind}\n{what}")
+    try:
+        store.wait(keys, timedelta(seconds=timeout_s))
+    except RuntimeError:  # the store's timeout (DistStoreError): who never came
+        missing = [r for r, k in enumerate(keys) if not store.check([k])]
+        if not missing:
+            raise
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group(group)
+        raise OutOfStepError(
+            f"ranks are out of step: rank(s) {', '.join(map(str, missing))} did not come to this exchange "
+            f"within {timeout_s:g} s (rank {rank}: {what}). A rank that calls a shape it called before runs "
+            "its kernel at once, without exchanging anything: when a peer calls differently (another shape, "
+            "an argument error, requires_grad on one rank), they wait for each other in different places. "
+            "The process group was shut down; RuntimeConfig(check_calls=True) names the differing call"
+        ) from None
+    if n:
+        store.delete_key(f"autotaxer/agree/{name}/{n - 1}/{rank}")  # every peer has read it: it is here
+    seen = [v.decode().split("\n", 1) for v in store.multi_get(keys)]
+    if any(k != kind for k, _ in seen):
+        lines = "; ".join(f"rank {r}: {w}" for r, (_, w) in enumerate(seen))
+        raise OutOfStepError(
+            f"ranks are out of step ({lines}): they made different collective calls (a call only some "
+            "ranks made, or a step that dispatched differently on each rank)"
+        )

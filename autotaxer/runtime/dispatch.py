@@ -53,7 +53,7 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
-from .agreement import ConsensusError, OutOfStepError, exchange
+from .agreement import AGREE_TIMEOUT_S, ConsensusError, OutOfStepError, exchange
 from .autograd import autograd_form, differentiable_call, saving_call
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide
@@ -109,6 +109,8 @@ class RuntimeConfig(TableSources):
     ``peer_timeout_s``: how long a kernel's wait on a peer may spin before it gives up and dispatch raises
     ``PeerTimeoutError`` (None: ``$AUTOTAXER_PEER_TIMEOUT``, else 5 s); ``first_call_timeout_s``: the
     bound of a workspace's first call, while ranks may still be compiling (at least ``peer_timeout_s``).
+    ``agree_timeout_s``: how long a signature's first call waits for every rank to come to its exchange
+    before it raises ``OutOfStepError`` (a peer that never comes called differently and waits elsewhere).
     ``check_calls``: before every call, exchange its signature (op, shapes, strides, dtypes, layout,
     ``requires_grad``) with every rank and raise on all of them when they differ: a collective per call,
     for debugging (without it only a signature's first call is compared).
@@ -131,6 +133,7 @@ class RuntimeConfig(TableSources):
     peer_timeout_s: float | None = None
     first_call_timeout_s: float = 30.0
     check_calls: bool = False
+    agree_timeout_s: float = AGREE_TIMEOUT_S
     symm_mem: str | None = None
     tune_misses: float | None = None
     tune_misses_total_s: float = 600.0
@@ -151,7 +154,9 @@ class RuntimeConfig(TableSources):
             )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
-        for name in ("peer_timeout_s", "first_call_timeout_s", "tune_misses", "tune_misses_total_s"):
+        for name in (
+            "peer_timeout_s", "first_call_timeout_s", "agree_timeout_s", "tune_misses", "tune_misses_total_s"
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
@@ -514,7 +519,7 @@ class Runtime:
 
         mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
         what = f"dispatch({op!r}) first call of {key.text if key is not None else 'a refused call'}"
-        everyone = exchange("dispatch", what, (mine, caller()), self.group)
+        everyone = exchange("dispatch", what, (mine, caller()), self.group, self.config.agree_timeout_s)
         callers = [c for _, c in everyone]
         everyone = [m for m, _ in everyone]
         failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
