@@ -27,9 +27,14 @@ stay cached: keep ``RuntimeConfig.workspace_cache`` above the number of shapes i
 (:mod:`.custom_op`), whose fake implementation gives the output's shape to the tracer.
 
 What is checked when: the first call of a signature on a rank checks its arguments and exchanges the
-problem key, the decision and whether the call is differentiable with every rank (any difference
-raises on every rank). Later calls of a cached signature are checked by nobody: a rank that calls with
-another shape, or with ``requires_grad`` where its peers do not, is not seen, and a collective may then
+problem key, the decision, which inputs require grad and a wrapper's own arguments (``gather_dim`` of a
+3-D ``A_shard``: :mod:`.agreement`) with every rank (any difference raises ``ConsensusError`` on every
+rank, naming each rank's value). The ranks meet for that exchange in the process group's store first:
+a rank that makes a first call while a peer serves a cached call (another shape, ``None``,
+``requires_grad`` on one rank only) meets nobody and raises ``OutOfStepError`` after
+``agree_timeout_s``, shutting the process group down so that the peer's collective fails too. Later
+calls of a cached signature on every rank are checked by nobody: two ranks both serving cached but
+different signatures with the same shard size are not seen, and a collective may then
 pair with the wrong one. ``RuntimeConfig(check_calls=True)`` exchanges every call's signature first (a
 collective per call: for debugging). Kernels' waits on peers are bounded (``peer_timeout_s``): a wait
 that gave up raises :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` at the next dispatch or
