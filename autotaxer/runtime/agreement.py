@@ -45,10 +45,19 @@ def caller() -> tuple | None:
     return _CALLER.get()
 
 
-@contextmanager
-def calling(*arguments: Any) -> Iterator[None]:
+def calling(*arguments: Any) -> contextlib.AbstractContextManager[None]:
     """Within the block, dispatch's first-call exchange also compares ``arguments`` (picklable values
-    that change the result, e.g. ``("fused_all_gather_matmul", shape, gather_dim)``) across ranks."""
+    that change the result, e.g. ``("fused_all_gather_matmul", shape, gather_dim)``) across ranks. While
+    ``torch.compile`` traces, nothing (the custom op decides at run time, where no wrapper is called)."""
+    import torch
+
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
+    return _calling(arguments)
+
+
+@contextmanager
+def _calling(arguments: tuple) -> Iterator[None]:
     token = _CALLER.set(arguments)
     try:
         yield
