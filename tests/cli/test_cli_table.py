@@ -310,3 +310,14 @@ def test_import_refuses_a_record_that_is_no_problem_of_its_op(tmp_path, url, cha
     assert result.exit_code == 2, result.output
     assert f"error: {path}: record 1" in result.stderr and fragment in result.stderr, result.stderr
     assert _db_rows(url) == before
+
+
+def test_show_stale_out_refuses_a_fifo_and_leaves_it(tmp_path, url):
+    import os
+    import stat
+
+    path = _special(tmp_path, "fifo")
+    result = invoke("show", "--db", url, "--stale-out", path)
+    assert result.exit_code == 2, result.output
+    assert "--stale-out" in result.stderr and "is a FIFO; refusing to replace it" in result.stderr
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)
