@@ -168,8 +168,9 @@ class RuntimeConfig(TableSources):
         for name, value in (
             ("peer_timeout_s", self.peer_timeout()),
             ("first_call_timeout_s", self.first_call_timeout_s),
+            ("agree_timeout_s", self.agree_timeout_s),
         ):
-            if value > MAX_WAIT_S:  # kernels count the bound in int64 nanoseconds
+            if value > MAX_WAIT_S:  # kernels count the bound in int64 nanoseconds, the store in a timedelta
                 where = (
                     "$AUTOTAXER_PEER_TIMEOUT"
                     if name == "peer_timeout_s" and self.peer_timeout_s is None

@@ -8,7 +8,7 @@ import pytest
 from autotaxer import RuntimeConfig
 
 
-@pytest.mark.parametrize("field", ["peer_timeout_s", "first_call_timeout_s"])
+@pytest.mark.parametrize("field", ["peer_timeout_s", "first_call_timeout_s", "agree_timeout_s"])
 def test_a_wait_bound_beyond_a_day_is_refused_by_name(field: str) -> None:
     with pytest.raises(ValueError, match=f"^{field}: at most 86400 seconds"):
         RuntimeConfig(**{field: 1e10}, shipped_tables=False, env_tables=False).validate()
