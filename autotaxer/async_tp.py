@@ -105,7 +105,12 @@ def unavailable_reason() -> str | None:
 def enable() -> None:
     """Serve torch's fused all-gather-matmul and matmul-reduce-scatter ops on CUDA by autotaxer's dispatch
     (torch's own kernel where autotaxer has no tuned record); idempotent. ``RuntimeError`` when this torch
-    cannot (:func:`unavailable_reason`)."""
+    cannot (:func:`unavailable_reason`) or no CUDA device is visible (the ops would never be served)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "autotaxer.async_tp.enable(): no CUDA device is visible to this process; the overridden ops "
+            "run on CUDA only, so nothing would be served"
+        )
     _install("CUDA")
 
 

@@ -559,14 +559,9 @@ def environment(device: str) -> dict[str, Any]:
 
 def write_json(report: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
     """Write ``report`` atomically (a temporary file renamed over ``path``): never half-written."""
-    path = os.fspath(path)
-    parent = os.path.dirname(path)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1, default=str, allow_nan=True)
-    os.replace(tmp, path)
+    from .output_file import write_atomic
+
+    write_atomic(path, json.dumps(report, indent=1, default=str, allow_nan=True), make_folder=True)
 
 
 def run_bench(

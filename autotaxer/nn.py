@@ -93,6 +93,13 @@ class _ShardedLinear(nn.Module):
         self.weight = shard.weight
         self.bias = shard.bias
 
+    def _refuse(self, error: str) -> None:
+        """Raise ``ValueError(error)`` (a bad input to ``forward``) on every rank of the group: the others
+        learn it in the exchange of their first call, where they would otherwise wait for this rank."""
+        from .runtime.agreement import refuse
+
+        refuse(self.op, self.group, ValueError(f"{type(self).__name__}: {error}"))
+
     def extra_repr(self) -> str:
         local = getattr(self, self._sharded) // self.world_size
         return (
@@ -117,7 +124,7 @@ class ColumnParallelLinear(_ShardedLinear):
         from .runtime.dispatch import dispatch
 
         if x.shape[-1] != self.in_features:
-            raise ValueError(f"x: last dimension {x.shape[-1]}, expected in_features={self.in_features}")
+            self._refuse(f"x: last dimension {x.shape[-1]}, expected in_features={self.in_features}")
         rows = x.reshape(-1, self.in_features)
         y = dispatch(self.op, rows, self.weight.t(), group=self.group, **self._layout)
         if self.bias is not None:
@@ -142,11 +149,9 @@ class RowParallelLinear(_ShardedLinear):
 
         shard_in = self.in_features // self.world_size
         if x.shape[-1] != shard_in:
-            raise ValueError(
-                f"x: last dimension {x.shape[-1]}, expected in_features / world size = {shard_in}"
-            )
+            self._refuse(f"x: last dimension {x.shape[-1]}, expected in_features / world size = {shard_in}")
         if x.shape[0] % self.world_size:
-            raise ValueError(
+            self._refuse(
                 f"x: dimension 0 ({x.shape[0]}) is not divisible by the world size {self.world_size}"
             )
         y = dispatch(self.op, x.reshape(-1, shard_in), self.weight.t(), group=self.group, **self._layout)

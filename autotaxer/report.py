@@ -497,9 +497,9 @@ def build_page(
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    from .output_file import write_atomic
+
+    write_atomic(path, data, what="the report's file")
 
 
 def write_report(

@@ -10,6 +10,7 @@ file, line and field; duplicate rows are warned about and dropped.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 import warnings
@@ -239,11 +240,11 @@ def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: s
         if tuple(row) not in seen:
             seen.add(tuple(row))
             rows.append(row)
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["op", "dtype", *opobj.shape_fields, *layout_names])
-        w.writerows(rows)
-    os.replace(tmp, p)
+    from .output_file import write_atomic
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["op", "dtype", *opobj.shape_fields, *layout_names])
+    w.writerows(rows)
+    write_atomic(path, buf.getvalue(), what="--stale-out")  # a device, FIFO or folder is refused
     return len(rows)

@@ -18,13 +18,13 @@ import io
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
 from ._json_object import parse_json_object
+from .output_file import write_atomic
 from .records import RECORD_FIELDS, RecordError, WinnerRecord
 
 TABLE_SCHEMA_VERSION = 1
@@ -52,11 +52,13 @@ def write_table(
     path: str | os.PathLike[str],
     fmt: Literal["json", "csv"] | None = None,
 ) -> int:
-    """Write ``records`` to ``path`` atomically (temp file + rename); returns the number written."""
+    """Write ``records`` to ``path`` atomically (temp file + rename); returns the number written.
+    ``path`` must be a regular file or new (:func:`autotaxer.output_file.output_path`: a device, FIFO or
+    folder is refused, a symlink written through); a new file's mode is ``0666`` less the umask."""
     kind = table_format(path, fmt)
     recs = list(records)
     text = _render_json(recs) if kind == "json" else _render_csv(recs)
-    _atomic_write(Path(path), text)
+    write_atomic(path, text)
     return len(recs)
 
 
@@ -112,23 +114,6 @@ def _render_csv(records: list[WinnerRecord]) -> str:
         row["kernel_hash"] = "" if r.kernel_hash is None else r.kernel_hash
         writer.writerow(row)
     return buf.getvalue()
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 # -- reading -------------------------------------------------------------------------------------

@@ -24,9 +24,13 @@ def _dumps(names: tuple[str, ...]) -> dict[str, str]:
 
 
 @pytest.fixture
-def atp():
+def atp(monkeypatch):
+    """``autotaxer.async_tp`` as if a CUDA device were visible (``enable`` registers CUDA kernels only)."""
+    import torch
+
     import autotaxer.async_tp as atp
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     atp.disable()
     yield atp
     atp.disable()
@@ -81,6 +85,15 @@ def test_a_torch_without_python_kernels_is_refused_by_name(atp, monkeypatch) -> 
 
     monkeypatch.delattr(symm_mem, "_fused_matmul_reduce_scatter")
     with pytest.raises(RuntimeError, match="_symmetric_memory._fused_matmul_reduce_scatter"):
+        atp.enable()
+    assert not atp.is_enabled()
+
+
+def test_enable_without_a_cuda_device_is_refused_by_name(atp, monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"async_tp.enable\(\): no CUDA device is visible"):
         atp.enable()
     assert not atp.is_enabled()
 

@@ -64,9 +64,24 @@ DEVICES = ("auto", "cuda", "cpu")
 WorldSizeOption = Annotated[int, typer.Option("--world-size", help="Ranks (GPUs) per problem.")]
 ShapesOption = Annotated[Path, typer.Option("--shapes", help="shapes.csv with the problems, one a row.")]
 DeviceOption = Annotated[str, choice("--device", DEVICES, help="auto: GPUs when visible, else CPU.")]
+
+
+def _check_variants(value: str | None) -> str | None:
+    """``--variants``' callback: a usage error (exit 2) for an empty list, an empty name or a repeat."""
+    try:
+        variant_names(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e).removeprefix("--variants: ")) from None
+    return value
+
+
 VariantsOption = Annotated[
     str | None,
-    typer.Option("--variants", help="Comma-separated variants (default: every one; the BSP forms always)."),
+    typer.Option(
+        "--variants",
+        help="Comma-separated variants (default: every one; the BSP forms always).",
+        callback=_check_variants,
+    ),
 ]
 YesOption = Annotated[bool, flag("--yes", help="Run even a CPU run estimated at more than an hour.")]
 WorldSizeFilter = Annotated[
@@ -76,8 +91,19 @@ WorldSizeFilter = Annotated[
 
 
 def variant_names(text: str | None) -> tuple[str, ...] | None:
-    """The names of a ``--variants`` list (None: the option was not given, so every variant)."""
-    return tuple(v.strip() for v in text.split(",") if v.strip()) if text else None
+    """The names of a ``--variants`` list (None: the option was not given, so every variant);
+    ``ValueError`` naming the option for an empty list, an empty name or a name given twice."""
+    if text is None:
+        return None
+    names = tuple(v.strip() for v in text.split(","))
+    if not any(names):
+        raise ValueError(f"--variants: names no variant (got {text!r}): leave it out for every variant")
+    if not all(names):
+        raise ValueError(f"--variants: an empty name in {text!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--variants: {', '.join(twice)} named more than once in {text!r}")
+    return names
 
 
 def load_rows(path: Path, world_size: int) -> list[Any]:

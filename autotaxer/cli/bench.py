@@ -80,11 +80,14 @@ def bench_command(
     from .._target import detect_target
     from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
     from ..measure import TimingConfig
+    from ..output_file import output_path
     from ..storage import MissingDatabase, default_url, open_database
     from ..testing import RanksFailed
 
     if world_size < 1:
         raise ValueError(f"--world-size: must be >= 1, got {world_size}")
+    output_path(out, "--out", make_folder=True)  # before the run, not after it: a folder, a device, ...
+    output_path(f"{out}.rows.jsonl", "--out (its progress log, OUT.rows.jsonl)")
     try:
         target = detect_target(device, world_size)
     except RuntimeError as e:  # --device cuda without enough GPUs: bad input, not a crash

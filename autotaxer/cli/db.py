@@ -34,9 +34,9 @@ def upgrade(db: DbOption = None, fmt: FormatOption = OutputFormat.human, quiet: 
     with open_db(db, upgrade=True) as database:
         try:
             database.optuna_storage().engine.dispose()
-        except DatabaseError as e:
+        except DatabaseError as e:  # bad input, as every refused database
             typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(2) from None
         if not quiet:
             _report(database, fmt)
 

@@ -88,7 +88,7 @@ def database_report(url: str | None) -> dict[str, Any]:
 
 
 def doctor(db: DbOption = None, fmt: FormatOption = OutputFormat.human) -> None:
-    """Report GPUs, peer access, Iris, versions and the database."""
+    """Report GPUs, peer access, Iris, versions and the database; exit 2 when the database is refused."""
     from autotaxer._target import software_versions
 
     report = {
@@ -99,8 +99,10 @@ def doctor(db: DbOption = None, fmt: FormatOption = OutputFormat.human) -> None:
     }
     if fmt is OutputFormat.json:
         print_json(report)
-        return
-    _print_human(report)
+    else:
+        _print_human(report)
+    if report["database"]["status"].startswith("error:"):  # the whole report printed, then the verdict
+        raise typer.Exit(2)
 
 
 def _print_human(report: dict[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,6 +44,34 @@ def export(
         typer.echo(f"exported {n} record(s) from {url} to {out} ({fmt})")
 
 
+def _check_problems(recs: list[Any], file: Path) -> None:
+    """``TableFileError`` naming the record when its key is not a problem of a registered op: an unknown
+    op, shape fields other than the op's (``{"X": 1}`` where ag_gemm has M, N, K), an unknown layout field
+    or value, or a shape the op refuses. Such records would be stored, then break every command reading
+    them."""
+    from autotaxer.ops import get_op, op_names
+    from autotaxer.table_file import TableFileError
+
+    for i, rec in enumerate(recs):
+        key = rec.key
+        where = f"{file}: record {i + 1} ({key.text})"
+        if key.op not in op_names():
+            raise TableFileError(f"{where}: op {key.op!r} is not registered (known: {', '.join(op_names())})")
+        op = get_op(key.op)
+        fields = tuple(name for name, _ in key.shape)
+        if fields != tuple(op.shape_fields):
+            raise TableFileError(
+                f"{where}: shape fields {', '.join(fields) or 'none'}, expected {', '.join(op.shape_fields)}"
+            )
+        for name, value in key.layout:
+            if name not in op.layout_choices or value not in op.layout_choices[name]:
+                raise TableFileError(f"{where}: layout {name}={value!r} is not one of {op.name}'s layouts")
+        try:
+            op.validate(key)
+        except ValueError as e:
+            raise TableFileError(f"{where}: {e}") from None
+
+
 def import_table(
     file: Annotated[
         Path, typer.Argument(help="A table written by autotaxer export (.json or .csv).", metavar="FILE")
@@ -61,6 +89,7 @@ def import_table(
     from autotaxer.table_file import read_table
 
     recs = read_table(file)  # a bad file fails here, before the database is opened
+    _check_problems(recs, file)
     with open_db(db) as database:
         other = _other_timing(recs, database.winners())
         if other and not replace:  # one timing mode per key: the other mode's records are never dropped

@@ -32,9 +32,14 @@ stay cached: keep ``RuntimeConfig.workspace_cache`` above the number of shapes i
 (:mod:`.custom_op`), whose fake implementation gives the output's shape to the tracer.
 
 What is checked when: the first call of a signature on a rank checks its arguments and exchanges the
-problem key, the decision and whether the call is differentiable with every rank (any difference
-raises on every rank). Later calls of a cached signature are checked by nobody: a rank that calls with
-another shape, or with ``requires_grad`` where its peers do not, is not seen, and a collective may then
+problem key, the decision, which inputs require grad and a wrapper's own arguments (``gather_dim`` of a
+3-D ``A_shard``: :mod:`.agreement`) with every rank (any difference raises ``ConsensusError`` on every
+rank, naming each rank's value). The ranks meet for that exchange in the process group's store first:
+a rank that makes a first call while a peer serves a cached call (another shape, ``None``,
+``requires_grad`` on one rank only) meets nobody and raises ``OutOfStepError`` after
+``agree_timeout_s``, shutting the process group down so that the peer's collective fails too. Later
+calls of a cached signature on every rank are checked by nobody: two ranks both serving cached but
+different signatures with the same shard size are not seen, and a collective may then
 pair with the wrong one. ``RuntimeConfig(check_calls=True)`` exchanges every call's signature first (a
 collective per call: for debugging). Kernels' waits on peers are bounded (``peer_timeout_s``): a wait
 that gave up raises :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` at the next dispatch or
@@ -50,7 +55,7 @@ import math
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -58,6 +63,7 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
+from .agreement import AGREE_TIMEOUT_S, ConsensusError, OutOfStepError, exchange
 from .autograd import autograd_call, autograd_form, differentiable_call
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide, saving_decision
@@ -89,6 +95,10 @@ def _hot_key(op: str, tensors: tuple) -> tuple | None:
     return (op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype)
 
 
+#: the longest bound of a wait on peers that a config accepts, in seconds (kernels count it in int64 ns)
+MAX_WAIT_S = 86400.0
+
+
 @dataclass(frozen=True)
 class RuntimeConfig(TableSources):
     """Settings of a runtime; defaults suit most users. Where the table comes from (``tables``,
@@ -109,6 +119,8 @@ class RuntimeConfig(TableSources):
     ``peer_timeout_s``: how long a kernel's wait on a peer may spin before it gives up and dispatch raises
     ``PeerTimeoutError`` (None: ``$AUTOTAXER_PEER_TIMEOUT``, else 5 s); ``first_call_timeout_s``: the
     bound of a workspace's first call, while ranks may still be compiling (at least ``peer_timeout_s``).
+    ``agree_timeout_s``: how long a signature's first call waits for every rank to come to its exchange
+    before it raises ``OutOfStepError`` (a peer that never comes called differently and waits elsewhere).
     ``check_calls``: before every call, exchange its signature (op, shapes, strides, dtypes, layout,
     ``requires_grad``) with every rank and raise on all of them when they differ: a collective per call,
     for debugging (without it only a signature's first call is compared).
@@ -131,6 +143,7 @@ class RuntimeConfig(TableSources):
     peer_timeout_s: float | None = None
     first_call_timeout_s: float = 30.0
     check_calls: bool = False
+    agree_timeout_s: float = AGREE_TIMEOUT_S
     symm_mem: str | None = None
     tune_misses: float | None = None
     tune_misses_total_s: float = 600.0
@@ -151,11 +164,24 @@ class RuntimeConfig(TableSources):
             )
         if self.workspace_cache < 1:
             raise ValueError(f"workspace_cache: must be at least 1, got {self.workspace_cache}")
-        for name in ("peer_timeout_s", "first_call_timeout_s", "tune_misses", "tune_misses_total_s"):
+        for name in (
+            "peer_timeout_s", "first_call_timeout_s", "agree_timeout_s", "tune_misses", "tune_misses_total_s"
+        ):  # fmt: skip
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
-        self.peer_timeout()  # $AUTOTAXER_PEER_TIMEOUT, when it decides
+        for name, value in (
+            ("peer_timeout_s", self.peer_timeout()),
+            ("first_call_timeout_s", self.first_call_timeout_s),
+            ("agree_timeout_s", self.agree_timeout_s),
+        ):
+            if value > MAX_WAIT_S:  # kernels count the bound in int64 nanoseconds, the store in a timedelta
+                where = (
+                    "$AUTOTAXER_PEER_TIMEOUT"
+                    if name == "peer_timeout_s" and self.peer_timeout_s is None
+                    else name
+                )
+                raise ValueError(f"{where}: at most {MAX_WAIT_S:.0f} seconds (one day), got {value!r}")
         sources = self.table_sources()
         sources.validate()
         for path in sources.tables:  # refused at init, not at the first call
@@ -182,10 +208,6 @@ class RuntimeConfig(TableSources):
             own["tables"] = tuple(str(p) for p in self.tables)
         own["db_url"] = self.tuning_db_url() if self.tune_misses is not None else self.db_url
         return TableSources(**own)
-
-
-class ConsensusError(RuntimeError):
-    """Ranks cannot agree (a rank failed to load its table, or ranks called with different problems)."""
 
 
 class Plan:
@@ -546,7 +568,7 @@ class Runtime:
         """The key of a call and the decision every rank agreed on (a miss is noted; with ``tune_misses``
         tuned, unless ``torch.compile`` is ``tracing``: no trial runs inside a trace); collective."""
         key, decision, error, exc = None, None, None, None
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        grad = _grad_inputs(tensors)
         try:
             key = problem_key(opobj, tensors, dict(layout), self.ctx.world_size, self.ctx.target)
             decision = self._decisions.get(key)
@@ -578,13 +600,17 @@ class Runtime:
             self._note_miss(key, decision)
         return key, decision
 
-    def _agree(self, op: str, key, decision, error, exc, grad: bool = False) -> Decision:
-        """All ranks exchange (key, decision, whether the call is differentiable); raise on every rank or
-        resolve to one decision."""
+    def _agree(self, op: str, key, decision, error, exc, grad: tuple = ()) -> Decision:
+        """All ranks exchange (key, decision, which inputs require grad, the wrapper's arguments:
+        :mod:`.agreement`); raise on every rank or resolve to one decision."""
         from ..ops import get_op
+        from .agreement import caller
 
         mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
-        everyone = _all_gather(mine, self.group)
+        what = f"dispatch({op!r}) first call of {key.text if key is not None else 'a refused call'}"
+        everyone = exchange("dispatch", what, (mine, caller()), self.group, self.config.agree_timeout_s)
+        callers = [c for _, c in everyone]
+        everyone = [m for m, _ in everyone]
         failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
         if failed:
             lines = "; ".join(f"rank {r}: {e}" for r, e in failed)
@@ -592,12 +618,17 @@ class Runtime:
         if len({k for k, _, _, _ in everyone}) > 1:
             lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _, _) in enumerate(everyone))
             raise ConsensusError(f"dispatch({op!r}): ranks called with different problems ({lines})")
-        if len({g for _, _, _, g in everyone}) > 1:
-            lines = ", ".join(f"rank {r}: {'yes' if g else 'no'}" for r, (_, _, _, g) in enumerate(everyone))
+        if len(set(callers)) > 1:
+            lines = "; ".join(f"rank {r}: {_caller_text(c)}" for r, c in enumerate(callers))
             raise ConsensusError(
-                f"dispatch({op!r}): ranks differ in whether the call is differentiable (an input with "
-                f"requires_grad under grad mode: {lines}); backward is collective, so every rank must "
-                "differentiate the same calls"
+                f"dispatch({op!r}): ranks called with different arguments for one problem ({lines}); "
+                "the results would differ"
+            )
+        if len({g for _, _, _, g in everyone}) > 1:
+            lines = ", ".join(f"rank {r}: {_grad_text(g)}" for r, (_, _, _, g) in enumerate(everyone))
+            raise ConsensusError(
+                f"dispatch({op!r}): ranks differ in which inputs require grad under grad mode ({lines}); "
+                "backward is collective, so every rank must differentiate the same calls in the same inputs"
             )
         if len({d for _, d, _, _ in everyone}) == 1:
             return decision
@@ -736,14 +767,17 @@ class Runtime:
             self._inline = InlineTuner(self.config)
         return self.decide_key(key) if self._inline.tune(self, key) else decision
 
-    def _refuse(self, op: str, error: str) -> None:
-        """Raise ``TypeError`` for a call whose arguments are not what dispatch takes, on every rank: the
-        others learn it in the exchange of a first call, where they would otherwise wait for this one."""
-        if self.table is None:
-            self.load()
-        if self.ctx.world_size > 1:
-            self._agree(op, None, None, f"TypeError: {error}", None)
-        raise TypeError(f"dispatch({op!r}): {error}")
+    def _refuse(self, op: str, error: str | Exception) -> NoReturn:
+        """Raise for a call whose arguments are not what dispatch (or a wrapper over it) takes, on every
+        rank: the others learn it in the exchange of a first call, where they would otherwise wait for
+        this one. ``error``: a message (a ``TypeError`` of dispatch's) or the wrapper's exception."""
+        exc = error if isinstance(error, Exception) else TypeError(f"dispatch({op!r}): {error}")
+        text = f"TypeError: {error}" if isinstance(error, str) else f"{type(exc).__name__}: {exc}"
+        if self.world_size > 1:
+            if self.table is None:
+                self.load()
+            self._agree(op, None, None, text, exc)
+        raise exc
 
     def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
         import json
@@ -876,6 +910,21 @@ def _argument_error(tensors: tuple) -> str | None:
     return None
 
 
+def _grad_inputs(tensors: tuple) -> tuple[int, ...]:
+    """Which tensor arguments (by position) require grad under grad mode: what backward will need."""
+    if not torch.is_grad_enabled():
+        return ()
+    return tuple(i for i, t in enumerate(tensors) if getattr(t, "requires_grad", False))
+
+
+def _grad_text(grad: tuple[int, ...]) -> str:
+    return "tensor arguments " + ", ".join(str(i + 1) for i in grad) if grad else "none"
+
+
+def _caller_text(caller: tuple | None) -> str:
+    return "dispatch itself" if caller is None else ", ".join(str(a) for a in caller)
+
+
 def _call_text(op: str, tensors: tuple, layout: dict[str, Any]) -> str:
     """One call's signature as text (``check_calls``): op, each tensor's shape, strides, dtype and
     ``requires_grad``, the layout and grad mode."""
@@ -922,8 +971,8 @@ def _broadcast(obj: Any, group: Any) -> Any:
 # -- module-level API -------------------------------------------------------------------------------
 install(Runtime)  # what init() and runtime_for() (autotaxer.runtime._runtimes) build
 __all__ = [
-    "ConsensusError", "Decision", "Plan", "Runtime", "RuntimeConfig", "dispatch", "get_runtime", "init",
-    "problem_key", "runtime_for", "shutdown",
+    "ConsensusError", "Decision", "OutOfStepError", "Plan", "Runtime", "RuntimeConfig", "dispatch",
+    "get_runtime", "init", "problem_key", "runtime_for", "shutdown",
 ]  # fmt: skip
 
 

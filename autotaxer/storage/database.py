@@ -44,10 +44,11 @@ def open_database(url: str | None = None, upgrade: bool = True, read_only: bool 
     """Open the tuning database at ``url`` (default: :func:`default_url`), migrating it to head.
 
     ``read_only`` (show, export, dispatch, reports): nothing is ever written, created or switched
-    (SQLite is opened ``mode=ro``, ``immutable`` where its file cannot be written, e.g. on a read-only
-    filesystem); a missing file is :class:`MissingDatabase`. Raises :class:`DatabaseError` (leaving the
-    file untouched) when it is not a database, not autotaxer's, written by a newer autotaxer, or (to
-    write) not writable.
+    (SQLite is opened ``query_only``, and ``mode=ro``, ``immutable`` where its file cannot be written,
+    e.g. on a read-only filesystem; no -wal/-shm file is left beside it); a missing file is
+    :class:`MissingDatabase`. Raises :class:`DatabaseError` (leaving the file untouched) when it is not a
+    database, not autotaxer's, written by a newer autotaxer or Optuna (checked before any migration), or
+    (to write) not writable.
     """
     url = url or default_url()
     try:
@@ -60,7 +61,7 @@ def open_database(url: str | None = None, upgrade: bool = True, read_only: bool 
     if path is not None:
         if read_only and not path.exists():
             raise MissingDatabase(f"{path}: no tuning database there yet (autotaxer tune creates it)")
-        _precheck_sqlite_file(path, read_only)
+        _precheck_sqlite_file(path)
         if read_only:
             creator = _read_only_connector(path)
         else:
@@ -117,6 +118,7 @@ class Database:
         _check_owned(tables, revs, self.display_url)
         if not upgrade or revs == (_migrate.head_revision(),):
             return
+        self._check_optuna_schema(tables)  # everything checked before anything is migrated
         with self._errors(), self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":
                 # Two processes opening a new database at once: one migrates, the other waits.
@@ -281,7 +283,29 @@ class Database:
             _serialize_sqlite_transactions(storage.engine)
         return storage
 
-    def _optuna_mismatch(self, error: Exception) -> DatabaseError:
+    def _check_optuna_schema(self, tables: set[str]) -> None:
+        """Refuse, before migrating autotaxer's tables, Optuna's tables written by another Optuna (the
+        check :meth:`optuna_storage` makes later, here through a connection that cannot write)."""
+        if not {"studies", "alembic_version", "version_info"} <= tables:
+            return  # none yet (Optuna creates them at head) or not Optuna's: optuna_storage() tells
+        import optuna
+
+        path = _sqlite_file(make_url(self.url))
+        kwargs = {"creator": _read_only_connector(path)} if path is not None else {}
+        try:
+            storage = optuna.storages.RDBStorage(
+                self.url, engine_kwargs=kwargs, skip_table_creation=True, skip_compatibility_check=True
+            )
+            try:
+                current, head = storage.get_current_version(), storage.get_head_version()
+            finally:
+                storage.engine.dispose()
+        except (sa_exc.DBAPIError, AssertionError):
+            return  # an unusual Optuna schema (no revision stamped): optuna_storage() reports it as before
+        if current != head:
+            raise self._optuna_mismatch(f"their schema is {current}, this optuna's {head}")
+
+    def _optuna_mismatch(self, error: Exception | str) -> DatabaseError:
         import optuna
 
         return DatabaseError(
@@ -372,11 +396,13 @@ def _check_writable(path: Path) -> None:
 
 
 def _read_only_connector(path: Path):
-    """A connection factory for reading ``path`` without writing anything: ``mode=ro`` with ``query_only``;
+    """A connection factory for reading ``path`` without writing anything: ``query_only`` on a connection
+    that cannot create the file (``mode=rw``: a ``mode=ro`` connection to a WAL database leaves empty
+    -wal/-shm files behind, which the last ``rw`` connection removes when it closes); ``mode=ro`` with
     ``immutable=1`` where the folder cannot be written (a read-only filesystem: no -shm/-wal files can be
     made there, and nobody can be writing the file)."""
-    immutable = "&immutable=1" if not _writable(path) else ""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro{immutable}"
+    mode = "rw" if _writable(path) else "ro&immutable=1"
+    uri = f"file:{quote(str(path.resolve()))}?mode={mode}"
 
     def connect() -> sqlite3.Connection:
         con = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S, check_same_thread=False)
@@ -386,7 +412,7 @@ def _read_only_connector(path: Path):
     return connect
 
 
-def _precheck_sqlite_file(path: Path, read_only: bool = False) -> None:
+def _precheck_sqlite_file(path: Path) -> None:
     """Check an existing SQLite file read-only, before any engine could write to it."""
     if path.is_dir():
         raise DatabaseError(f"{path}: is a directory, not a database file")
@@ -404,16 +430,11 @@ def _precheck_sqlite_file(path: Path, read_only: bool = False) -> None:
                 f"{path}: not an SQLite database (corrupt or another kind of file); it was left untouched. "
                 "Move it away or pass another --db."
             )
-    # A writer's check: not mode=ro, since a read-only connection to a WAL database leaves -wal/-shm
-    # files behind; query_only guarantees no write, and closing removes the (empty) WAL files again.
-    # A read's check opens it the way the read will (mode=ro, immutable where nothing can write).
+    # Not mode=ro, since a read-only connection to a WAL database leaves -wal/-shm files behind;
+    # query_only guarantees no write, and closing removes the (empty) WAL files again (mode=ro and
+    # immutable only where nothing can write: _read_only_connector).
     try:
-        if read_only or not _writable(path):
-            con = _read_only_connector(path)()
-        else:
-            uri = f"file:{quote(str(path.resolve()))}?mode=rw"
-            con = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
-            con.execute("PRAGMA query_only = 1")
+        con = _read_only_connector(path)()
     except sqlite3.Error as e:
         raise DatabaseError(f"{path}: cannot open: {e}") from None
     try:

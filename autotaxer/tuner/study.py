@@ -351,7 +351,8 @@ def mark_interrupted(study: Any, trial_id: int, why: str) -> bool:
 def requeue_interrupted(study: Any) -> list[dict[str, Any]]:
     """Queue again every configuration whose trials were all interrupted (fewer than
     :data:`MAX_INTERRUPTIONS` times) and that is neither queued, running nor finished otherwise; returns
-    the configurations queued."""
+    the configurations queued. A trial without parameters (sampled, killed before they were stored) names
+    no configuration: the sampler draws again."""
     from optuna.trial import TrialState
 
     interrupted: dict[tuple, int] = {}
@@ -361,6 +362,8 @@ def requeue_interrupted(study: Any) -> list[dict[str, Any]]:
         if t.state == TrialState.PRUNED:
             continue
         params = t.system_attrs.get("fixed_params", t.params) if t.state == TrialState.WAITING else t.params
+        if not params:  # a sampled trial killed before its parameters were stored: no configuration
+            continue
         point = tuple(sorted(params.items()))
         params_of[point] = dict(params)
         if is_interrupted(t):

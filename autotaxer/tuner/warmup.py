@@ -25,10 +25,11 @@ The check runs the step twice, then ``4 * check_rounds`` times per winner checke
 you do not mind (a forward and backward without the optimizer's step, say), or ``check_rounds=0``.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
-rank of the default process group calls it, with the same step. Call it first, before capturing CUDA
-graphs: it drops the plans and workspaces of the keys it tunes (a graph that replays them would read
-freed buffers), and a step replayed from a graph never reaches dispatch to be seen, nor switched by the
-check.
+rank of the default process group calls it, with the same step. Before tuning, the ranks compare how their
+steps ended and the keys they dispatched: a step that raised on some ranks only, or dispatched differently,
+raises ``ConsensusError`` on every rank and nothing is tuned. Call it first, before capturing CUDA graphs:
+it drops the plans and workspaces of the keys it tunes (a graph that replays them would read freed
+buffers), and a step replayed from a graph never reaches dispatch to be seen, nor switched by the check.
 """
 
 from __future__ import annotations
@@ -134,15 +135,19 @@ def warmup(
     recorder = _Recorder()
     t0 = time.monotonic()
     set_recorder(recorder)
+    failure: Exception | None = None
     try:
         with _eager():
             step(*args)
         if _async_tp_on():  # compiled code reaches torch's fused ops only when it runs compiled
             step(*args)
+    except Exception as exc:  # told to every rank below, before any of them tunes
+        failure = exc
     finally:
         set_recorder(None)
         for rt, seen in recorder.seen.items():
             rt.forget(seen)  # the recording's BSP decisions go; the next call decides again
+    _agree_on_step(recorder, failure)
     step_s = time.monotonic() - t0
     seen = sum(len(s) for s in recorder.seen.values())
     held = reserve_s(budget.budget_s, seen, step_s, check_rounds)  # for the in-step check
@@ -166,6 +171,70 @@ def warmup(
     checks = check_in_step(step, args, candidates, left, check_rounds, progress)
     check_s = time.monotonic() - t0 - step_s - tuning_s
     return WarmupReport(tuple(results), seen, step_s, tuning_s, tuple(checks), check_s)
+
+
+def _agree_on_step(recorder: _Recorder, failure: Exception | None) -> None:
+    """Before any tuning, every rank compares how its step ended and the keys it dispatched (over the
+    default group); a step that raised on some ranks, or dispatched keys others did not, raises
+    :class:`~autotaxer.runtime.agreement.ConsensusError` on every rank (a step that raised on every rank:
+    its own error on each). A rank whose step dispatched while its peers were already here met them in
+    this exchange: that raised :class:`~autotaxer.runtime.agreement.OutOfStepError` on all of them."""
+    import torch.distributed as dist
+
+    from ..runtime.agreement import ConsensusError, OutOfStepError, exchange
+
+    if isinstance(failure, OutOfStepError) or not (dist.is_available() and dist.is_initialized()):
+        if failure is not None:
+            raise failure
+        return
+    if dist.get_world_size() == 1:
+        if failure is not None:
+            raise failure
+        return
+    groups = {
+        _group_name(rt.group): (_members(rt.group), sorted(k.text for k in seen))
+        for rt, seen in recorder.seen.items()
+    }
+    outcome = None if failure is None else f"{type(failure).__name__}: {failure}"
+    count = sum(len(keys) for _, keys in groups.values())
+    what = f"autotaxer.warmup's end of the step ({count} key(s) dispatched)"
+    everyone = exchange("warmup", what, (groups, outcome), None)
+    failed = [(r, o) for r, (_, o) in enumerate(everyone) if o is not None]
+    if failure is not None and len(failed) == len(everyone):
+        raise failure  # every rank's step raised: each raises its own
+    if failed:
+        lines = "; ".join(f"rank {r}: {o}" for r, o in failed)
+        raise ConsensusError(
+            f"autotaxer.warmup: the step raised on some ranks ({lines}); nothing was tuned"
+        ) from failure
+    differ = _differing_keys([g for g, _ in everyone])
+    if differ:
+        raise ConsensusError(
+            f"autotaxer.warmup: the ranks' steps dispatched different keys ({differ}); every rank must run "
+            "the same step: nothing was tuned"
+        )
+
+
+def _members(group: Any) -> tuple[int, ...]:
+    import torch.distributed as dist
+
+    return tuple(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+
+
+def _differing_keys(reports: list[dict[str, tuple[tuple[int, ...], list[str]]]]) -> str:
+    """Where the ranks of a group saw different keys on it (``"group G: rank 0 only: K; ..."``), from each
+    rank's ``{group name: (its members' global ranks, keys seen on it)}``; empty when they agree."""
+    members = {name: m for report in reports for name, (m, _) in report.items()}
+    lines = []
+    for name, ranks in sorted(members.items()):
+        seen = {r: set(reports[r].get(name, ((), []))[1]) for r in ranks}
+        if len({frozenset(s) for s in seen.values()}) > 1:
+            common = set.intersection(*seen.values())
+            only = "; ".join(
+                f"rank {r} only: {', '.join(sorted(s - common)) or 'none'}" for r, s in seen.items()
+            )
+            lines.append(f"group {name}: {only}")
+    return "; ".join(lines)
 
 
 def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:

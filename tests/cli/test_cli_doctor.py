@@ -31,7 +31,7 @@ def test_doctor_human_reports_allocator_choice_and_bad_database(tmp_path):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"garbage" * 10)
     result = runner.invoke(app, ["doctor", "--db", f"sqlite:///{bad}"], env={"IRIS_ALLOCATOR": "vmem"})
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output  # the report in full, and a refused database is a failure
     assert "allocator vmem (IRIS_ALLOCATOR)" in result.output
     assert "not an SQLite database" in result.output
     assert result.output.startswith("versions: autotaxer")

@@ -211,3 +211,113 @@ def test_bad_databases_give_clear_errors(tmp_path):
     assert not (tmp_path / "o.json").exists()
     result = invoke("show", "--db", "nosuchdialect://x")
     assert result.exit_code == 2 and "cannot create an engine" in result.stderr
+
+
+def _special(tmp_path, kind: str):
+    """A path that is not a regular file: a FIFO, a folder, a symlink to a device (never a device itself:
+    the old code replaced it, and a test must not write outside its tmp folder)."""
+    import os
+
+    if kind == "fifo":
+        path = tmp_path / "pipe.json"
+        os.mkfifo(path)
+    elif kind == "folder":
+        path = tmp_path / "adir.json"
+        path.mkdir()
+    else:
+        path = tmp_path / "link.json"
+        path.symlink_to("/dev/null")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "symlink to a device"])
+def test_export_refuses_a_path_that_is_not_a_regular_file_and_leaves_it(tmp_path, url, kind):
+    import os
+    import stat
+
+    path = _special(tmp_path, kind)
+    before = os.lstat(path)
+    result = invoke("export", "--db", url, "--out", path, "--file-format", "json")
+    assert result.exit_code == 2, result.output
+    assert "refusing to replace it" in result.stderr and "Traceback" not in result.output
+    after = os.lstat(path)
+    assert stat.S_IFMT(after.st_mode) == stat.S_IFMT(before.st_mode) and after.st_ino == before.st_ino
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_export_writes_through_a_symlink_and_a_new_table_is_readable_by_others(tmp_path, url):
+    import os
+    import stat
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    old = os.umask(0o022)
+    try:
+        assert invoke("export", "--db", url, "--out", link).exit_code == 0
+        assert invoke("export", "--db", url, "--out", tmp_path / "new.json").exit_code == 0
+    finally:
+        os.umask(old)
+    assert link.is_symlink() and len(read_table(target)) == 4  # the link kept, its target written
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+
+
+def test_bench_refuses_an_output_folder_before_the_run(tmp_path):
+    from pathlib import Path
+
+    shapes = Path(__file__).resolve().parents[2] / "examples" / "shapes_cpu.csv"
+    out = tmp_path / "adir"
+    out.mkdir()
+    args = ["bench", "--world-size", "2", "--shapes", shapes, "--device", "cpu", "--out", out]
+    result = invoke(*args, "--db", f"sqlite:///{tmp_path}/t.sqlite", "--yes")
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.stderr and "is a directory; refusing" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir"]  # no adir.tmp, no adir.rows.jsonl
+
+
+def test_read_commands_leave_nothing_beside_the_database(tmp_path, url):
+    """show, export and doctor read a WAL database and leave no -wal or -shm file beside it."""
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {"src.sqlite"}, names
+    for args in (("show",), ("export", "--out", tmp_path / "out" / "t.json"), ("doctor",), ("db", "current")):
+        (tmp_path / "out").mkdir(exist_ok=True)
+        result = invoke(*args, "--db", url)
+        assert result.exit_code == 0, (args, result.output)
+        left = {p.name for p in tmp_path.iterdir()} - {"out"}
+        assert left == {"src.sqlite"}, (args, left)
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"shape": {"X": 1}}, "shape fields X, expected M, N, K"),
+        ({"shape": {"M": 16, "N": 8192}}, "shape fields M, N, expected M, N, K"),
+        ({"layout": {"gather_dim": 0, "colour": 1}}, "layout colour=1 is not one of ag_gemm's layouts"),
+        ({"op": "no_such_op"}, "op 'no_such_op' is not registered"),
+    ],
+)
+def test_import_refuses_a_record_that_is_no_problem_of_its_op(tmp_path, url, change, fragment):
+    """A record whose key no op serves (``shape {"X": 1}``) is refused on import, by record and field:
+    stored, it broke ``show --stale-out`` with a traceback."""
+    path = tmp_path / "t.json"
+    write_table([make_record(16)], path)
+    doc = json.loads(path.read_text())
+    doc["records"][0].update(change)
+    path.write_text(json.dumps(doc))
+    before = _db_rows(url)
+    result = invoke("import", path, "--db", url)
+    assert result.exit_code == 2, result.output
+    assert f"error: {path}: record 1" in result.stderr and fragment in result.stderr, result.stderr
+    assert _db_rows(url) == before
+
+
+def test_show_stale_out_refuses_a_fifo_and_leaves_it(tmp_path, url):
+    import os
+    import stat
+
+    path = _special(tmp_path, "fifo")
+    result = invoke("show", "--db", url, "--stale-out", path)
+    assert result.exit_code == 2, result.output
+    assert "--stale-out" in result.stderr and "is a FIFO; refusing to replace it" in result.stderr
+    assert stat.S_ISFIFO(os.lstat(path).st_mode)

@@ -229,3 +229,35 @@ def test_an_import_never_silently_replaces_the_other_timing_mode(tmp_path) -> No
     assert (tmp_path / "t.sqlite").read_bytes() == before
     result = invoke("import", tmp_path / "graph.json", "--db", url, "--replace")
     assert result.exit_code == 0 and "2 of them replaced records of the other timing mode" in result.output
+
+
+@pytest.mark.parametrize("command", ["db upgrade", "tune"])
+def test_a_newer_optuna_schema_is_refused_before_autotaxer_migrates_anything(tmp_path, command) -> None:
+    """A 0001 database whose Optuna tables a newer Optuna wrote: refused (exit 2) and left at 0001, without
+    the claims table, as the message says."""
+    from sqlalchemy import inspect
+
+    from autotaxer.storage import _migrate, open_database
+
+    path = tmp_path / "t.sqlite"
+    url = f"sqlite:///{path}"
+    with open_database(url) as db:
+        db.optuna_storage().engine.dispose()
+        with db.engine.begin() as conn:
+            _migrate.downgrade(conn, "0001")
+    con = sqlite3.connect(path)
+    con.execute("UPDATE alembic_version SET version_num = 'v99.0.0.a'")
+    con.commit()
+    con.close()
+    before = _snapshot(tmp_path)
+    shapes = tmp_path / "s.csv"
+    shapes.write_text("M,N,K\n8,8,8\n")
+    args = ["db", "upgrade"] if command == "db upgrade" else ["tune", "--world-size", "1", "--device", "cpu"]
+    args += [] if command == "db upgrade" else ["--shapes", shapes]
+    result = invoke(*args, "--db", url)
+    assert result.exit_code == 2, result.output
+    assert "Optuna's tables do not fit" in result.output and "the database was not modified" in result.output
+    assert {k: v for k, v in _snapshot(tmp_path).items() if k != "s.csv"} == before
+    with open_database(url, read_only=True) as db:
+        assert db.current_revision() == "0001"
+        assert "autotaxer_claims" not in inspect(db.engine).get_table_names()

@@ -312,6 +312,9 @@ def _app():
         ("M,N,K\n8,8,abc\n", [], "shapes.csv:2: field 'K'"),
         ("M,N,K\n9,8,8\n", [], "shapes.csv:2: field 'M'"),  # 9 rows do not split over 2 ranks
         ("M,N,K\n8,8,8\n", ["--variants", "bsp,nope"], "unknown variant(s) nope"),
+        ("M,N,K\n8,8,8\n", ["--variants", ""], "names no variant"),
+        ("M,N,K\n8,8,8\n", ["--variants", "bsp,bsp"], "bsp named more than once"),
+        ("M,N,K\n8,8,8\n", ["--variants", "bsp,,cpu_chunked"], "an empty name in"),
         ("M,N,K\n8,8,8\n", ["--sampler", "anneal"], "--sampler"),
         ("M,N,K\n8,8,8\n", ["--trials", "0"], "--trials"),
         ("M,N,K\n8,8,8\n", ["--seed", "-1"], "--seed: must be an integer from 0 to 4294967295"),

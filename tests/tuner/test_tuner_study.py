@@ -436,3 +436,24 @@ def test_a_study_resumed_with_the_other_chain_says_so(db) -> None:
         notes.lines
     )
     assert db.get_winner(KEY).env["chain"] == "dependent"  # confirmed this run's way
+
+
+def test_a_sampled_trial_killed_before_its_parameters_is_not_queued_again() -> None:
+    """An interrupted trial with no parameters names no configuration: resuming queues nothing for it
+    (it was queued as ``{}`` at every resume and left WAITING), while an interrupted configuration is."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from autotaxer.tuner.study import ask_owned, mark_interrupted, requeue_interrupted
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
+    empty = ask_owned(study, "host:1")  # killed before suggest() stored anything
+    mark_interrupted(study, empty._trial_id, "killed")
+    study.enqueue_trial({"x": 1})
+    point = ask_owned(study, "host:1")
+    point.suggest_int("x", 0, 3)
+    mark_interrupted(study, point._trial_id, "killed")
+    assert requeue_interrupted(study) == [{"x": 1}]
+    waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    assert [t.system_attrs["fixed_params"] for t in waiting] == [{"x": 1}]

@@ -31,14 +31,14 @@ def fused_all_gather_matmul(
     ``group_name``: a process group's name (PyTorch's signature), the group itself, or None for the
     default group. Each B is ``(K, N_i)``: row-major, or an nn.Linear weight passed as ``weight.t()``.
     """
+    from ...runtime.agreement import calling, refuse
     from ...runtime.dispatch import runtime_for
 
-    if not Bs:
-        raise ValueError("Bs: at least one B is needed")
-    if not -A_shard.dim() <= gather_dim < A_shard.dim():
-        raise ValueError(f"gather_dim: {gather_dim} is not a dimension of a {A_shard.dim()}-D A_shard")
-    gather_dim %= A_shard.dim()
     group = _group_arg(group_name)
+    error = _arguments_error(A_shard, Bs, gather_dim)
+    if error is not None:  # told to every rank: each raises, none waits for this one
+        refuse("ag_gemm", group, ValueError(f"fused_all_gather_matmul: {error}"))
+    gather_dim %= A_shard.dim()
     a2d, gd = _to_matrix(A_shard, gather_dim)
     keep = return_A or len(Bs) > 1  # the caller uses the gathered A
     if torch.compiler.is_compiling():  # traced BSP, or a custom op with its autograd registration
@@ -47,11 +47,28 @@ def fused_all_gather_matmul(
         first, gathered = compiled_call("ag_gemm", a2d, Bs[0], gd, group, keep)
     else:
         rt = runtime_for(group)
-        first, gathered = rt.serve("function", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
+        with calling(
+            "fused_all_gather_matmul", f"A_shard {tuple(A_shard.shape)}", f"gather_dim={gather_dim}"
+        ):
+            first, gathered = rt.serve("function", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
     outs = [first] + [gathered @ b for b in Bs[1:]]
     ws = first.shape[0] // a2d.shape[0] if gd == 0 else Bs[0].shape[0] // a2d.shape[1]
     outs = [_from_matrix(o, A_shard, gather_dim, ws) for o in outs]
     return (_from_matrix(gathered, A_shard, gather_dim, ws) if return_A else None), outs
+
+
+def _arguments_error(A_shard: Any, Bs: Any, gather_dim: Any) -> str | None:
+    """Why these are not :func:`fused_all_gather_matmul`'s arguments (``None`` when they are)."""
+    from ...runtime.agreement import check_dim
+
+    if not isinstance(A_shard, torch.Tensor):
+        return f"A_shard: expected a torch.Tensor, got {type(A_shard).__name__}"
+    if not isinstance(Bs, (list, tuple)) or not Bs:
+        return "Bs: at least one B is needed"
+    for i, b in enumerate(Bs):
+        if not isinstance(b, torch.Tensor):
+            return f"Bs[{i}]: expected a torch.Tensor, got {type(b).__name__}"
+    return check_dim("gather_dim", gather_dim, A_shard.dim(), "A_shard")
 
 
 FORM = {"fused_all_gather_matmul": fused_all_gather_matmul}
