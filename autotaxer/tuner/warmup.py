@@ -46,7 +46,7 @@ from .._problem import ProblemKey
 from ..runtime._runtimes import RUNTIMES, set_recorder
 from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
-from .in_step import UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
+from .in_step import KEPT, REPLACED, UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
 
 #: Rounds of the in-step check per winner (each: one timed step with the winner, one with the fastest form).
 CHECK_ROUNDS = 5
@@ -192,7 +192,7 @@ def _agree_on_step(recorder: _Recorder, failure: Exception | None) -> None:
             raise failure
         return
     groups = {
-        _group_name(rt.group): (_members(rt.group), sorted(k.text for k in seen))
+        group_name(rt.group): (_members(rt.group), sorted(k.text for k in seen))
         for rt, seen in recorder.seen.items()
     }
     outcome = None if failure is None else f"{type(failure).__name__}: {failure}"
@@ -245,12 +245,17 @@ def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:
 
 def _to_tune(rt: Any, key: ProblemKey) -> bool:
     """A key with no exact record, or whose record came from this runtime's database with its search cut
-    short (time ran out, or a process was killed): tuned, or resumed."""
-    from ..records import is_partial
+    short (time ran out, or a process was killed): tuned, or resumed. Not a key the in-step check has
+    decided (kept or replaced): resuming its search would store the isolated winner over that verdict
+    (seen on 2xH200: a second mode's warm-up resumed the keys the first had replaced, and served them
+    unchecked)."""
+    from ..records import in_step_of, is_partial
 
     if rt.decide_key(key).is_miss:
         return True
     rec = rt.table.records.get(key)
+    if in_step_of(rec.env)[0] in (KEPT, REPLACED):
+        return False
     return is_partial(rec.env) and rt.table.origins.get(key) == rt.config.tuning_db_url()
 
 

@@ -349,3 +349,26 @@ def test_show_prints_the_in_step_gain_beside_the_speedup(tmp_path) -> None:
     rows = json.loads(runner.invoke(app, ["show", "--db", url, "--format", "json"]).output)
     got = {r["shape"]["M"]: (r["in_step"], r["in_step_gain"]) for r in rows}
     assert got == {16: ("kept", 1.083), 32: ("replaced", 0.9312), 64: ("unchecked", None), 128: (None, None)}
+
+
+@pytest.mark.parametrize(
+    ("verdict", "resumed"), [(None, True), ("unchecked", True), ("kept", False), ("replaced", False)]
+)
+def test_a_later_warm_up_does_not_resume_a_search_the_step_has_decided(verdict, resumed) -> None:
+    """A key whose search was cut short is resumed by the next warm-up, unless the in-step check decided it:
+    resuming would store the isolated winner over the verdict (seen on 2xH200, where a second mode's warm-up
+    resumed the keys the first had replaced and served their winners unchecked)."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from autotaxer.tuner.warmup import _to_tune
+
+    url = "sqlite:///t.sqlite"
+    env = {"search": "partial", **({"in_step": verdict} if verdict else {})}
+    rec = dataclasses.replace(make_record(16), env={**make_record(16).env, **env})
+    rt = SimpleNamespace(
+        decide_key=lambda key: SimpleNamespace(is_miss=False),
+        table=SimpleNamespace(records={rec.key: rec}, origins={rec.key: url}),
+        config=SimpleNamespace(tuning_db_url=lambda: url),
+    )
+    assert _to_tune(rt, rec.key) is resumed
