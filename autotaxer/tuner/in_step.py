@@ -433,7 +433,7 @@ class _Say:
     def header(self, count: int, rounds: int, left: float) -> None:
         self.text(
             f"autotaxer: checking {count} winner(s) in the step against their fastest forms ({rounds} "
-            f"round(s) each, {left:.0f} s of the budget left)"
+            f"round(s) each, {max(left, 0.0):.0f} s of the budget left)"
         )
 
     def line(self, rt: Any, result: StepCheck, index: int, count: int) -> None:
