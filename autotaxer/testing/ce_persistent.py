@@ -310,3 +310,106 @@ def never_signal(world_size: int = 2, timeout_s: float = 0.3) -> Any:
     finally:
         del slot
     raise AssertionError("ce_persistent: rank 0's waits ended without giving up")
+
+
+class _SteppedClock:
+    """The interpreter's clock for the watch module (``now_ns``): every reading ``step_ns`` later than the
+    last, and ``actions[n]()`` run at the ``n``-th reading; the rest of :mod:`time` as it is."""
+
+    def __init__(self, step_ns: int, actions: dict[int, Any]) -> None:
+        import time
+
+        self._time, self.step_ns, self.actions = time, step_ns, actions
+        self.readings, self.now = 0, time.monotonic_ns()
+
+    def monotonic_ns(self) -> int:
+        self.readings += 1
+        self.now += self.step_ns
+        action = self.actions.get(self.readings)
+        if action is not None:
+            action()
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._time, name)
+
+
+def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -> str:
+    """Rank 0 of 2 emulated ranks waits on rank 1's one chunk, withheld, on a clock that advances 1 ms a
+    reading (:class:`_SteppedClock`): 10 ms into the wait the host raises the watch slot's bound from
+    ``bound_ms`` to 1000 s; at ``late_ms`` the chunk lands and its flag goes up. With
+    ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` = ``reads``: ``once`` must give up at ``bound_ms`` (the wait
+    kept the bound it read once, 1 ms in), ``every`` must not (it read the new bound on a later poll) and
+    compute every row. Returns ``"OK ..."``; ``AssertionError`` otherwise."""
+    import os
+
+    import torch
+
+    import autotaxer.kernels.common.watch as watch_module
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+    from autotaxer.kernels.common.channel import MAX_CHUNKS
+    from autotaxer.kernels.common.watch import BOUND, SLOT_WORDS, board
+
+    if reads not in cp.BOUND_READS:
+        raise ValueError(f"reads: expected one of {cp.BOUND_READS}, got {reads!r}")
+    ws, m, n, k = 2, 32, 32, 16
+    config = cp.CePersistentConfig(block_m=16, block_n=32, block_k=16, group_m=1, num_warps=4, num_stages=2,
+                                   chunks=1)  # fmt: skip
+    ranks: list[HostChannel] = []
+    ranks.extend(HostChannel(r, ws, ranks, ws * (m // ws) * k * 4) for r in range(ws))
+    plans = [
+        cp.make_persistent_plan(ch, m=m, n=n, k=k, gather_dim=0, elem=4, config=config, num_sms=4)
+        for ch in ranks
+    ]
+    plans[1] = cp.dataclasses.replace(plans[1], sends=())  # rank 1's chunk for rank 0: sent late, below
+    gen = torch.Generator().manual_seed(2)
+    shards = [torch.randn(m // ws, k, generator=gen) for _ in ranks]
+    b = torch.randn(k, n, generator=gen)
+    out = torch.full((m, n), float("nan"))
+    inbox = ranks[0].arena(0).view(torch.float32)
+    inbox.fill_(float("nan"))
+    slots = board("cpu")
+    slot = slots.claim(bound_ms * 1_000_000)
+    bound_word = SLOT_WORDS * (slot + 1) + BOUND
+
+    def raise_bound() -> None:
+        slots.view[bound_word] = 1000 * 1_000_000_000
+
+    def land() -> None:
+        rows = m // ws
+        inbox[rows * k : 2 * rows * k] = shards[1].reshape(-1)
+        ranks[0].data[1 * MAX_CHUNKS] = int(ranks[1].epoch[0])
+
+    clock = _SteppedClock(1_000_000, {10: raise_bound, late_ms: land})
+    saved_env, saved_time = os.environ.get(cp.BOUND_READS_ENV), watch_module.time
+    os.environ[cp.BOUND_READS_ENV] = reads
+    try:
+        with host_transport():
+            for r, ch in enumerate(ranks):
+                cp.begin_call(ch, plans[r], shards[r], slots.tensor(slot))
+            sync = torch.zeros(cp.SYNC_WORDS, dtype=torch.int64)
+            watch_module.time = clock
+            cp.launch_gemm(ranks[0], plans[0], inbox, shards[0], b, out, sync, slots.tensor(slot))
+        record = slots.read(slot)
+    finally:
+        watch_module.time = saved_time
+        if saved_env is None:
+            os.environ.pop(cp.BOUND_READS_ENV, None)
+        else:
+            os.environ[cp.BOUND_READS_ENV] = saved_env
+        slots.release(slot)
+    ref = torch.cat([s.double() for s in shards]) @ b.double()
+    peer_rows = slice(m // ws, m)
+    if reads == "once":
+        assert record.count == 1, f"reads=once: {record.count} waits gave up, 1 due (the bound read once)"
+        assert (record.peer, record.index) == (1, MAX_CHUNKS), record
+        assert clock.readings < late_ms, f"reads=once: the wait spun {clock.readings} ms, past the bound"
+        assert out[peer_rows].isnan().all(), "reads=once: rows computed from a chunk that had not landed"
+    else:
+        assert record.count == 0, f"reads=every: {record.count} waits gave up (the raised bound was not read)"
+        assert clock.readings >= late_ms, f"reads=every: the wait ended after {clock.readings} ms"
+        err = _rel_err(out, ref)
+        assert err < 1e-5, f"reads=every: relative error {err:.2e} after the late chunk"
+    err = _rel_err(out[: m // ws], ref[: m // ws])
+    assert err < 1e-5, f"reads={reads}: the local rows' relative error {err:.2e}"
+    return f"OK bound reads={reads}: {record.count} gave up after {clock.readings} clock readings"

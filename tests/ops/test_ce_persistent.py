@@ -259,3 +259,31 @@ def test_peers_that_never_signal_end_in_the_named_error(ws: int, interpret: Call
     assert (
         f"ag_gemm ce_persistent at {key}" in message and "never signalled" in message and "0.3 s" in message
     )
+
+
+@pytest.mark.emulated
+def test_a_tile_wait_reads_the_bound_once(interpret: Callable[..., str]) -> None:
+    """Issue 47's stall: the GEMM's waits read the watch slot's bound (pinned host memory) once per wait,
+    not on every poll. A bound raised on the host 10 ms into a wait is not seen by the default (``once``:
+    it gives up at the bound it read), and is by ``every`` (the shared consumer's waits, kept for the A/B
+    run on GPUs), whose late chunk then lands and is used. Fails on the code before the fix (it read every
+    poll: no wait gave up)."""
+    out = interpret(
+        """
+        print(emu.check_bound_read_once("once"))
+        print(emu.check_bound_read_once("every"))
+        """
+    )
+    assert "OK bound reads=once: 1 gave up" in out and "OK bound reads=every: 0 gave up" in out, out
+
+
+def test_bound_reads_setting_is_checked(monkeypatch) -> None:
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    monkeypatch.delenv(cp.BOUND_READS_ENV, raising=False)
+    assert cp.bound_reads() == "once"
+    monkeypatch.setenv(cp.BOUND_READS_ENV, "every")
+    assert cp.bound_reads() == "every"
+    monkeypatch.setenv(cp.BOUND_READS_ENV, "sometimes")
+    with pytest.raises(ValueError, match=cp.BOUND_READS_ENV):
+        cp.bound_reads()

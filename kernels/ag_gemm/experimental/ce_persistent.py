@@ -41,15 +41,27 @@ last one shorter), unlike :func:`..copy_engine.split_rows`' near-equal ones. (4)
 after its acquire were written by a peer's copy engine, not by SM stores as in ``push``: the flag is
 released behind the copy in stream order (``triton``: a system-scope release; ``memop``: the write's
 default memory barrier), the same ordering ``copy_engine`` relies on; the GPU runs must confirm it for
-the TMA loads too.
+the TMA loads too. (5) Unlike ``push``'s tiles, whose producers run in the same grid, most of this grid
+waits on copies: at 4 ranks the tiles of the three peers' rows, every program at once, for the length of
+a shard's copy (about 30-130 us at M=1024-4096, K=8192), longer than the watch's
+:data:`~..common.watch.CHECK_AFTER_NS` (50 us). The shared consumer's wait (``spin_until``) then loads
+the slot's bound from pinned host memory on every poll: back-to-back PCIe reads from every warp of up to
+131 programs, on every GPU at once. The first 4-GPU run (2026-11-27) stalled at 7-36 ms a call wherever
+tiles wait that long (M=1024/4096) and not where the local tiles cover the copies (M=16384, N=14336).
+The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`); the shared consumer,
+unchanged, is recompiled with that wait (:func:`with_globals`). ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS
+=every`` runs the old waits, for the A/B on GPUs.
 
-Not yet measured on GPUs: checked on ranks emulated under Triton's interpreter (2, 4 and 8) and
-compiled for sm_90 by ``python -m autotaxer.tools.wait_kernels``.
+Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
+emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m
+autotaxer.tools.wait_kernels``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,12 +74,13 @@ from ...common.gemm import TileConfig
 from ...common.lanes import peer_lanes
 from ...common.sync import epoch_begin
 from ...common.tma import Scratch, scratch_allocator
-from ...common.watch import unnamed_slot
+from ...common.watch import BOUND, CHECK_AFTER_NS, give_up, now_ns, unnamed_slot
 from .. import copy_engine as ce
 from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
 from ..consume import consume_tiles
 from ..consume_tma import consume_tiles_tma
 from ..fused import _CompiledLaunch, _specialization
+from ..protocol import WAIT_WIDTH
 from ..push_tma import tma_ready
 
 #: SMs the persistent GEMM leaves free for the side streams' flag and ``done`` kernels (hazard 1).
@@ -185,14 +198,96 @@ def _send_lane(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, peers: tuple[
         ce._raise(ch, data_of[p] + 4 * c, stream)
 
 
+# -- the tiles' waits: the watch slot's bound read once per wait (issue 47's stall) ----------------------
+
+#: ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS``: ``once`` (the default: a tile's wait reads the watch slot's
+#: bound, in pinned host memory, once, when it has spun :data:`CHECK_AFTER_NS`) or ``every`` (the shared
+#: consumer's :func:`..common.watch.spin_until`: a read on every poll after that; kept for the A/B run).
+BOUND_READS_ENV = "AUTOTAXER_CE_PERSISTENT_BOUND_READS"
+BOUND_READS = ("once", "every")
+_BOUND_WORD = tl.constexpr(BOUND)
+
+
+def bound_reads() -> str:
+    """``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` (``once`` unless set); ``ValueError`` naming it."""
+    value = os.environ.get(BOUND_READS_ENV, "").strip() or "once"
+    if value not in BOUND_READS:
+        raise ValueError(f"{BOUND_READS_ENV}: expected one of {', '.join(BOUND_READS)}, got {value!r}")
+    return value
+
+
+@triton.jit
+def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
+    """:func:`..common.watch.spin_until` (the same flags, loads, bound and record), except that the bound
+    is loaded from the watch slot once, the first time the wait has spun :data:`CHECK_AFTER_NS`, and kept
+    in a register. ``spin_until`` loads it on every poll after that: with every program of this grid
+    spinning on a peer's chunk for longer than that (the tiles of 3 peers' rows at 4 ranks), that is one
+    read of pinned host memory over PCIe per warp and poll, back to back, from up to 131 programs."""
+    ok = tl.cast(ok, tl.int32)
+    seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+    missing = live & (seen < epoch)
+    pending = tl.sum(missing.to(tl.int32), axis=0)
+    if (pending > 0) & (ok != 0):
+        t0 = now_ns()
+        bound = tl.full((), -1, tl.int64)  # not read yet
+        while (pending > 0) & (ok != 0):
+            seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+            missing = live & (seen < epoch)
+            pending = tl.sum(missing.to(tl.int32), axis=0)
+            if pending > 0:
+                waited = now_ns() - t0
+                if waited > CHECK_AFTER_NS:
+                    if bound < 0:
+                        bound = tl.load(watch_ptr + _BOUND_WORD, volatile=True)
+                    if waited > bound:
+                        first = tl.min(tl.where(missing, idx, 2**31 - 1), axis=0)
+                        low = tl.min(tl.where(missing, seen, 2**31 - 1), axis=0)
+                        give_up(watch_ptr, peer, first, epoch, low)
+                        ok = 0
+    return ok
+
+
+@triton.jit
+def wait_segment_read_once(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok,
+                           WHOLE_K: tl.constexpr):  # fmt: skip
+    """:func:`..protocol.wait_segment` as this variant calls it (``WHOLE_K`` off: the row chunks of K chunk
+    ``kc``, :func:`..protocol.wait_rows`) through :func:`spin_until_read_once`."""
+    rc_hi = last_row // chunks.rcw
+    for rc0 in range(first_row // chunks.rcw, rc_hi + 1, WAIT_WIDTH):
+        rcs = rc0 + tl.arange(0, WAIT_WIDTH)
+        idx = (src * chunks.n_rc + rcs) * chunks.n_kc + kc
+        ok = spin_until_read_once(flags_ptr + idx, rcs <= rc_hi, epoch, watch_ptr, src, idx, ok)
+    return ok
+
+
+def with_globals(fn: Any, **names: Any) -> Any:
+    """The jitted function ``fn`` compiled again with the module globals ``names`` replaced: the same
+    source (so the consumer stays ``push``'s, line for line), its own function; ``fn`` is untouched."""
+    py = fn.fn
+    for name in names:
+        if name not in py.__globals__:
+            raise NameError(f"{py.__name__}: no global {name!r} to replace")
+    scope = {**py.__globals__, **names}
+    copy = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
+    copy.__qualname__ = py.__qualname__
+    return triton.jit(copy)
+
+
+#: The consumers with :func:`wait_segment_read_once` for their waits.
+consume_tiles_read_once = with_globals(consume_tiles, wait_segment=wait_segment_read_once)
+consume_tiles_tma_read_once = with_globals(consume_tiles_tma, wait_segment=wait_segment_read_once)
+
+
 # one compiled kernel for every rank: ranks emulated in one process load it once (a load while a peer's
 # GEMM spins can wait for it)
 @triton.jit(do_not_specialize=["rank"])
 def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_ptr, rank, sizes, chunks,
-                          strides, LAYOUT: tl.constexpr, TILES: tl.constexpr):  # fmt: skip
+                          strides, LAYOUT: tl.constexpr, TILES: tl.constexpr,
+                          READ_BOUND_ONCE: tl.constexpr):  # fmt: skip
     """The GEMM of one call: every program runs tiles (no producers), the first ``grid`` dealt by program
     id, the rest drawn from the queue ``sync[1]``; each tile waits for the chunk flags of its peers' rows
-    (``flags_ptr``: the channel's ``data``, ``[src, chunk]``) to reach the channel's epoch."""
+    (``flags_ptr``: the channel's ``data``, ``[src, chunk]``) to reach the channel's epoch
+    (``READ_BOUND_ONCE``: through :func:`spin_until_read_once`; else the shared consumer's waits)."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     # this workspace's call number from the arrival count: where the queue stood at this call's start
@@ -203,10 +298,16 @@ def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_p
     epoch = tl.load(epoch_ptr)  # advanced on this stream before the launch
     call = (queue, inbox_ptr, flags_ptr, watch_ptr, rank, epoch)
     ok = tl.full((), 1, tl.int32)  # a tensor from the start: the waits reassign it (issue 35)
-    if TILES.TMA:
-        consume_tiles_tma(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+    if READ_BOUND_ONCE:
+        if TILES.TMA:
+            consume_tiles_tma_read_once(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+        else:
+            consume_tiles_read_once(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
     else:
-        consume_tiles(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+        if TILES.TMA:
+            consume_tiles_tma(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+        else:
+            consume_tiles(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
 
 
 KERNEL = _ce_persistent_kernel
@@ -244,6 +345,7 @@ def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
             WHOLE_K=False, GROUP_ACROSS=False, PREFETCH_K=0, TMA=tma,
         ),
+        READ_BOUND_ONCE=bound_reads() == "once",
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(args):
