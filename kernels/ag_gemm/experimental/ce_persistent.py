@@ -46,8 +46,10 @@ waits on copies: at 4 ranks the tiles of the three peers' rows, every program at
 a shard's copy (about 30-130 us at M=1024-4096, K=8192), longer than the watch's
 :data:`~..common.watch.CHECK_AFTER_NS` (50 us). The shared consumer's wait (``spin_until``) then loads
 the slot's bound from pinned host memory on every poll: back-to-back PCIe reads from every warp of up to
-131 programs, on every GPU at once. The first 4-GPU run (2026-11-27) stalled at 7-36 ms a call wherever
-tiles wait that long (M=1024/4096) and not where the local tiles cover the copies (M=16384, N=14336).
+131 programs, on every GPU at once. The first 4-GPU run (2026-11-27) stalled, 1.1-114 ms a call against
+BSP's 0.11-1.7 ms, in 47 of the 48 seeds timed at the six keys where tiles wait that long (N=2048 and
+2560 at every M, N=14336 at M=1024), and at neither key where the local tiles' GEMM covers the copies
+(N=14336 at M=4096 and 16384: 1.5-3.1 and 6.0-6.7 ms, BSP 1.7 and 6.4 ms).
 The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`); the shared consumer,
 unchanged, is recompiled with that wait (:func:`with_globals`). ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS
 =every`` runs the old waits, for the A/B on GPUs.
