@@ -287,3 +287,17 @@ def test_bound_reads_setting_is_checked(monkeypatch) -> None:
     monkeypatch.setenv(cp.BOUND_READS_ENV, "sometimes")
     with pytest.raises(ValueError, match=cp.BOUND_READS_ENV):
         cp.bound_reads()
+
+
+def test_the_read_once_consumers_leave_pushs_untouched() -> None:
+    """The recompiled consumers wait through ``wait_segment_read_once``; ``push``'s keep the shared wait."""
+    from autotaxer.kernels.ag_gemm import consume, consume_tma, protocol
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    for shared, mine in ((consume.consume_tiles, cp.consume_tiles_read_once),
+                         (consume_tma.consume_tiles_tma, cp.consume_tiles_tma_read_once)):  # fmt: skip
+        assert shared.fn.__globals__["wait_segment"] is protocol.wait_segment
+        assert mine.fn.__globals__["wait_segment"] is cp.wait_segment_read_once
+        assert mine.fn.__code__ is shared.fn.__code__  # the same consumer, line for line
+    with pytest.raises(NameError, match="no global 'wait_segmnt'"):
+        cp.with_globals(consume.consume_tiles, wait_segmnt=cp.wait_segment_read_once)
