@@ -53,6 +53,11 @@ def test_show_fits_80_columns_and_wide_shows_every_field(tmp_path) -> None:
         app, ["show", "--db", url, "--wide"]
     )
     assert "gather_dim=1,b_layout=nk" in wide.output and "BLOCK_M=128" in wide.output
+    narrow = runner.invoke(app, ["show", "--db", url, "--wide"])  # 80 columns: one record a block, none cut
+    lines = narrow.output.splitlines()
+    assert narrow.exit_code == 0 and "…" not in narrow.output and max(map(len, lines)) <= 80, narrow.output
+    assert "gather_dim=1,b_layout=nk" in narrow.output and "BLOCK_M=128" in narrow.output
+    assert any(line.split() == ["median", "µs", "2222.2"] for line in lines), narrow.output
 
 
 def test_tune_summary_fits_80_columns() -> None:
