@@ -40,7 +40,9 @@ class _ErrorHandlingGroup(TyperGroup):
 app = typer.Typer(
     name="autotaxer",
     cls=_ErrorHandlingGroup,
-    help="Autotune fused multi-GPU kernels (all-gather + GEMM on Iris) and serve the winners.",
+    help="Autotune fused multi-GPU kernels (all-gather + GEMM, GEMM + reduce-scatter, flash decoding; "
+    "Triton kernels on Iris or the copy engine, BSP forms and PyTorch's fused ops as candidates) per GPU, "
+    "world size and shape; store the winners and serve them through autotaxer.dispatch.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,

@@ -27,6 +27,7 @@ from ._common import (
     WorldSizeOption,
     YesOption,
     choice,
+    count,
     flag,
     load_rows,
     print_json,
@@ -49,22 +50,20 @@ def bench_command(
     db: DbOption = None,
     variants: VariantsOption = None,
     max_configs: Annotated[
-        int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
+        int, count("--max-configs", help="Configs swept per variant without a tuned one.")
     ] = 8,
     peers: Annotated[bool, flag("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
     dispatch: Annotated[bool, flag("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
     peer_timeout: Annotated[
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
-    heap_gib: Annotated[int, typer.Option("--heap-gib", min=1, help="Iris heap per rank (GiB).")] = 8,
+    heap_gib: Annotated[int, count("--heap-gib", help="Iris heap per rank (GiB).")] = 8,
     iters: Annotated[
-        int | None, typer.Option("--iters", min=1, help="Calls per timed sample (default: the device's).")
+        int | None, count("--iters", help="Calls per timed sample (default: the device's).")
     ] = None,
     samples: Annotated[
         int | None,
-        typer.Option(
-            "--samples", min=1, help="Timed samples, median of them (default: 9 on GPUs, 15 on a CPU)."
-        ),
+        count("--samples", help="Timed samples, median of them (default: 9 on GPUs, 15 on a CPU)."),
     ] = None,
     dispatch_timing: Annotated[
         str | None, choice("--dispatch-timing", TIMINGS, help="Serve only winners tuned with this timing.")
