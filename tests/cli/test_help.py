@@ -1,5 +1,6 @@
 """Every command's help reads one way: integers as ``<int>`` (never ``<int range> [x>=1]``), choices
-listed, ``-q`` wherever ``--quiet`` is, and the root help names every op."""
+listed, ``-q`` wherever ``--quiet`` is, arguments named plainly in the usage line (``FILE``, not
+``{FILE}``), and the root help names every op."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_options_read_one_way(command: str) -> None:
     assert "int range" not in text and "x>=" not in text, text
     assert "--quiet" not in text or "-q, --quiet" in text, text
     assert "--symm-mem" not in text or "--symm-mem <cuda|nccl>" in text, text
+    assert "{" not in text.splitlines()[0], text  # the usage line names arguments as the help does
 
 
 def test_a_count_below_one_is_a_usage_error_naming_the_option() -> None:
