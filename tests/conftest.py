@@ -43,6 +43,7 @@ def _gpus() -> int:
 #: The longest tests (a minute or more on 2 cores), started first; then the other ``slow`` ones.
 LONGEST = (
     "test_readme.py::", "test_random_kills", "test_a_layers_keys_are_recorded", "test_a_rank_killed_mid",
+    "test_the_readme_model_exits_0_in_20_launches",
 )  # fmt: skip
 
 
