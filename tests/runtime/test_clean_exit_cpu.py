@@ -4,8 +4,9 @@ A process group still referenced after ``destroy_process_group`` keeps its gloo 
 interpreter exit, where the C++ teardown aborted about one launch in 20 (``terminate called without an
 active exception``, SIGABRT, torchrun exit 1): ``torch._dynamo``, which autotaxer's first dispatch imports,
 imports ``torch.distributed.nn.functional``, whose default arguments pinned the default group
-(:mod:`autotaxer._default_group`). The first test checks the cause (no gloo thread left after the model
-destroyed its group, every launch), the second the symptom over 20 launches.
+(:mod:`autotaxer._default_group`); a runtime of another group held that group (forgotten at exit now). The
+first tests check the cause (no gloo thread left once the groups are destroyed), the last the symptom over
+20 launches.
 """
 
 from __future__ import annotations
@@ -24,6 +25,28 @@ import os, runpy
 runpy.run_path("my_model.py", run_name="__main__")
 names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
 print(f"threads after the model: {names}", flush=True)
+"""
+
+
+#: A model that dispatches in a process group of its own (a TP group), then destroys every group; the
+#: threads left are listed by the first exit handler, which runs last.
+SUBGROUP = """\
+import atexit, os
+import torch
+import torch.distributed as dist
+
+def threads():
+    names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+    print(f"threads at exit: {names}", flush=True)
+
+atexit.register(threads)
+import autotaxer
+dist.init_process_group("gloo")
+tp = dist.new_group([0, 1])
+c = autotaxer.dispatch("ag_gemm", torch.randn(8, 16), torch.randn(16, 8), gather_dim=0, group=tp)
+print(f"rank {dist.get_rank()}: c {tuple(c.shape)}", flush=True)
+dist.destroy_process_group()
+del tp  # the model's own reference: the one left is autotaxer's
 """
 
 
@@ -53,6 +76,17 @@ def test_no_gloo_thread_outlives_the_models_process_group(tmp_path: Path) -> Non
     assert proc.returncode == 0, out
     left = [line for line in proc.stdout.splitlines() if line.startswith("threads after the model:")]
     assert len(left) == 2, out
+    assert not any("gloo" in line for line in left), left
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are listed from /proc")
+def test_a_runtime_of_another_group_lets_that_group_end_before_exit(tmp_path: Path) -> None:
+    (tmp_path / "tp.py").write_text(SUBGROUP)
+    proc = _torchrun(tmp_path, "tp.py")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    left = [line for line in proc.stdout.splitlines() if line.startswith("threads at exit:")]
+    assert len(left) == 2 and proc.stdout.count("c (16, 8)") == 2, out
     assert not any("gloo" in line for line in left), left
 
 
