@@ -24,6 +24,7 @@ def enter_private_home() -> None:
     """Point every default location at a private folder of this session (spawned ranks, torchrun and
     command-line runs inherit it): home, XDG data/cache/config, Triton's and inductor's caches."""
     _REAL_HOME[:] = [real_home()]
+    os.environ[REAL_HOME_VAR] = str(_REAL_HOME[0])
     root = Path(tempfile.mkdtemp(prefix="autotaxer-tests-"))
     _PRIVATE[:] = [str(root)]
     for name in USER_SETTINGS:
@@ -41,9 +42,16 @@ def enter_private_home() -> None:
     (root / "home").mkdir()
 
 
+#: Where the user's home is kept for the processes a session starts (pytest-xdist's workers inherit the
+#: controller's private home, so they read the real one from here).
+REAL_HOME_VAR = "_AUTOTAXER_TESTS_REAL_HOME"
+
+
 def real_home() -> Path:
-    """The user's home (as it was before :func:`enter_private_home`)."""
-    return _REAL_HOME[0] if _REAL_HOME else Path(os.path.expanduser("~")).resolve()
+    """The user's home (as it was before the first :func:`enter_private_home` of this run)."""
+    if _REAL_HOME:
+        return _REAL_HOME[0]
+    return Path(os.environ.get(REAL_HOME_VAR) or os.path.expanduser("~")).resolve()
 
 
 def watched_state(home: Path | None = None) -> dict[str, tuple[int, int]]:
