@@ -41,6 +41,8 @@ UNITS = (
     "microseconds per call, median, max over ranks; eager = calls in a row, graph = CUDA graph; "
     "config.chain = dependent: each call waits for the previous one's output (link cost subtracted)"
 )
+#: The sign of a speedup in every printed line (``×1.25``), as ``tune`` and ``show`` print it.
+SPEEDUP = "×"
 DEVICES = ("cuda", "cpu")
 #: What rows written before rows named each op's own layout field called the op's dimension.
 LEGACY_DIM = "gather_dim"
@@ -720,7 +722,7 @@ def row_line(row: Mapping[str, Any]) -> str:
         _fmt(best_us(compute_entry(row))),
     ]
     ceiling = ceiling_us(row)
-    parts.append(f"ceiling x{bsp / ceiling:.2f}" if bsp and ceiling else "ceiling -")
+    parts.append(f"ceiling {SPEEDUP}{bsp / ceiling:.2f}" if bsp and ceiling else "ceiling -")
     for name, entry in row_entries(row).items():
         t = best_us(entry)
         if "skipped" in entry:
@@ -729,33 +731,41 @@ def row_line(row: Mapping[str, Any]) -> str:
             parts.append(f"{name}: {untimed_label(entry)}")
         else:
             times = f"{_fmt(entry.get('eager'))}/{_fmt(entry.get('graph'))}"
-            parts.append(f"{name}: {times} x{bsp / t:.2f}" if bsp else f"{name}: {times}")
+            parts.append(f"{name}: {times} {SPEEDUP}{bsp / t:.2f}" if bsp else f"{name}: {times}")
     return " | ".join(parts)
 
 
 def fastest_entry(row: Mapping[str, Any]) -> tuple[str, float] | None:
-    """``(name, µs)`` of the row's fastest timed variant or peer (dispatch aside), or None."""
-    entries = row_entries(row).items()
+    """``(name, µs)`` of the row's fastest timed form: BSP, a variant or a peer (dispatch aside, which
+    serves one of them), or None. BSP counts, so the fastest is never slower than BSP."""
+    entries = [("bsp", row.get("bsp")), *row_entries(row).items()]
     timed = [(t, n) for n, e in entries if n != "dispatch" and (t := best_us(e)) is not None]
     return (min(timed)[1], min(timed)[0]) if timed else None
 
 
+def served_text(row: Mapping[str, Any]) -> str:
+    """What dispatch served in ``row`` (``bsp``, ``cpu_chunked``, ...), "" where unknown."""
+    entry = row.get("dispatch")
+    return str(entry.get("variant", "")) if isinstance(entry, Mapping) else ""
+
+
 def progress_line(row: Mapping[str, Any]) -> str:
-    """A finished row in a short line: ``BSP 0.472 ms | fastest push x1.20 | dispatch x1.18 | ceiling
-    x1.35`` (the row's error instead, when it has one)."""
+    """A finished row in a short line: ``BSP 0.472 ms | fastest push ×1.20 | dispatch (push) ×1.18 |
+    ceiling ×1.35`` (the row's error instead, when it has one). Every time in it comes from the same
+    interleaved run."""
     if "error" in row:
         return f"error: {row['error']}"
     bsp = bsp_us(row)
     parts = [f"BSP {_fmt(bsp)} ms"]
     fastest = fastest_entry(row)
     if fastest is not None and bsp:
-        parts.append(f"fastest {fastest[0]} x{bsp / fastest[1]:.2f}")
+        parts.append(f"fastest {fastest[0]} {SPEEDUP}{bsp / fastest[1]:.2f}")
     dispatch = best_us(row.get("dispatch"))
     if dispatch is not None and bsp:
-        parts.append(f"dispatch x{bsp / dispatch:.2f}")
+        parts.append(f"dispatch ({served_text(row)}) {SPEEDUP}{bsp / dispatch:.2f}")
     ceiling = ceiling_us(row)
     if ceiling is not None and bsp:
-        parts.append(f"ceiling x{bsp / ceiling:.2f}")
+        parts.append(f"ceiling {SPEEDUP}{bsp / ceiling:.2f}")
     return " | ".join(parts)
 
 
@@ -767,7 +777,7 @@ def untimed_label(entry: Mapping[str, Any]) -> str:
 
 TABLE_LEGEND = (
     "ms per call; BSP eager/graph; communication and compute alone at their faster mode; ceiling = BSP /\n"
-    "the slower of them; entries eager/graph and xSpeedup = the fastest BSP form (bsp and e.g. bsp_symm,\n"
-    "each at its faster mode) / entry's faster mode\n"
+    "the slower of them; entries eager/graph and ×speedup = the fastest BSP form (bsp and e.g. bsp_symm,\n"
+    "each at its faster mode) / entry's faster mode; a row's entries are timed interleaved in one run\n"
     "problem | BSP e/g | comm | compute | ceiling | ..."
 )

@@ -186,7 +186,10 @@ def _speedup_figure(
             ax.plot(xs, ys, marker="o", label=label)
     if ceiling:
         xs, ys = zip(*sorted(ceiling), strict=True)
-        ax.plot(xs, ys, "k--", linewidth=1.5, label="ceiling: BSP / max(AG, GEMM)")
+        # a marker too: a group of one M is one point, which a dashed line alone does not draw
+        ax.plot(
+            xs, ys, "k--", marker="_", markersize=16, linewidth=1.5, label="ceiling: BSP / slowest part alone"
+        )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xscale("log", base=2)
     _label_line_plot(ax, title, "M (global rows)", "speedup over BSP (faster mode each)", title_size=10)
@@ -301,10 +304,10 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
         ceiling = ceiling_us(row)
         entries = row_entries(row)
         cells = [_ms(bsp), _ms(best_us(comm_entry(row))), _ms(best_us(compute_entry(row)))]
-        cells.append(f"{bsp / ceiling:.2f}x" if bsp and ceiling else "-")
+        cells.append(f"{bsp / ceiling:.2f}×" if bsp and ceiling else "-")
         for n in names:
             t = best_us(entries.get(n))
-            cells.append("" if n not in entries else ("fail" if t is None else f"{_ms(t)} ({bsp / t:.2f}x)"))
+            cells.append("" if n not in entries else ("fail" if t is None else f"{_ms(t)} ({bsp / t:.2f}×)"))
         table_rows.append([*head, *cells])
         if not bsp:
             continue
@@ -323,11 +326,11 @@ def _bench_section(run: BenchRun, index: int, page: _Page) -> None:
     parts = [f"<h2>Bench results: {_esc(os.path.basename(run.path))}</h2>", meta, _table(header, table_rows)]
     base = _slug("bench", index, Path(run.path).stem)
     for label, g in groups.items():
-        title = f"{run.device} x{ws}, {label}"
+        title = f"{run.device} ×{ws}, {label}"
         fig = _speedup_figure(title, g["series"], g["ceiling"])
         parts.append(_img(page.add_figure(f"{base}_{_slug(label)}.png", f"speedup over BSP: {title}", fig)))
     if wins:
-        title = f"{run.device} x{ws}: fastest entry per M (including BSP)"
+        title = f"{run.device} ×{ws}: fastest entry per M (including BSP)"
         parts.append(_img(page.add_figure(f"{base}_winners.png", title, _winner_map_figure(title, wins))))
     page.sections.append("\n".join(parts))
 
@@ -344,7 +347,7 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
                 json.dumps(dict(r.params)),
                 f"{r.median_us:.1f}",
                 f"{r.bsp_us:.1f}",
-                f"{r.speedup:.2f}x",
+                f"{r.speedup:.2f}×",
                 r.trials,
                 r.measured_at.isoformat(timespec="seconds"),
                 ", ".join(f"{k} {v}" for k, v in r.env.items() if k in ("torch", "triton", "iris")),
@@ -362,7 +365,7 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
             "measured",
             "versions",
         )
-        parts = [f"<h2>Tuning database: {_esc(gpu)} x{ws}</h2>", _table(header, rows)]
+        parts = [f"<h2>Tuning database: {_esc(gpu)} ×{ws}</h2>", _table(header, rows)]
         groups: dict[str, dict[str, list[tuple[int, float]]]] = {}
         wins = []
         for r in recs:
@@ -373,11 +376,11 @@ def _winners_section(winners: Sequence[Any], page: _Page) -> None:
             wins.append((label, m, r.variant))
         base = _slug("db", gpu, ws)
         for label, series in groups.items():
-            title = f"tuned winners {gpu} x{ws}, {label}"
+            title = f"tuned winners {gpu} ×{ws}, {label}"
             fig = _speedup_figure(title, {f"winner: {v}": pts for v, pts in series.items()}, [])
             parts.append(_img(page.add_figure(f"{base}_{_slug(label)}.png", title, fig)))
         if wins:
-            title = f"{gpu} x{ws}: tuned winner per M"
+            title = f"{gpu} ×{ws}: tuned winner per M"
             parts.append(_img(page.add_figure(f"{base}_winners.png", title, _winner_map_figure(title, wins))))
         page.sections.append("\n".join(parts))
 

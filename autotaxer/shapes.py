@@ -219,32 +219,39 @@ def _split(text: str) -> list[str]:
     return next(csv.reader([text]))
 
 
-def write_shapes(keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: str | None = None) -> int:
-    """Write the distinct shapes of ``op`` among ``keys`` as a shapes.csv for ``autotaxer tune``, in
-    their order (atomically: a temp file, then a rename); returns the row count.
+def write_shapes(
+    keys: Iterable[ProblemKey], path: str | os.PathLike[str], op: str | None = None, what: str = "--out"
+) -> int:
+    """Write the distinct shapes among ``keys`` (only ``op``'s where given) as a shapes.csv for
+    ``autotaxer tune``, in their order (atomically: a temp file, then a rename); returns the row count.
+    ``what`` names the option the path came from in a refusal (a device, FIFO or folder).
 
-    Columns: ``op,dtype,<shape fields>,<layout fields>``; the world size and GPU are the tuner's options.
+    Columns: ``op,dtype``, then every written op's shape and layout fields (a row leaves the other ops'
+    fields empty); the world size and GPU are the tuner's options.
     """
-    from .ops import get_op
+    from .ops import DEFAULT_OP, get_op
 
-    op = op or DEFAULT_OP
-    opobj = get_op(op)
-    layout_names = list(opobj.layout_choices)
-    rows: list[list] = []
+    columns: list[str] = ["op", "dtype"]
+    rows: list[dict] = []
     seen: set[tuple] = set()
     for key in keys:
-        if key.op != op:
+        if op is not None and key.op != op:
             continue
-        row = [op, key.dtype, *(key[f] for f in opobj.shape_fields)]
-        row += [key.get(n, opobj.layout_defaults()[n]) for n in layout_names]
-        if tuple(row) not in seen:
-            seen.add(tuple(row))
+        opobj = get_op(key.op)
+        row = {"op": key.op, "dtype": key.dtype, **{f: key[f] for f in opobj.shape_fields}}
+        row |= {n: key.get(n, opobj.layout_defaults()[n]) for n in opobj.layout_choices}
+        columns += [c for c in row if c not in columns]
+        if tuple(row.items()) not in seen:
+            seen.add(tuple(row.items()))
             rows.append(row)
+    if len(columns) == 2:  # nothing to write: the header of op (default: the registry's default op)
+        opobj = get_op(op or DEFAULT_OP)
+        columns += [*opobj.shape_fields, *opobj.layout_choices]
     from .output_file import write_atomic
 
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["op", "dtype", *opobj.shape_fields, *layout_names])
-    w.writerows(rows)
-    write_atomic(path, buf.getvalue(), what="--stale-out")  # a device, FIFO or folder is refused
+    w.writerow(columns)
+    w.writerows([row.get(c, "") for c in columns] for row in rows)
+    write_atomic(path, buf.getvalue(), what=what)  # a device, FIFO or folder is refused
     return len(rows)

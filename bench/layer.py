@@ -1,7 +1,13 @@
 """The layer benchmark: one Llama-class decoder layer with sequence-parallel TP, every way users run it.
 
-    torchrun --nproc-per-node 2 bench/layer.py --out layer.json            # 2 GPUs, Llama-3-70B sizes
+    python bench/layer.py --out layer.json            # 2 GPUs, Llama-3-70B sizes (starts its 2 ranks)
     torchrun --nproc-per-node 2 bench/layer.py --cases train:4096,fwd:256 --modes plain_compile,async_tp
+    python bench/layer.py --device cpu --cases fwd:64 --modes plain_eager,autotaxer_eager --hidden 256 \
+        --heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --reps 3    # a CPU smoke run on 2 gloo ranks
+
+Outside a launch the script checks the device and starts ``--nproc-per-node`` ranks under torchrun; a
+usage error or missing GPUs end it with one ``error:`` line and exit 2 (under torchrun each rank exits 2,
+and torchrun adds its own report).
 
 Modes (rows), each on the same weights (:class:`autotaxer.models.TPLlamaLayer`):
 
@@ -47,7 +53,7 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -60,6 +66,11 @@ MODES = (
 TUNED_MODES = ("autotaxer_eager", "async_tp_autotaxer", "autotaxer_compile", "functions_eager",
                "functions_compile")  # fmt: skip
 DEFAULT_CASES = "train:4096,train:8192,fwd:256,fwd:4096,fwd:16384,graph:64,graph:256"
+#: The CPU smoke run the missing-GPU error suggests (the README's).
+CPU_SMOKE = (
+    "python bench/layer.py --device cpu --cases fwd:64 --modes plain_eager,autotaxer_eager --hidden 256 "
+    "--heads 4 --kv-heads 2 --head-dim 64 --ffn 512 --reps 3"
+)
 COMM = {"plain_eager": "plain", "autotaxer_eager": "autotaxer", "plain_compile": "plain",
         "async_tp": "plain", "async_tp_autotaxer": "plain", "autotaxer_compile": "autotaxer",
         "functions_eager": "functions", "functions_compile": "functions", "ceiling": "none"}  # fmt: skip
@@ -72,9 +83,36 @@ def _parse_cases(text: str) -> list[tuple[str, int]]:
     for item in text.split(","):
         kind, _, s = item.strip().partition(":")
         if kind not in ("train", "fwd", "graph") or not s.isdigit():
-            raise SystemExit(f"error: --cases: {item!r} is not train:S, fwd:S or graph:S")
+            _usage(f"--cases: {item!r} is not train:S, fwd:S or graph:S")
         cases.append((kind, int(s)))
     return cases
+
+
+def _usage(message: str) -> NoReturn:
+    """End the run with one ``error:`` line and exit 2 (in a launch: rank 0's line only)."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _check_device(device: str, cases: list[tuple[str, int]], modes: list[str], nproc: int) -> None:
+    """A usage error where the device cannot run the cases and modes: CUDA graphs and async TP need CUDA,
+    ``--device cuda`` one GPU a rank (a launch's ranks, else ``--nproc-per-node``)."""
+    if device == "cpu":
+        if any(k == "graph" for k, _ in cases) or {"async_tp", "async_tp_autotaxer"} & set(modes):
+            _usage("--device cpu: graph cases and the async_tp modes need CUDA (choose --cases and --modes)")
+        return
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", nproc))
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if visible < ranks:
+        need = f"{ranks} rank(s) need {ranks} GPU(s), {visible} visible"
+        _usage(f"--device cuda: {need}; a CPU smoke run: {CPU_SMOKE}")
+
+
+def _launch(nproc: int, argv: list[str]) -> NoReturn:
+    """Outside a launch: run this script's ``nproc`` ranks under torchrun (this process becomes torchrun)."""
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    os.execv(sys.executable, [*run, os.path.abspath(__file__), *argv])
 
 
 def _build(mode: str, base: Any, group_name: str) -> Any:
@@ -280,15 +318,18 @@ def _table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
 def layer_options(ap: argparse.ArgumentParser) -> None:
     """The layer's sizes (Llama-3-70B's by default), the timing and the device (``bench/warmup_layer.py``
     takes them too)."""
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--hidden", type=int, default=8192)
-    ap.add_argument("--heads", type=int, default=64)
-    ap.add_argument("--kv-heads", type=int, default=8)
-    ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--ffn", type=int, default=28672)
-    ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--batch", type=int, default=1, help="sequences a step (default 1)")
+    ap.add_argument("--hidden", type=int, default=8192, help="hidden size H (default 8192)")
+    ap.add_argument("--heads", type=int, default=64, help="attention heads (default 64)")
+    ap.add_argument("--kv-heads", type=int, default=8, help="key/value heads, GQA (default 8)")
+    ap.add_argument("--head-dim", type=int, default=128, help="size of a head (default 128)")
+    ap.add_argument("--ffn", type=int, default=28672, help="SwiGLU intermediate size (default 28672)")
+    ap.add_argument("--reps", type=int, default=10, help="timed repetitions of every mode (default 10)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps of every mode first (default 3)")
+    ap.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda",
+        help="cuda: NCCL, bf16, one GPU a rank (default); cpu: gloo, fp32, a smoke run of the script",
+    )  # fmt: skip
 
 
 def start(device_name: str) -> tuple[torch.device, torch.dtype]:
@@ -322,8 +363,17 @@ def main(argv: list[str] | None = None) -> int:
     from autotaxer.models import LlamaConfig
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=DEFAULT_CASES)
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument(
+        "--cases",
+        default=DEFAULT_CASES,
+        help=f"comma-separated train:S, fwd:S, graph:S (default {DEFAULT_CASES})",
+    )
+    ap.add_argument(
+        "--modes", default=",".join(MODES), help=f"comma-separated modes (default: all; {', '.join(MODES)})"
+    )
+    ap.add_argument(
+        "--nproc-per-node", type=int, default=2, help="ranks to start when not run under torchrun (default 2)"
+    )
     layer_options(ap)
     ap.add_argument(
         "--tables", default="", help="comma-separated table files for autotaxer (default: shipped)"
@@ -331,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-shipped", action="store_true", help="serve no shipped table (tuning_db/): only --tables, --db"
     )
-    ap.add_argument("--out", default="")
+    ap.add_argument(
+        "--out", default="", help="JSON file of every sample, the device, versions and what was served"
+    )
     ap.add_argument(
         "--write-shapes",
         metavar="PATH",
@@ -350,16 +402,15 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",")]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
-        raise SystemExit(f"error: --modes: unknown {unknown} (known: {', '.join(MODES)})")
+        _usage(f"--modes: unknown {unknown} (known: {', '.join(MODES)})")
     cases = _parse_cases(args.cases)
     cfg = LlamaConfig(args.hidden, args.heads, args.kv_heads, args.head_dim, args.ffn)
     if args.write_shapes:
         return _write_shapes(args.write_shapes, cfg, args.world_size, cases, args.batch)
 
-    if args.device == "cpu" and (
-        any(k == "graph" for k, _ in cases) or {"async_tp", "async_tp_autotaxer"} & set(modes)
-    ):
-        raise SystemExit("error: --device cpu: graph cases and async_tp need CUDA")
+    _check_device(args.device, cases, modes, args.nproc_per_node)
+    if "LOCAL_RANK" not in os.environ:
+        _launch(args.nproc_per_node, sys.argv[1:] if argv is None else argv)
     device, dtype = start(args.device)
     rank, ws = dist.get_rank(), dist.get_world_size()
     group_name = dist.group.WORLD.group_name
@@ -391,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     for kind, s in cases:
         if s % ws:
-            raise SystemExit(f"error: --cases: S={s} is not divisible by the world size {ws}")
+            _usage(f"--cases: S={s} is not divisible by the world size {ws}")
         x = torch.randn(s // ws, args.batch, cfg.hidden, device=device, dtype=dtype)
         x.requires_grad_(kind == "train")
         grad = torch.randn_like(x)
@@ -474,7 +525,7 @@ def _write_shapes(path: str, cfg: Any, world_size: int, cases: list[tuple[str, i
     from autotaxer.models import layer_problems
 
     if world_size < 1:
-        raise SystemExit("error: --write-shapes needs --world-size")
+        _usage("--write-shapes needs --world-size")
     cfg.validate(world_size)
     rows: dict[tuple, dict[str, Any]] = {}
     for kind, s in cases:

@@ -1,4 +1,6 @@
-"""Shared pytest set-up: the ``gpu`` marker skips cleanly where no GPU is visible; the longest tests run
+"""Shared pytest set-up: the tests never write into the user's home (a private home, data and cache
+folders for the session, a data folder of its own for each test, and a test fails that changed a watched
+place of the real home); the ``gpu`` marker skips cleanly where no GPU is visible; the longest tests run
 first (with ``-n``, workers then end together); one Triton-interpreter process serves every interpreter
 test (``interpreter_worker``); pytest's summary is the last line."""
 
@@ -9,7 +11,28 @@ import os
 import sys
 from collections.abc import Iterator
 
+import _home
 import pytest
+
+
+def pytest_configure(config) -> None:
+    _home.enter_private_home()
+
+
+@pytest.fixture(autouse=True)
+def _own_data_folder(tmp_path_factory, monkeypatch) -> Iterator[None]:
+    """Each test its own ``$XDG_DATA_HOME`` (default database and misses file); the test fails if it
+    wrote into a watched place of the user's real home."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("data")))
+    before = _home.watched_state()
+    yield
+    changed = _home.changed_since(before)
+    if changed:
+        where = ", ".join(changed)  # a process outside this run can write there too: run the suite alone
+        pytest.fail(
+            f"the test wrote into the user's home (or a process outside the tests did): {where}",
+            pytrace=False,
+        )
 
 
 def _gpus() -> int:
@@ -24,6 +47,7 @@ def _gpus() -> int:
 #: The longest tests (a minute or more on 2 cores), started first; then the other ``slow`` ones.
 LONGEST = (
     "test_readme.py::", "test_random_kills", "test_a_layers_keys_are_recorded", "test_a_rank_killed_mid",
+    "test_the_readme_model_exits_0_in_20_launches",
 )  # fmt: skip
 
 
@@ -56,9 +80,11 @@ def interpreter_worker() -> Iterator:
 
 
 def pytest_unconfigure(config) -> None:
-    """Keep pytest's summary the run's last line: at interpreter shutdown libtriton (nanobind bindings)
-    reports some 300 "leaked" functions, types and IR attributes of the compiled kernels, a known report
-    that Triton silences in its own compile workers the same way (stderr closed at exit)."""
+    """Remove the session's private folder; keep pytest's summary the run's last line: at interpreter
+    shutdown libtriton (nanobind bindings) reports some 300 "leaked" functions, types and IR attributes of
+    the compiled kernels, a known report that Triton silences in its own compile workers the same way
+    (stderr closed at exit)."""
+    _home.leave_private_home()
     atexit.register(_quiet_triton_shutdown)
 
 

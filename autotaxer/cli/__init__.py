@@ -8,10 +8,11 @@ system errors exit 1.
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from autotaxer.storage import DatabaseError
 
@@ -23,8 +24,30 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 
 
+class _Command(TyperCommand):
+    """A command whose usage line names a required argument plainly (``FILE``, as its help does), not in
+    typer's braces (``{FILE}``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+def _plain_usage(group: Any) -> None:
+    """Make every typer command under ``group`` a :class:`_Command` (it adds no state to typer's)."""
+    for command in group.commands.values():
+        if type(command) is TyperCommand:
+            command.__class__ = _Command
+        elif isinstance(command, TyperGroup):
+            _plain_usage(command)
+
+
 class _ErrorHandlingGroup(TyperGroup):
-    """The root group: every command runs inside :meth:`invoke`, so its errors are handled here."""
+    """The root group: every command runs inside :meth:`invoke`, so its errors are handled here; usage
+    lines name arguments plainly (:class:`_Command`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_usage(self)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -40,7 +63,9 @@ class _ErrorHandlingGroup(TyperGroup):
 app = typer.Typer(
     name="autotaxer",
     cls=_ErrorHandlingGroup,
-    help="Autotune fused multi-GPU kernels (all-gather + GEMM on Iris) and serve the winners.",
+    help="Autotune fused multi-GPU kernels (all-gather + GEMM, GEMM + reduce-scatter, flash decoding; "
+    "Triton kernels on Iris or the copy engine, BSP forms and PyTorch's fused ops as candidates) per GPU, "
+    "world size and shape; store the winners and serve them through autotaxer.dispatch.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,

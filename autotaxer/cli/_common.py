@@ -40,6 +40,19 @@ def choice(decl: str, choices: tuple[str, ...], *, help: str) -> Any:
     return typer.Option(decl, help=help, metavar=f"<{'|'.join(choices)}>", callback=check)
 
 
+def count(*decls: str, help: str) -> Any:
+    """An integer option that must be at least 1, shown in ``--help`` as ``<int>`` like every other
+    integer (typer's ``min=1`` shows ``<int range> [x>=1]``); 0 or less is a usage error naming the option
+    (exit 2)."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and value < 1:
+            raise typer.BadParameter(f"must be at least 1, got {value}")
+        return value
+
+    return typer.Option(*decls, help=help, metavar="<int>", callback=check)
+
+
 #: Timing modes of ``--timing`` and ``--dispatch-timing`` (eager back-to-back calls, CUDA-graph replays).
 TIMINGS = ("eager", "graph")
 
@@ -86,7 +99,7 @@ VariantsOption = Annotated[
 YesOption = Annotated[bool, flag("--yes", help="Run even a CPU run estimated at more than an hour.")]
 WorldSizeFilter = Annotated[
     int | None,
-    typer.Option("--world-size", min=1, help="Only this world size."),
+    count("--world-size", help="Only this world size."),
 ]
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ..benchmark import SPEEDUP
 from ..measure import CHAINS
 from ._common import (
     TIMINGS,
@@ -27,34 +28,43 @@ from ._common import (
     WorldSizeOption,
     YesOption,
     choice,
+    count,
     flag,
     load_rows,
     print_json,
     variant_names,
 )
 
+#: Timed samples of a row's entries on a CPU: with the tuner's 3, the same form timed twice in one row read
+#: up to 2.7x apart on 2 shared cores (a few ms a sample, so 15 cost well under a second a row).
+CPU_SAMPLES = 15
+
 
 def bench_command(
     world_size: WorldSizeOption,
     shapes: ShapesOption,
-    out: Annotated[Path, typer.Option("--out", help="JSON results file.")] = Path("bench_results.json"),
+    out: Annotated[
+        Path,
+        typer.Option("--out", help="JSON results file; each row also goes to OUT.rows.jsonl as it finishes."),
+    ] = Path("bench_results.json"),
     device: DeviceOption = "auto",
     db: DbOption = None,
     variants: VariantsOption = None,
     max_configs: Annotated[
-        int, typer.Option("--max-configs", min=1, help="Configs swept per variant without a tuned one.")
+        int, count("--max-configs", help="Configs swept per variant without a tuned one.")
     ] = 8,
     peers: Annotated[bool, flag("--peers/--no-peers", help="PyTorch and Iris stock kernels.")] = True,
     dispatch: Annotated[bool, flag("--dispatch/--no-dispatch", help="Time dispatch().")] = True,
     peer_timeout: Annotated[
         float, typer.Option("--peer-timeout", help="Seconds for Iris stock, per shape.")
     ] = 180.0,
-    heap_gib: Annotated[int, typer.Option("--heap-gib", min=1, help="Iris heap per rank (GiB).")] = 8,
+    heap_gib: Annotated[int, count("--heap-gib", help="Iris heap per rank (GiB).")] = 8,
     iters: Annotated[
-        int | None, typer.Option("--iters", min=1, help="Calls per timed sample (default: the device's).")
+        int | None, count("--iters", help="Calls per timed sample (default: the device's).")
     ] = None,
     samples: Annotated[
-        int | None, typer.Option("--samples", min=1, help="Timed samples, median of them (GPU default 9).")
+        int | None,
+        count("--samples", help="Timed samples, median of them (default: 9 on GPUs, 15 on a CPU)."),
     ] = None,
     dispatch_timing: Annotated[
         str | None, choice("--dispatch-timing", TIMINGS, help="Serve only winners tuned with this timing.")
@@ -105,7 +115,7 @@ def bench_command(
         max_configs=max_configs,
         warmup=timing.warmup,
         iters=iters if iters is not None else timing.iters,
-        samples=samples if samples is not None else (timing.samples if target.device_type == "cpu" else 9),
+        samples=samples if samples is not None else (CPU_SAMPLES if target.device_type == "cpu" else 9),
         peers=peers,
         dispatch=dispatch,
         db_url=db,
@@ -132,7 +142,7 @@ def bench_command(
         print_json(report)
     else:
         _print_table(report)
-        typer.echo(f"wrote {out}")
+        typer.echo(f"wrote {out} (and each row as it finished: {cfg.progress_path})")
 
 
 def _load_rows(path: Path, world_size: int) -> list[Any]:
@@ -192,7 +202,7 @@ def _cell(us: float | None, bsp: float | None) -> str:
     if us is None:
         return "fail"
     text = f"{us / 1e3:.3f}"
-    return f"{text} x{bsp / us:.2f}" if bsp else text
+    return f"{text} {SPEEDUP}{bsp / us:.2f}" if bsp else text
 
 
 def _print_table(report: dict[str, Any]) -> None:
@@ -233,8 +243,8 @@ def _full_table(report: dict[str, Any]) -> Any:
     for row in report["rows"]:
         names += [n for n, e in row_entries(row).items() if n not in names and "skipped" not in e]
     title = (
-        f"{report['device']} x{report['world_size']}: ms per call (faster of eager/graph), "
-        "xSpeedup over the fastest BSP form"
+        f"{report['device']} ×{report['world_size']}: ms per call (faster of eager/graph), "
+        "×speedup over the fastest BSP form; each row timed interleaved in one run"
     )
     table = Table(title=title)
     fields: list[str] = []
@@ -273,22 +283,22 @@ def _compact_table(report: dict[str, Any]) -> Any:
     from rich import box
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry, row_op
+    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry, row_op, served_text
 
     dtypes = {row.get("dtype") for row in report["rows"]}
     ops = {row_op(row) for row in report["rows"]}
-    title = f"{report['device']} x{report['world_size']}"
+    title = f"{report['device']} ×{report['world_size']}"
     title += f", {next(iter(ops))}" if len(ops) == 1 else ""
     title += f", {next(iter(dtypes))}" if len(dtypes) == 1 else ""
     table = Table(
-        title=f"{title}: x = speedup over the fastest BSP form",
+        title=f"{title}: × = speedup over the fastest BSP form",
         caption="every entry: a wider terminal, or the JSON file",
         box=box.SIMPLE,
     )
     table.add_column("problem", no_wrap=True)
     table.add_column("BSP ms", justify="right")
     table.add_column("fastest", no_wrap=True)
-    for col in ("x", "dispatch", "ceiling"):
+    for col in ("×", "dispatch", "ceiling"):
         table.add_column(col, justify="right")
     for row in report["rows"]:
         head = _head(row, dtype=len(dtypes) > 1, op=len(ops) > 1)
@@ -299,14 +309,13 @@ def _compact_table(report: dict[str, Any]) -> Any:
         fastest = fastest_entry(row)
         dispatch, ceiling = best_us(row.get("dispatch")), ceiling_us(row)
         name, t = fastest if fastest is not None else ("-", None)
-        table.add_row(
-            head, _cell(bsp, None), name, _ratio(bsp, t), _ratio(bsp, dispatch), _ratio(bsp, ceiling)
-        )
+        served = f"{_ratio(bsp, dispatch)} {served_text(row)}".rstrip()
+        table.add_row(head, _cell(bsp, None), name, _ratio(bsp, t), served, _ratio(bsp, ceiling))
     return table
 
 
 def _ratio(bsp: float | None, us: float | None) -> str:
-    return f"x{bsp / us:.2f}" if bsp and us else "-"
+    return f"{SPEEDUP}{bsp / us:.2f}" if bsp and us else "-"
 
 
 def register(app: typer.Typer) -> None:

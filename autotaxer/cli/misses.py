@@ -28,7 +28,12 @@ def misses_command(
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the missed shapes as a shapes.csv.")
     ] = None,
-    op: Annotated[str, typer.Option("--op", help="Op whose shapes go to --out.")] = DEFAULT_OP,
+    op: Annotated[
+        str | None,
+        typer.Option(
+            "--op", help=f"Only this op's misses go to --out, e.g. {DEFAULT_OP} (default: every op's)."
+        ),
+    ] = None,
     gpu: GpuFilter = None,
     world_size: WorldSizeFilter = None,
     fmt: FormatOption = OutputFormat.human,
@@ -50,11 +55,13 @@ def misses_command(
     else:
         _print_tables(misses, path)
     if out is not None:
-        if not any(m.key.op == op for m in misses):
-            typer.echo(f"no misses of {op}; {out} not written", err=True)
+        kept = [m for m in misses if op is None or m.key.op == op]
+        if not kept:
+            typer.echo(f"no misses{f' of {op}' if op else ''}; {out} not written", err=True)
             return
-        n = write_shapes_csv(misses, out, op=op)
-        typer.echo(f"wrote {n} shape(s) to {out}", err=fmt == OutputFormat.json)
+        n = write_shapes_csv(kept, out)
+        ops = sorted({m.key.op for m in kept})
+        typer.echo(f"wrote {n} shape(s) of {', '.join(ops)} to {out}", err=fmt == OutputFormat.json)
 
 
 def _print_tables(misses: list, path: Path) -> None:

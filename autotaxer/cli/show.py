@@ -3,6 +3,7 @@ warm-up checked it, visible) or JSON."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -77,34 +78,42 @@ def show(
     if not wide:
         _print_compact(recs, stale, url)
         return
+    names = ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params", "median µs", "BSP µs",
+             "speedup", "in-step", "trials", "measured (UTC)",
+             "stale (tuned with other kernels/versions)")  # fmt: skip
+    rows = [_wide_cells(r, stale) for r in recs]
     t = Table(title=f"winners in {url}")
-    for name in ("op", "gpu", "ws", "dtype", "shape", "layout", "variant", "params"):
-        t.add_column(name)
-    for name in ("median µs", "BSP µs", "speedup", "in-step", "trials"):
-        t.add_column(name, justify="right")
-    t.add_column("measured (UTC)")
-    t.add_column("stale (tuned with other kernels/versions)")
-    for r in recs:
-        k = r.key
-        t.add_row(
-            k.op,
-            k.gpu_model,
-            str(k.world_size),
-            k.dtype,
-            k.shape_text,
-            k.layout_text,
-            r.variant,
-            params_text(r),
-            f"{r.median_us:.1f}",
-            f"{r.bsp_us:.1f}",
-            speedup_cell(r),
-            in_step_text(r),
-            str(r.trials),
-            r.measured_at.strftime("%Y-%m-%d %H:%M"),
-            stale.get((r.key, r.variant), "-"),
-        )
-    Console().print(t)
-    _unconfirmed_legend(recs, Console())
+    for i, name in enumerate(names):
+        t.add_column(name, justify="right" if 8 <= i <= 12 else "left")
+    for cells in rows:
+        t.add_row(*cells)
+    console = Console()
+    if console.measure(t, options=console.options.update_width(10_000)).maximum <= console.width:
+        console.print(t)
+        _unconfirmed_legend(recs, console)
+        return
+    console.print(f"winners in {url}, one record a block (the table needs a wider terminal)", highlight=False)
+    labels = (*names[:-1], "stale")
+    width = max(map(len, labels))
+    room = max(console.width - width - 4, 20)  # a value wraps under itself
+    for cells in rows:
+        typer.echo("")
+        for name, cell in zip(labels, cells, strict=True):
+            first, *rest = textwrap.wrap(cell, room, break_on_hyphens=False) or [""]
+            typer.echo(f"  {name.ljust(width)}  {first}")
+            for more in rest:
+                typer.echo(f"  {'':{width}}  {more}")
+    _unconfirmed_legend(recs, console)
+
+
+def _wide_cells(r: Any, stale: dict) -> list[str]:
+    """Every field of the record ``r`` as ``show --wide`` prints it."""
+    k = r.key
+    return [
+        k.op, k.gpu_model, str(k.world_size), k.dtype, k.shape_text, k.layout_text, r.variant, params_text(r),
+        f"{r.median_us:.1f}", f"{r.bsp_us:.1f}", speedup_cell(r), in_step_text(r), str(r.trials),
+        r.measured_at.strftime("%Y-%m-%d %H:%M"), stale.get((r.key, r.variant), "-"),
+    ]  # fmt: skip
 
 
 def speedup_cell(rec: Any) -> str:
@@ -189,7 +198,7 @@ def _write_stale(report: list, path: Path, op: str) -> None:
     from ..shapes import write_shapes
 
     keys = [s.key for s in report if s.key.op == op]
-    n = write_shapes(keys, path, op)
+    n = write_shapes(keys, path, op, what="--stale-out")
     typer.echo(f"wrote {n} stale {op} shape(s) to {path}", err=True)
 
 

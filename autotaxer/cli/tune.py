@@ -14,6 +14,7 @@ import typer
 
 from .._problem import MAX_WORLD_SIZE
 from ..measure import CHAINS
+from ..ops._symm_backend import CHOICES as SYMM_MEM_CHOICES
 from ._common import (
     TIMINGS,
     DbOption,
@@ -58,7 +59,9 @@ def tune_command(
         ),
     ] = None,
     retune: Annotated[bool, flag("--retune", help="Delete the studies and winners first.")] = False,
-    quiet: Annotated[bool, flag("--quiet", help="Plain log lines instead of the live display.")] = False,
+    quiet: Annotated[
+        bool, flag("--quiet", "-q", help="Plain log lines instead of the live display.")
+    ] = False,
     jsonl: Annotated[bool, flag("--jsonl", help="JSON lines on stdout, one per event.")] = False,
     wide: Annotated[bool, flag("--wide", help="Summary with full keys, BSP times and parameters.")] = False,
     timing: Annotated[
@@ -84,8 +87,9 @@ def tune_command(
     ] = None,
     symm_mem: Annotated[
         str | None,
-        typer.Option(
+        choice(
             "--symm-mem",
+            SYMM_MEM_CHOICES,
             help="Symmetric-memory backend: cuda (torch's fused ops; default) or nccl (NCCL's windows).",
         ),
     ] = None,
@@ -100,11 +104,9 @@ def tune_command(
     from ..tuner.distributed import launch_env
     from ..tuner.run import TuneConfig
 
-    if symm_mem is not None:
-        from ..ops._symm_backend import CHOICES, select
+    if symm_mem is not None:  # one of SYMM_MEM_CHOICES (the option checks)
+        from ..ops._symm_backend import select
 
-        if symm_mem not in CHOICES:
-            _fail(f"--symm-mem: expected one of {', '.join(CHOICES)}, got {symm_mem!r}")
         select(symm_mem)  # before any worker starts: they inherit it
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         _fail(f"--world-size: must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")

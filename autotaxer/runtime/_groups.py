@@ -6,11 +6,16 @@ A group crosses a torch custom op's signature by name: ``""`` is the default gro
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
 
-_GROUPS: dict[str, Any] = {}  # group name -> ProcessGroup, filled by group_name()
+from .._default_group import release_default_group
+
+#: group name -> ProcessGroup, filled by group_name(); weak, so destroy_process_group can end a group
+_GROUPS: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+release_default_group()  # before this package's custom ops import torch._dynamo, which pins WORLD
 
 
 def group_name(group: Any) -> str:

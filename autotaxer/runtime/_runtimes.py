@@ -7,6 +7,7 @@ factory when it is imported.
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,8 @@ def init(config: Any = None, group: Any = None) -> Any:
         old.close()
     rt = _FACTORY[0](config, group)
     RUNTIMES[group] = rt
+    atexit.unregister(shutdown)  # registered again, last: it runs before every runtime's own handler
+    atexit.register(shutdown)
     return rt
 
 
@@ -56,7 +59,10 @@ def runtime_for(group: Any = None) -> Any:
 
 
 def shutdown() -> None:
-    """Close every runtime (persisting misses) and forget them."""
+    """Close every runtime (persisting misses) and forget them. Also run at exit, before the runtimes'
+    own handlers: a runtime of a process group other than the default one holds that group, whose gloo
+    threads, still running when the interpreter tears down, abort the process (SIGABRT) even after
+    ``destroy_process_group``; forgotten here, the group ends while Python still runs."""
     while RUNTIMES:
         _, rt = RUNTIMES.popitem()
         rt.close()

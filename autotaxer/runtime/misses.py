@@ -113,8 +113,8 @@ def read_misses(path: str | os.PathLike) -> list[Miss]:
 
 
 def write_shapes_csv(misses: Iterable[Miss], path: str | os.PathLike, op: str | None = None) -> int:
-    """Write the distinct shapes of ``op`` among ``misses`` as a shapes.csv for ``autotaxer tune``
-    (most called first; ``op`` None: the registry's default op); returns the row count. See
+    """Write the distinct shapes among ``misses`` (only ``op``'s where given; None: every op's) as a
+    shapes.csv for ``autotaxer tune`` (most called first); returns the row count. See
     :func:`autotaxer.shapes.write_shapes`."""
     from ..shapes import write_shapes
 

@@ -61,6 +61,7 @@ def init_rank(rank: int, world_size: int, port: int, device: str):
     import torch
     import torch.distributed as dist
 
+    from .._default_group import release_default_group
     from .._target import cpu_target, cuda_target
     from ..ops import RunContext
 
@@ -75,6 +76,7 @@ def init_rank(rank: int, world_size: int, port: int, device: str):
         backend = "gloo"
         share_cpu_cores(world_size)
     kwargs = {"device_id": dev} if device == "cuda" else {}
+    release_default_group()  # before the group exists: no later import can pin it
     dist.init_process_group(
         backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size, **kwargs
     )

@@ -58,6 +58,7 @@ def init_launched(launch: LaunchEnv, device: str) -> Any:
     import torch
     import torch.distributed as dist
 
+    from .._default_group import release_default_group
     from .._target import cpu_target, cuda_target
     from ..ops import RunContext
 
@@ -74,6 +75,7 @@ def init_launched(launch: LaunchEnv, device: str) -> Any:
         share_cpu_cores(int(os.environ.get("LOCAL_WORLD_SIZE", launch.world_size)))
     os.environ.setdefault("RANK", str(launch.rank))
     os.environ.setdefault("WORLD_SIZE", str(launch.world_size))
+    release_default_group()  # before the group exists: no later import can pin it
     if not dist.is_initialized():
         kwargs = {"device_id": dev} if device == "cuda" else {}
         dist.init_process_group(backend, init_method="env://", **kwargs)

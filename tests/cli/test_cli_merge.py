@@ -50,6 +50,7 @@ def test_merge_replaces_the_picked_records_and_keeps_every_other(tmp_path: Path)
     result = CliRunner().invoke(app, ["merge", str(table), str(new)])
     assert result.exit_code == 0, result.output
     assert "1 of 2 new record(s) taken" in result.output
+    assert "shipped" not in result.output and "keep  ag_gemm" in result.output  # the user's own table
     merged = {r.key: r for r in read_table(table)}
     assert len(merged) == len(records)
     assert merged[faster.key].median_us == pytest.approx(faster.median_us)

@@ -64,12 +64,12 @@ def test_console_script_and_light_import():
     assert "sqlalchemy" not in heavy and "optuna" not in heavy and "iris" not in heavy
 
 
-def test_help_runs_as_a_module_without_gpu():
+def test_help_runs_as_a_module_without_gpu(tmp_path):
     result = subprocess.run(
         [sys.executable, "-c", "from autotaxer.cli import main; main()", "--help"],
         capture_output=True,
         text=True,
-        env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": str(ROOT), "COLUMNS": "120"},
+        env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "COLUMNS": "120"},
     )
     assert result.returncode == 0, result.stderr
     assert "export" in result.stdout and "doctor" in result.stdout

@@ -153,3 +153,14 @@ def test_missing_matplotlib_names_the_extra(tmp_path, monkeypatch):
     with pytest.raises(ReportError, match=r"autotaxer\[report\]"):
         write_report(tmp_path / "r", STORED[:1], None)
     assert not (tmp_path / "r").exists()
+
+
+def test_the_ceiling_the_legend_names_is_drawn_at_a_single_m() -> None:
+    """A group of one M (every CPU shape) has a one-point ceiling: it is drawn (a marker), not only
+    named in the legend."""
+    pytest.importorskip("matplotlib")
+    from autotaxer.report import _speedup_figure
+
+    fig = _speedup_figure("cpu ×2, N=256 K=256", {"cpu_chunked": [(64, 1.2)]}, [(64, 2.0)])
+    (ceiling,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("ceiling")]
+    assert ceiling.get_marker() not in (None, "None", "", " ") and list(ceiling.get_ydata()) == [2.0]

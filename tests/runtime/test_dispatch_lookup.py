@@ -216,6 +216,32 @@ def test_misses_table_shows_whole_keys_at_80_columns(tmp_path) -> None:
     assert any("M=16384 N=28672 K=8192 gd=0 nk" in x and "bsp, fallback" in x for x in out)
 
 
+def test_misses_out_writes_every_ops_shapes_in_one_file(tmp_path) -> None:
+    """``misses --out`` writes what its table lists: the misses of every op (``--op``: one op's), and
+    says how many of which op it wrote."""
+    from typer.testing import CliRunner
+
+    from autotaxer.cli import app
+
+    ag = "ag_gemm|cpu|2|fp32|M=64,N=256,K=256|gather_dim=0,b_layout=nk"
+    rs = "gemm_rs|cpu|2|fp32|M=64,N=256,K=256|scatter_dim=0"
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"key": k, "source": "fallback", "variant": "bsp", "calls": 1}) + "\n"
+            for k in (ag, rs)
+        )
+    )
+    out = tmp_path / "next.csv"
+    res = CliRunner().invoke(app, ["misses", "--file", str(path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"wrote 2 shape(s) of ag_gemm, gemm_rs to {out}" in res.output
+    assert sorted(r.to_key("cpu", 2).text for r in load_shapes(out)) == sorted([ag, rs])
+    res = CliRunner().invoke(app, ["misses", "--file", str(path), "--out", str(out), "--op", "gemm_rs"])
+    assert res.exit_code == 0 and f"wrote 1 shape(s) of gemm_rs to {out}" in res.output, res.output
+    assert [r.op for r in load_shapes(out)] == ["gemm_rs"]
+
+
 def test_bad_misses_file_names_file_line_and_field(tmp_path) -> None:
     from typer.testing import CliRunner
 

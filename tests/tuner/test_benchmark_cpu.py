@@ -7,7 +7,17 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotaxer.benchmark import BenchConfig, Case, best_us, ceiling_us, row_entries, row_line, tuned_params
+from autotaxer.benchmark import (
+    BenchConfig,
+    Case,
+    best_us,
+    ceiling_us,
+    fastest_entry,
+    progress_line,
+    row_entries,
+    row_line,
+    tuned_params,
+)
 from autotaxer.cli import app
 from autotaxer.storage import open_database
 
@@ -149,7 +159,7 @@ def test_row_line_tells_no_valid_config_from_failure():
     failed reads "FAIL"; a timed one its speedup over the faster BSP."""
     line = row_line(_mixed_row())
     assert "push_tma: n/a" in line and "pull: FAIL" in line
-    assert "push: 0.050/0.032 x1.25" in line and "ceiling x1.33" in line
+    assert "push: 0.050/0.032 ×1.25" in line and "ceiling ×1.33" in line
 
 
 def test_table_tells_no_valid_config_from_failure(capsys, monkeypatch):
@@ -160,7 +170,7 @@ def test_table_tells_no_valid_config_from_failure(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     _print_table({"device": "cpu", "world_size": 2, "rows": [_mixed_row()]})
     cells = [c.strip() for line in capsys.readouterr().out.splitlines() for c in line.split("│")]
-    assert "n/a" in cells and "FAIL" in cells and "0.032 x1.25" in cells
+    assert "n/a" in cells and "FAIL" in cells and "0.032 ×1.25" in cells
 
 
 def test_table_fits_80_columns(capsys, monkeypatch):
@@ -174,7 +184,21 @@ def test_table_fits_80_columns(capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in "".join(lines), lines
     (line,) = [line for line in lines if "16384x28672x8192 gd=0" in line]
-    assert line.split()[2:] == ["0.040", "push", "x1.25", "x0.83", "x1.33"]
+    assert line.split()[2:] == ["0.040", "push", "×1.25", "×0.83", "×1.33"]
+
+
+def test_the_fastest_is_never_slower_than_bsp_and_dispatch_names_what_it_served():
+    """A row whose only variant is slower than BSP reads "fastest bsp ×1.00", never a variant below ×1;
+    dispatch's speedup names the form it served (the same form's column is in the same interleaved run)."""
+    row = {
+        "M": 64, "N": 256, "K": 256, "gather_dim": 0, "bsp": {"eager": 1776.0},
+        "variants": {"cpu_chunked": {"valid_configs": 4, "eager": 2900.0}},
+        "dispatch": {"variant": "bsp", "eager": 1800.0},
+    }  # fmt: skip
+    assert fastest_entry(row) == ("bsp", 1776.0)
+    assert progress_line(row) == "BSP 1.776 ms | fastest bsp ×1.00 | dispatch (bsp) ×0.99"
+    faster = {**row, "variants": {"cpu_chunked": {"valid_configs": 4, "eager": 888.0}}}
+    assert fastest_entry(faster) == ("cpu_chunked", 888.0)
 
 
 def _store_cpu_winner(url: str, case: Case, variant: str, params: dict) -> None:

@@ -13,8 +13,8 @@ Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``n
 to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags:
 ``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens). Experimental: its
 first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses,
-not yet measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and compiled for
-sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
+not yet measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and
+compiled for sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
 """
 

@@ -1,0 +1,61 @@
+"""``bench/layer.py`` on a machine without GPUs: one ``error:`` line and exit 2, the CPU smoke run named;
+every option explained in ``--help``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "layer.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            (),
+            "--device cuda: 2 rank(s) need 2 GPU(s), 0 visible; a CPU smoke run: python bench/layer.py",
+        ),
+        (("--device", "cpu"), "--device cpu: graph cases and the async_tp modes need CUDA"),
+        (("--modes", "fast"), "--modes: unknown ['fast']"),
+        (("--device", "cpu", "--cases", "fwd:x"), "--cases: 'fwd:x' is not train:S, fwd:S or graph:S"),
+    ],
+    ids=["no-gpu", "cpu-graph-cases", "unknown-mode", "bad-case"],
+)
+def test_a_run_it_cannot_make_ends_with_one_line_and_exit_2(args: tuple[str, ...], says: str) -> None:
+    proc = _run(*args)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {says}"), lines
+
+
+def test_every_option_has_help(monkeypatch) -> None:
+    spec = importlib.util.spec_from_file_location("layer_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    seen: list[argparse.ArgumentParser] = []
+
+    def capture(self, args=None, namespace=None):
+        seen.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    with pytest.raises(SystemExit):
+        module.main([])
+    options = [a for a in seen[0]._actions if a.option_strings and a.dest != "help"]
+    assert len(options) >= 17
+    assert [a.option_strings[0] for a in options if not a.help] == []
