@@ -130,10 +130,17 @@ def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
     beside them and subtracted: ``link_ms``)."""
     import torch
 
+    from autotaxer.functional import resolve_group
     from autotaxer.measure import Chain, less_link
+    from autotaxer.runtime._runtimes import runtime_for
 
     rows = []
     for c in calls:
+        # what served the call: the variant and parameters, to compare with the tuner's record of the key
+        rt = runtime_for(resolve_group(c["args"]["group_name"]))
+        decision = {k.text: d for k, d in rt.decisions().items()}.get(c["key"])
+        if decision is not None:
+            c = {**c, "variant": decision.variant, "params": dict(decision.params)}
         ins = []
         for size, stride, dtype in c["inputs"]:
             t = torch.empty_strided(size, stride, dtype=getattr(torch, dtype), device="cuda")
@@ -243,7 +250,8 @@ def _print(results: dict) -> None:
     for c in results["calls"]:
         ratio = c["torch_ms"] / c["autotaxer_ms"]
         print(f"  {c['op']} {c['inputs'][0][0]} {c['args']}: {c['torch_ms']:.3f} / {c['autotaxer_ms']:.3f} "
-              f"(x{ratio:.3f}) served={c['served']} {c['key']}")  # fmt: skip
+              f"(x{ratio:.3f}) served={c['served']} {c['key']} {c.get('variant', '')} "
+              f"{c.get('params', '')}")  # fmt: skip
 
 
 if __name__ == "__main__":

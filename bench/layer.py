@@ -424,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
             dim = c["args"].get("gather_dim", c["args"].get("scatter_dim"))
             print(f"  {c['op']} {c['inputs'][0][0]} dim {dim}: "
                   f"torch {c['torch_ms']:.3f} / autotaxer {c['autotaxer_ms']:.3f} ms "
-                  f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']}")  # fmt: skip
+                  f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']} "
+                  f"{c.get('variant', '')} {c.get('params', '')}")  # fmt: skip
     dist.barrier()
     dist.destroy_process_group()
     return 0
