@@ -15,7 +15,9 @@ each layer of the served call added one at a time:
   variant: ``Runtime.serve_decision``);
 * ``async_tp``: the kernel ``autotaxer.async_tp`` registers, called on async TP's 3-D input (sizes and
   strides as inductor's calls; the dispatcher hop itself is not in it);
-* ``torch``: torch's own fused kernel (CUDA only).
+* ``dispatcher``: ``torch.ops.symm_mem.<op>`` with ``autotaxer.async_tp`` enabled: what compiled code and
+  the replay call (CUDA only);
+* ``torch``: torch's own fused kernel, called as a function (CUDA only).
 
 Then the replay's timing of ``trial`` and ``async_tp`` (``bench/async_tp_check.py``'s ``_time``: fixed
 order, no lead-in call) and, per entry, the host's time to enqueue one call (perf_counter around
@@ -125,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
             "serve": lambda: rt.serve("async_tp", "gemm_rs", (a, b), layout)[0],
             "async_tp": lambda: atp._matmul_reduce_scatter(a3, b, "sum", 0, gn),
+            "dispatcher": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "torch": lambda: torch_rs(a3, b, "sum", 0, gn),
         }
     else:
@@ -135,10 +138,15 @@ def main(argv: list[str] | None = None) -> int:
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
             "serve": lambda: rt.serve("async_tp", "ag_gemm", (a, b), layout)[0],
             "async_tp": lambda: atp._all_gather_matmul(a3, [b], 0, gn, return_A=False)[1][0],
+            "dispatcher": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a3, [b], 0, gn, return_A=False)[
+                1
+            ][0],
             "torch": lambda: torch_ag(a3, [b], 0, gn, return_A=False)[1][0],
         }
-    if not on_cuda:
-        del fns["torch"]
+    if on_cuda:
+        atp.enable()  # the dispatcher entry reaches autotaxer's kernel; the others call functions directly
+    else:  # torch's kernel and the override are CUDA's
+        del fns["torch"], fns["dispatcher"]
     fns["async_tp"]()  # decides the signature (collective) before any timing
     chains = [Chain(a, out) if name == "trial" else Chain(a) for name in fns]
     got = time_interleaved(
@@ -146,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     tuner = {name: r.get("eager") for name, r in zip(fns, got, strict=True)}
     link_us = got[0].get("eager_link")
-    replay = _replay_times({n: fns[n] for n in ("trial", "async_tp")}, Chain(a), args, ctx, on_cuda)
+    replayed = [n for n in ("trial", "async_tp", "dispatcher") if n in fns]
+    replay = _replay_times({n: fns[n] for n in replayed}, Chain(a), args, ctx, on_cuda)
     host = maxes_over_ranks([_host_us(Chain(a).wrap(fn), args.iters, on_cuda) for fn in fns.values()], ctx)
     served = atp.counters()
     result = {
@@ -161,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in fns:
             t, h = tuner[name], result["host_us_per_call"][name]
             print(f"{name:<10} {'failed' if t is None else f'{t:.1f}':>12} {h:>10.1f}")
-        trial, served = replay["trial"], replay["async_tp"]
-        print(f"link {link_us}; replay's timing: trial {trial:.1f}, async_tp {served:.1f}")
+        timed = ", ".join(f"{n} {t:.1f}" for n, t in replay.items())
+        print(f"link {link_us}; the replay's timing (fixed order, no lead-in call): {timed}")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=str))
+    atp.disable()
     dist.barrier()
     dist.destroy_process_group()
     return 0
