@@ -16,7 +16,7 @@ each layer of the served call added one at a time:
 * ``async_tp``: the kernel ``autotaxer.async_tp`` registers, called on async TP's 3-D input (sizes and
   strides as inductor's calls; the dispatcher hop itself is not in it);
 * ``dispatcher``: ``torch.ops.symm_mem.<op>`` with ``autotaxer.async_tp`` enabled: what compiled code and
-  the replay call (CUDA only);
+  the replay call (on gloo the override is registered for the CPU key, as the CPU tests do);
 * ``torch``: torch's own fused kernel, called as a function (CUDA only).
 
 Then the replay's timing of ``trial`` and ``async_tp`` (``bench/async_tp_check.py``'s ``_time``: fixed
@@ -143,10 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             ][0],
             "torch": lambda: torch_ag(a3, [b], 0, gn, return_A=False)[1][0],
         }
-    if on_cuda:
-        atp.enable()  # the dispatcher entry reaches autotaxer's kernel; the others call functions directly
-    else:  # torch's kernel and the override are CUDA's
-        del fns["torch"], fns["dispatcher"]
+    # the dispatcher entry reaches autotaxer's kernel (on gloo registered for the CPU key, as the CPU tests
+    # do); the other entries call functions directly
+    atp._install("CUDA" if on_cuda else "CPU")
+    if not on_cuda:  # torch's fused kernel is CUDA's
+        del fns["torch"]
     fns["async_tp"]()  # decides the signature (collective) before any timing
     chains = [Chain(a, out) if name == "trial" else Chain(a) for name in fns]
     got = time_interleaved(
