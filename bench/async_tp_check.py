@@ -127,13 +127,22 @@ def _block_step(mode: str, shape, rank: int, ws: int) -> Callable[[Callable], Ca
 def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
     """Each fused-op call of the compiled code alone: torch's kernel against autotaxer's, each call waiting
     for the previous one's output as in the tuner (:class:`autotaxer.measure.Chain`; the link alone timed
-    beside them and subtracted: ``link_ms``)."""
+    beside them and subtracted: ``link_ms``). A served call is also timed as the tuner times its variant
+    (``direct_ms``: the plan's run into one reused output), so a gap between ``autotaxer_ms`` and it is the
+    served call path's, and between ``direct_ms`` and the record's ``confirmed_us`` the process state's."""
     import torch
 
+    from autotaxer.functional import resolve_group
     from autotaxer.measure import Chain, less_link
+    from autotaxer.runtime._runtimes import runtime_for
 
     rows = []
     for c in calls:
+        # what served the call: the variant and parameters, to compare with the tuner's record of the key
+        rt = runtime_for(resolve_group(c["args"]["group_name"]))
+        decision = {k.text: d for k, d in rt.decisions().items()}.get(c["key"])
+        if decision is not None:
+            c = {**c, "variant": decision.variant, "params": dict(decision.params)}
         ins = []
         for size, stride, dtype in c["inputs"]:
             t = torch.empty_strided(size, stride, dtype=getattr(torch, dtype), device="cuda")
@@ -151,10 +160,35 @@ def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
 
         chain = Chain(ins[0])
         fns = {"torch": chain.wrap(fn), "autotaxer": chain.wrap(fn), "link": chain.alone()}
+        direct = _direct(rt, c, ins) if c["served"] and decision is not None else None
+        if direct is not None:  # the served plan's run into one reused output: what the tuner times
+            fns["direct"] = Chain(ins[0], direct[1]).wrap(direct[0])
         t = _time(fns, args.iters, args.samples, 3, {"autotaxer"})
-        torch_ms, autotaxer_ms = (less_link(t[n], t["link"]) for n in ("torch", "autotaxer"))
-        rows.append({**c, "torch_ms": torch_ms, "autotaxer_ms": autotaxer_ms, "link_ms": t["link"]})
+        row = {**c, "link_ms": t["link"]}
+        for name in ("torch", "autotaxer", "direct"):
+            if name in t:
+                row[f"{name}_ms"] = less_link(t[name], t["link"])
+        rows.append(row)
     return rows
+
+
+def _direct(rt, call: dict, ins: list) -> tuple[Callable[[], object], object]:
+    """``(fn, out)``: the served plan of ``call`` run on its 2-D inputs into ``out``, without the async-TP
+    kernel, ``Runtime.serve`` or an output per call (collective: every rank replays the same calls)."""
+    import autotaxer.async_tp as atp
+    from autotaxer.functional import _to_matrix
+
+    args = call["args"]
+    if call["op"] == "fused_all_gather_matmul":
+        a2d, dim = _to_matrix(ins[0], args["gather_dim"])
+        layout = {"gather_dim": dim}
+    else:
+        a2d, dim = atp._rs_matrix(ins[0], args["scatter_dim"])
+        layout = {"scatter_dim": dim}
+    plan = rt.plan(atp.OPS[call["op"]], a2d, ins[1], **layout)
+    inputs = (a2d, ins[1])
+    out = plan.run(plan.workspace, inputs, plan.ctx, None)
+    return (lambda: plan.run(plan.workspace, inputs, plan.ctx, out)), out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,8 +276,11 @@ def _print(results: dict) -> None:
     print("calls (torch ms / autotaxer ms, served, key):")
     for c in results["calls"]:
         ratio = c["torch_ms"] / c["autotaxer_ms"]
-        print(f"  {c['op']} {c['inputs'][0][0]} {c['args']}: {c['torch_ms']:.3f} / {c['autotaxer_ms']:.3f} "
-              f"(x{ratio:.3f}) served={c['served']} {c['key']}")  # fmt: skip
+        direct = f" (its run alone {c['direct_ms']:.3f})" if "direct_ms" in c else ""
+        print(f"  {c['op']} {c['inputs'][0][0]} {c['args']}: {c['torch_ms']:.3f} / {c['autotaxer_ms']:.3f}"
+              f"{direct} "
+              f"(x{ratio:.3f}) served={c['served']} {c['key']} {c.get('variant', '')} "
+              f"{c.get('params', '')}")  # fmt: skip
 
 
 if __name__ == "__main__":

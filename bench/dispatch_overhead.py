@@ -12,12 +12,20 @@ Two measures, both per call (µs):
   cache pollution or launch jitter. ``isolated_loop`` is the same difference from back-to-back loops
   of ``--loop`` calls (mean per call, no clock reads per call; p50 over the loops).
 
+``--mode compiled`` measures instead what a served call costs the host from compiled code: per call,
+the custom ops ``torch.ops.autotaxer.ag_gemm`` / ``gemm_rs`` in a ``torch.compile(fullgraph=True)``
+function against the same function written as plain PyTorch (``all_gather_tensor`` + matmul, matmul +
+``reduce_scatter_tensor``: what a traced BSP holds), both serving the same problem (no table: the custom
+op serves ``bsp``, whose eager all-gather and matmul are the same work), plus ``Runtime.dispatch`` and the
+custom op called eagerly; interleaved rounds of ``--loop`` calls, p50 over rounds of the mean per call.
+
 Also reported: the paired difference of whole real calls (dispatch vs direct, alternating), what
 ``out=None`` costs the variant (the caching-allocator allocation of the output) against a
 preallocated ``out``, and the host (CPU model, core counts: the overhead depends on them).
 
     python bench/dispatch_overhead.py --device cpu                      # 1 process, CPU
     python bench/dispatch_overhead.py --device cuda --world-size 2      # 2 GPUs (NCCL), rank 0 reports
+    python bench/dispatch_overhead.py --mode compiled --device cpu      # compiled custom op vs funcol
 
 GPU host times are launch times (the GPU runs behind; the queue is drained every 256 calls, untimed).
 Writes JSON to ``bench/results/dispatch_overhead_<device>_<date>.json`` and prints p50/p99 in µs.
@@ -220,9 +228,78 @@ def _measure(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _compiled(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """``--mode compiled`` on every rank: µs per call of each served form and of the plain PyTorch it
+    replaces (rank 0's numbers; every rank calls the same functions in the same order)."""
+    import torch
+    import torch.distributed as dist
+
+    import autotaxer
+    import autotaxer.runtime.custom_op  # noqa: F401  (registers the custom ops)
+    from autotaxer._problem import ProblemKey
+    from autotaxer.ops import get_op
+    from autotaxer.ops.ag_gemm._compile import _plain as ag_plain
+    from autotaxer.ops.gemm_rs._compile import _plain as rs_plain
+
+    cfg = autotaxer.RuntimeConfig(env_tables=False, shipped_tables=args.shipped, persist_misses=False)
+    rt = autotaxer.init(cfg)
+    ws, shape = ctx.world_size, {"M": args.M, "N": args.N, "K": args.K}
+    keys = {
+        op: ProblemKey.make(op, "x", ws, args.dtype, shape, {field: 0, "b_layout": "nk"})
+        for op, field in (("ag_gemm", "gather_dim"), ("gemm_rs", "scatter_dim"))
+    }
+    ag_a, ag_b = get_op("ag_gemm").make_inputs(keys["ag_gemm"], ctx.rank, ctx.device, seed=1)
+    rs_a, rs_b = get_op("gemm_rs").make_inputs(keys["gemm_rs"], ctx.rank, ctx.device, seed=1)
+    ops = torch.ops.autotaxer
+
+    def compiled(fn: Any) -> Any:
+        return torch.compile(fn, fullgraph=True)
+
+    fns = {
+        "ag_gemm custom op, compiled": compiled(lambda a, b: ops.ag_gemm(a, b, 0, "")),
+        "all_gather + matmul, compiled": compiled(lambda a, b: ag_plain(a, b, 0, "")[0]),
+        "ag_gemm custom op, eager": lambda a, b: ops.ag_gemm.default(a, b, 0, ""),
+        "ag_gemm Runtime.dispatch": lambda a, b: rt.dispatch("ag_gemm", a, b, gather_dim=0),
+        "gemm_rs custom op, compiled": compiled(lambda a, b: ops.gemm_rs(a, b, 0, "")),
+        "matmul + reduce_scatter, compiled": compiled(lambda a, b: rs_plain(a, b, 0, "")[0]),
+        "gemm_rs custom op, eager": lambda a, b: ops.gemm_rs.default(a, b, 0, ""),
+        "gemm_rs Runtime.dispatch": lambda a, b: rt.dispatch("gemm_rs", a, b, scatter_dim=0),
+    }
+    inputs = {
+        name: (ag_a, ag_b) if name.startswith(("ag_gemm", "all_gather")) else (rs_a, rs_b) for name in fns
+    }
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+    clock = time.perf_counter_ns
+    per_call: dict[str, list[int]] = {name: [] for name in fns}
+    with torch.no_grad():
+        for name, fn in fns.items():  # compiles, decides (collectively) and warms up every form
+            for _ in range(max(args.warmup // 10, 3)):
+                fn(*inputs[name])
+        sync()
+        gc.collect()
+        names = list(fns)
+        for r in range(max(1, args.iters // args.loop)):
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotated: drift hits all alike
+                fn, (a, b) = fns[name], inputs[name]
+                if ws > 1:
+                    dist.barrier()
+                sync()
+                t0 = clock()
+                for _ in range(args.loop):
+                    fn(a, b)
+                sync()
+                per_call[name].append((clock() - t0) // args.loop)
+    decisions = {
+        "ag_gemm": rt.plan("ag_gemm", ag_a, ag_b, gather_dim=0).decision.variant,
+        "gemm_rs": rt.plan("gemm_rs", rs_a, rs_b, scatter_dim=0).decision.variant,
+    }
+    return {"decisions": decisions, **{name: _summary(v) for name, v in per_call.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--mode", choices=("dispatch", "compiled"), default="dispatch")
     ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--M", type=int, default=16)
     ap.add_argument("--N", type=int, default=64)
@@ -239,17 +316,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--iters and --loop must be at least 1, --warmup at least 0")
     if args.dtype is None:
         args.dtype = "fp32" if args.device == "cpu" else "bf16"
-    if args.world_size == 1 and args.device == "cpu":
+    if args.mode == "dispatch" and args.world_size == 1 and args.device == "cpu":
         numbers = _measure(None, args)
-    else:
+    else:  # compiled code needs a process group for the functional collectives, even of one rank
         from autotaxer.testing import run_ranks
 
-        numbers = run_ranks(_measure, args.world_size, args.device, args=(args,), timeout=600)[0]
+        fn = _measure if args.mode == "dispatch" else _compiled
+        numbers = run_ranks(fn, args.world_size, args.device, args=(args,), timeout=600)[0]
     import torch
 
     device_name = torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "cpu"
     report = {
-        "bench": "dispatch_overhead",
+        "bench": "dispatch_overhead" if args.mode == "dispatch" else "dispatch_overhead --mode compiled",
         "date": datetime.now(timezone.utc).isoformat(),
         "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
         "device": args.device,
@@ -266,9 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         RESULTS.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d")
-        path = RESULTS / f"dispatch_overhead_{args.device}_ws{args.world_size}_{stamp}.json"
+        mode = "" if args.mode == "dispatch" else f"_{args.mode}"
+        path = RESULTS / f"dispatch_overhead{mode}_{args.device}_ws{args.world_size}_{stamp}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     host = report["host"]
+    if args.mode == "compiled":
+        _print_compiled(numbers, args, device_name, host)
+        print(f"written to {path}")
+        return 0
     print(f"dispatch overhead ({args.device}, world size {args.world_size}, {device_name}); µs")
     print(f"host: {host.get('cpu_model')}, {host.get('logical_cpus', host['os_cpu_count'])} logical CPUs")
     print(f"{'measure':<20}{'p50':>9}{'p90':>9}{'p99':>9}{'mean':>9}")
@@ -278,6 +361,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<20}{r['p50_us']:>9.2f}{r['p90_us']:>9.2f}{r['p99_us']:>9.2f}{r['mean_us']:>9.2f}")
     print(f"written to {path}")
     return 0
+
+
+def _print_compiled(numbers: dict[str, Any], args: argparse.Namespace, device_name: str, host: dict) -> None:
+    where = f"{args.device}, world size {args.world_size}, {device_name}"
+    shape = f"M={args.M} N={args.N} K={args.K} {args.dtype}"
+    print(f"served calls from compiled code ({where}); µs a call, {shape}; served: {numbers['decisions']}")
+    print(f"host: {host.get('cpu_model')}, {host.get('logical_cpus', host['os_cpu_count'])} logical CPUs")
+    print(f"{'form':<36}{'p50':>9}{'p90':>9}{'mean':>9}")
+    for name, r in numbers.items():
+        if name != "decisions":
+            print(f"{name:<36}{r['p50_us']:>9.2f}{r['p90_us']:>9.2f}{r['mean_us']:>9.2f}")
 
 
 if __name__ == "__main__":

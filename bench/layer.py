@@ -473,9 +473,12 @@ def main(argv: list[str] | None = None) -> int:
         print(_served_lines({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
         for c in calls or ():
             dim = c["args"].get("gather_dim", c["args"].get("scatter_dim"))
+            direct = f"(its run alone {c['direct_ms']:.3f}) " if "direct_ms" in c else ""
             print(f"  {c['op']} {c['inputs'][0][0]} dim {dim}: "
                   f"torch {c['torch_ms']:.3f} / autotaxer {c['autotaxer_ms']:.3f} ms "
-                  f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']}")  # fmt: skip
+                  f"{direct}"
+                  f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']} "
+                  f"{c.get('variant', '')} {c.get('params', '')}")  # fmt: skip
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -90,3 +90,30 @@ def test_compiled_graph_holds_the_collectives_where_bsp_is_served_else_the_custo
         assert not saving["custom_op"] and saving["funcol"], saving
         assert not untuned["custom_op"] and untuned["funcol"], untuned  # every call bsp: plain PyTorch's
         assert max(tuned["error"], saving["error"], untuned["error"]) < 1e-4, per_rank
+
+
+def _opchecks(ctx) -> dict:
+    import torch
+
+    import autotaxer
+    import autotaxer.runtime.custom_op  # noqa: F401  (registers the custom ops)
+
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    a = torch.randn(8, 16, requires_grad=True)
+    b = torch.randn(12, 16).t().requires_grad_()  # an nn.Linear weight's transpose
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_static")
+    ops = torch.ops.autotaxer
+    return {
+        str(op): torch.library.opcheck(op, (a, b, 0, ""), test_utils=checks)
+        for op in (ops.ag_gemm.default, ops.ag_gemm_saving.default, ops.gemm_rs.default)
+    }
+
+
+def test_the_custom_ops_pass_torchs_opcheck() -> None:
+    """Each custom op's schema, fake kernel and autograd registration agree with what it computes, and
+    AOTAutograd traces it (``torch.library.opcheck``): what compiled code relies on, however the ops are
+    registered (``autotaxer/ops/_library.py``)."""
+    (got,) = run_ranks(_opchecks, 1, "cpu", timeout=300)
+    assert len(got) == 3
+    for op, result in got.items():
+        assert set(result.values()) == {"SUCCESS"}, (op, result)

@@ -20,11 +20,11 @@ import torch
 from ...runtime._groups import collective_name, functional_collective, resolve, world_size
 from ...runtime._runtimes import runtime_for
 from .._forms import CompiledForm
+from .._library import define
 from .._matmul import linear_product
 from ._autograd import ag_gemm_grads
 
 
-@torch.library.custom_op("autotaxer::ag_gemm", mutates_args=())
 def ag_gemm(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
     """All-gather ``a_shard`` along ``gather_dim`` over the group, then multiply by ``b`` (tuned variant)."""
     rt = runtime_for(resolve(group_name))
@@ -39,13 +39,11 @@ def _gathered_shape(a_shard: torch.Tensor, gather_dim: int, group_name: str) -> 
     return a_shard.shape[0], a_shard.shape[1] * ws
 
 
-@ag_gemm.register_fake
 def _ag_gemm_fake(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str) -> torch.Tensor:
     m, _ = _gathered_shape(a_shard, gather_dim, group_name)
     return a_shard.new_empty((m, b.shape[1]))
 
 
-@torch.library.custom_op("autotaxer::ag_gemm_saving", mutates_args=())
 def ag_gemm_saving(
     a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,10 +53,14 @@ def ag_gemm_saving(
         return rt.serve("compiled", "ag_gemm", (a_shard, b), {"gather_dim": gather_dim}, keep=True)
 
 
-@ag_gemm_saving.register_fake
 def _ag_gemm_saving_fake(a_shard: torch.Tensor, b: torch.Tensor, gather_dim: int, group_name: str):
     m, k = _gathered_shape(a_shard, gather_dim, group_name)
     return a_shard.new_empty((m, b.shape[1])), a_shard.new_empty((m, k))
+
+
+_SCHEMA = "(Tensor a_shard, Tensor b, int gather_dim, str group_name)"
+define("ag_gemm", f"{_SCHEMA} -> Tensor", ag_gemm, _ag_gemm_fake)
+define("ag_gemm_saving", f"{_SCHEMA} -> (Tensor, Tensor)", ag_gemm_saving, _ag_gemm_saving_fake)
 
 
 def _saving_setup(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -85,7 +87,7 @@ def _saving_backward(ctx: Any, grad_out: torch.Tensor | None, grad_gathered: tor
     return (*ag_gemm_grads(needs, grad_out, grad_gathered, gathered, b, _reduce_scatter(ctx)), None, None)
 
 
-ag_gemm_saving.register_autograd(_saving_backward, setup_context=_saving_setup)
+torch.library.register_autograd("autotaxer::ag_gemm_saving", _saving_backward, setup_context=_saving_setup)
 
 
 def _setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
@@ -103,7 +105,7 @@ def _backward(ctx: Any, grad_out: torch.Tensor | None):
     return (*ag_gemm_grads(needs, grad_out, None, gathered, b, _reduce_scatter(ctx)), None, None)
 
 
-ag_gemm.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("autotaxer::ag_gemm", _backward, setup_context=_setup)
 
 
 def _plain(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor, torch.Tensor]:

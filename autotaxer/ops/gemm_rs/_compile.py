@@ -17,11 +17,11 @@ from ...runtime._groups import collective_name, functional_collective, resolve, 
 from ...runtime._runtimes import runtime_for
 from .. import get_op
 from .._forms import CompiledForm
+from .._library import define
 from .._matmul import linear_product, weight_grad
 from ._autograd import BACKWARD_OP
 
 
-@torch.library.custom_op("autotaxer::gemm_rs", mutates_args=())
 def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
     """This rank's slice along ``scatter_dim`` of the sum over ranks of ``a @ b`` (tuned variant)."""
     rt = runtime_for(resolve(group_name))
@@ -29,11 +29,13 @@ def gemm_rs(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str)
         return rt.serve("compiled", "gemm_rs", (a, b), {"scatter_dim": scatter_dim})[0]
 
 
-@gemm_rs.register_fake
 def _gemm_rs_fake(a: torch.Tensor, b: torch.Tensor, scatter_dim: int, group_name: str) -> torch.Tensor:
     ws = world_size(group_name)
     m, n = a.shape[0], b.shape[1]
     return a.new_empty((m // ws, n) if scatter_dim == 0 else (m, n // ws))
+
+
+define("gemm_rs", "(Tensor a, Tensor b, int scatter_dim, str group_name) -> Tensor", gemm_rs, _gemm_rs_fake)
 
 
 def _setup(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
@@ -56,7 +58,7 @@ def _backward(ctx: Any, grad_out: torch.Tensor):
     return (grad_a if ctx.needs_input_grad[0] else None), grad_b, None, None
 
 
-gemm_rs.register_autograd(_backward, setup_context=_setup)
+torch.library.register_autograd("autotaxer::gemm_rs", _backward, setup_context=_setup)
 
 
 def _plain(a: torch.Tensor, b: torch.Tensor, dim: int, name: str) -> tuple[torch.Tensor, None]:
