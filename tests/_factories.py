@@ -65,6 +65,15 @@ def kept_errors(op, key: ProblemKey, ctx, results: list[tuple]) -> tuple[list[fl
     return errs, len({c.data_ptr() for _, c in results})
 
 
+def attempt(fn) -> str:
+    """``fn()``'s error as ``"Type: message"``, or ``"no error"`` (a misuse test compares it per rank)."""
+    try:
+        fn()
+    except Exception as exc:  # every error is what the test looks at
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
 def make_record(
     m: int = 64,
     median_us: float = 10.0,

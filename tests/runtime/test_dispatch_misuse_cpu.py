@@ -7,6 +7,7 @@ dispatch names it, and the key is served by its baseline from then on."""
 from __future__ import annotations
 
 import pytest
+from _factories import attempt as _attempt
 from _factories import rank_key
 
 from autotaxer.testing import run_ranks
@@ -20,15 +21,6 @@ def _runtime(tables: tuple[str, ...] = (), **config):
             tables=tables, env_tables=False, shipped_tables=False, persist_misses=False, **config
         )
     )
-
-
-def _attempt(fn) -> str:
-    """``fn()``'s error as ``"Type: message"``, or ``"no error"``."""
-    try:
-        fn()
-    except Exception as exc:  # every error is what the test looks at
-        return f"{type(exc).__name__}: {exc}"
-    return "no error"
 
 
 def _misuse(ctx) -> dict:

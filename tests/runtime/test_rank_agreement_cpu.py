@@ -6,16 +6,9 @@ dim 0 on one rank and dim 1 on the other (the same 2-D problem). Each ends on ev
 
 from __future__ import annotations
 
+from _factories import attempt as _attempt
+
 from autotaxer.testing import run_ranks
-
-
-def _attempt(fn) -> str:
-    """``fn()``'s error as ``"Type: message"``, or ``"no error"``."""
-    try:
-        fn()
-    except Exception as exc:  # every error is what the test looks at
-        return f"{type(exc).__name__}: {exc}"
-    return "no error"
 
 
 def _scenarios(ctx) -> dict:
