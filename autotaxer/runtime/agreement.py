@@ -144,6 +144,8 @@ def _meet(kind: str, what: str, group: Any, timeout_s: float) -> None:
         missing = [r for r, k in enumerate(keys) if not store.check([k])]
         if not missing:
             raise
+        with contextlib.suppress(Exception):  # what the peers' failing collectives then name
+            store.set(_left_key(name), f"rank {rank} left the group at {what}")
         with contextlib.suppress(Exception):
             dist.destroy_process_group(group)
         raise OutOfStepError(
@@ -162,3 +164,31 @@ def _meet(kind: str, what: str, group: Any, timeout_s: float) -> None:
             f"ranks are out of step ({lines}): they made different collective calls (a call only some "
             "ranks made, or a step that dispatched differently on each rank)"
         )
+
+
+def _left_key(name: str) -> str:
+    return f"autotaxer/out_of_step/{name}"
+
+
+def raise_if_peer_left(group: Any, error: BaseException) -> None:
+    """Raise :class:`OutOfStepError` from ``error`` (a call of this rank that failed) when a peer left
+    ``group`` out of step (:func:`_meet` shut it down): the call failed because the peer's collective was
+    another one, and this says so on this rank too. Returns when no peer left (the call's error stands)."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        store = c10d._get_default_store()
+        key = _left_key((group if group is not None else dist.group.WORLD).group_name)
+        if not store.check([key]):
+            return
+        store.set_timeout(timedelta(seconds=5))
+        text = store.get(key).decode()
+    except Exception:  # no store, or it went with the group: the call's own error stands
+        return
+    raise OutOfStepError(
+        f"ranks are out of step: {text}, while this rank served a call it had made before, so this call "
+        f"failed ({type(error).__name__}: {error}). RuntimeConfig(check_calls=True) names the differing call"
+    ) from error

@@ -63,7 +63,7 @@ from .._problem import ProblemKey, Target
 from ..ops._peer_wait import IDLE, PeerTimeoutError, peer_watch
 from ._runtimes import RUNTIMES as _RUNTIMES
 from ._runtimes import current_recorder, get_runtime, init, install, runtime_for, shutdown
-from .agreement import AGREE_TIMEOUT_S, ConsensusError, OutOfStepError, exchange
+from .agreement import AGREE_TIMEOUT_S, ConsensusError, OutOfStepError, exchange, raise_if_peer_left
 from .autograd import autograd_call, autograd_form, differentiable_call
 from .custom_op import compiled_dispatch
 from .lookup import FALLBACK, Decision, decide, saving_decision
@@ -390,22 +390,28 @@ class Runtime:
         uses it: ``saved`` is returned) or when the backward of a differentiable call does (``ag_gemm``:
         the gathered A, for B's gradient only). Differentiable when an input requires grad under grad
         mode. Collective, like :func:`dispatch`."""
-        w = self._watch
-        if w.view[0] != w.expect or self._checking:
-            self._before_call(op, tensors, layout)
-        plan = None
-        if len(tensors) == 2:
-            x, y = tensors
-            try:
-                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
-            except AttributeError:  # not tensors: _find tells every rank which argument
-                plan = None
-        if plan is None or plan.layout != layout:
-            plan = self._find(op, tensors, layout)
-        plan.last_used = next(self._clock)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            return autograd_call(plan, tensors, path, keep)
-        return plan.forward(tensors, path, keep)
+        try:
+            w = self._watch
+            if w.view[0] != w.expect or self._checking:
+                self._before_call(op, tensors, layout)
+            plan = None
+            if len(tensors) == 2:
+                x, y = tensors
+                try:
+                    plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+                except AttributeError:  # not tensors: _find tells every rank which argument
+                    plan = None
+            if plan is None or plan.layout != layout:
+                plan = self._find(op, tensors, layout)
+            plan.last_used = next(self._clock)
+            if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                return autograd_call(plan, tensors, path, keep)
+            return plan.forward(tensors, path, keep)
+        except OutOfStepError:
+            raise
+        except Exception as exc:  # a peer that left out of step made this call fail: named here too
+            raise_if_peer_left(self.group, exc)
+            raise
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -981,25 +987,31 @@ def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dic
     are: re-packing ``*tensors, **layout`` would cost ~0.7 µs a call). The hot key is exact for op, shapes,
     strides and dtypes and leaves the layout out (unpacking its items into the key cost more than comparing
     two small dicts); the layout must equal the plan's, else the full signature decides."""
-    w = rt._watch
-    if w.view[0] != w.expect or rt._checking:
-        rt._before_call(op, tensors, layout)
-    if len(tensors) == 2:
-        x, y = tensors
-        try:
-            plan = rt._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
-        except AttributeError:  # not tensors: _find tells every rank which argument
-            plan = None
-        if plan is None or plan.layout != layout:
+    try:
+        w = rt._watch
+        if w.view[0] != w.expect or rt._checking:
+            rt._before_call(op, tensors, layout)
+        if len(tensors) == 2:
+            x, y = tensors
+            try:
+                plan = rt._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+            except AttributeError:  # not tensors: _find tells every rank which argument
+                plan = None
+            if plan is None or plan.layout != layout:
+                plan = rt._find(op, tensors, layout)
+            if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
+                plan.last_used = next(rt._clock)
+                return differentiable_call(plan, tensors, out)  # counted by the op's autograd forward
+        else:
             plan = rt._find(op, tensors, layout)
-        if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
-            plan.last_used = next(rt._clock)
-            return differentiable_call(plan, tensors, out)  # counted by the op's autograd forward
-    else:
-        plan = rt._find(op, tensors, layout)
-    plan.calls += 1
-    plan.last_used = next(rt._clock)
-    return plan.run(plan.workspace, tensors, plan.ctx, out)
+        plan.calls += 1
+        plan.last_used = next(rt._clock)
+        return plan.run(plan.workspace, tensors, plan.ctx, out)
+    except OutOfStepError:
+        raise
+    except Exception as exc:  # a peer that left out of step made this call fail: named here too
+        raise_if_peer_left(rt.group, exc)
+        raise
 
 
 def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:

@@ -11,6 +11,7 @@ from autotaxer.kernels.common.channel import peer_order
 from autotaxer._problem import ProblemKey
 from autotaxer._target import Target
 from autotaxer.ops import get_op, iter_grid
+from autotaxer.testing.ce_persistent import HostChannel
 
 H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
 
@@ -116,9 +117,9 @@ def test_check_prunes_what_cannot_run_or_repeats_another_point() -> None:
 # -- the whole schedule on an emulated heap: one thread per rank, CPU tensors, copies by memmove ---------
 
 
-class _HeapChannel:
-    """A rank's channel over CPU buffers: inbox arena, data flags and done tokens (memop protocol:
-    tokens start free), peers' addresses translated buffer by buffer."""
+class _HeapChannel(HostChannel):
+    """A rank's channel over CPU buffers: inbox arena (grown on demand), data flags and done tokens (memop
+    protocol: tokens start free), peers' addresses translated buffer by buffer (``HostChannel``'s)."""
 
     backend = "memop"
 
@@ -138,16 +139,6 @@ class _HeapChannel:
         if self._arena is None or self._arena.numel() < nbytes:
             self._arena = torch.zeros(nbytes, dtype=torch.uint8)
         return self._arena
-
-    def _buffers(self) -> list:
-        return [self._arena, self.data, self.done]
-
-    def remote(self, ptr: int, peer: int) -> int:
-        for mine, theirs in zip(self._buffers(), self.ranks[peer]._buffers(), strict=True):
-            base, size = mine.data_ptr(), mine.numel() * mine.element_size()
-            if base <= ptr < base + size:
-                return theirs.data_ptr() + (ptr - base)
-        raise AssertionError(f"rank {self.rank}: address {ptr:#x} is in none of its heap buffers")
 
 
 def _heap_ranks(world_size: int, arena_bytes: int) -> list:

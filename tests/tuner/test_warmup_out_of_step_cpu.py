@@ -5,15 +5,9 @@ works for a step made alike."""
 
 from __future__ import annotations
 
+from _factories import attempt as _attempt
+
 from autotaxer.testing import run_ranks
-
-
-def _attempt(fn) -> str:
-    try:
-        fn()
-    except Exception as exc:  # every error is what the test looks at
-        return f"{type(exc).__name__}: {exc}"
-    return "no error"
 
 
 def _scenarios(ctx, url: str) -> dict:
