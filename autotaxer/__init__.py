@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 from ._problem import DTYPES, ProblemKey, Target
 
 __all__ = [
-    "DTYPES", "PeerTimeoutError", "ProblemKey", "Runtime", "RuntimeConfig", "Target", "__version__",
+    "DTYPES", "ConsensusError", "OutOfStepError", "PeerTimeoutError", "ProblemKey", "Runtime",
+    "RuntimeConfig", "Target", "__version__",
     "async_tp", "check", "dispatch", "fused_all_gather_matmul", "fused_matmul_reduce_scatter", "init", "nn",
     "served", "warmup",
 ]  # fmt: skip
@@ -24,6 +25,9 @@ _LAZY = {
     "RuntimeConfig": ".runtime.dispatch",
     "check": ".ops._peer_wait",
     "PeerTimeoutError": ".ops._peer_wait",
+    # raised on every rank when ranks call differently (README, troubleshooting)
+    "ConsensusError": ".runtime.agreement",
+    "OutOfStepError": ".runtime.agreement",
     "fused_all_gather_matmul": ".functional",
     "fused_matmul_reduce_scatter": ".functional",
     "warmup": ".tuner.warmup",

@@ -105,3 +105,13 @@ def test_a_wait_that_gave_up_is_named_on_the_next_dispatch_and_its_key_served_by
     finally:
         autotaxer.runtime.dispatch.shutdown()
         op._variants.pop("planted_never_signal", None)
+
+
+def test_the_errors_ranks_raise_together_are_public() -> None:
+    """What the README tells users to expect when ranks call differently can be caught by its public name."""
+    import autotaxer
+    from autotaxer.runtime.agreement import ConsensusError, OutOfStepError
+
+    assert autotaxer.ConsensusError is ConsensusError and autotaxer.OutOfStepError is OutOfStepError
+    assert issubclass(autotaxer.OutOfStepError, autotaxer.ConsensusError)
+    assert {"ConsensusError", "OutOfStepError"} <= set(autotaxer.__all__)
