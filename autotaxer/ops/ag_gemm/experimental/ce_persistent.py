@@ -26,6 +26,7 @@ from ...._problem import ProblemKey, Target, torch_dtype
 from ...._target import tma_unavailable
 from ..._base import Params, RunContext, Workspace
 from ..._copy_engine import CopyEngineBase, channel_buffers, transport_error
+from .._iris_fused import _ELEM_BYTES, _SMEM_BYTES, _next_pow2  # the fused variants' sizing rules
 
 #: The search space, most decisive first; the first value of each is the safe default.
 SPACE: dict[str, tuple[Any, ...]] = {
@@ -48,15 +49,7 @@ SEED_CHUNKS = (4, 2, 1)
 #: design first (epoch flags on one stream), then stream memops (no flag kernel: less host time).
 SEED_TRANSPORTS = (("one", "triton"), ("one", "memop"), ("each", "memop"), ("each", "triton"))
 #: Shared memory of one CTA on H100/H200 (the fused variants' budget).
-SMEM_BYTES = 232448
-_ELEM_BYTES = {"bf16": 2, "fp16": 2}
-
-
-def _next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+SMEM_BYTES = _SMEM_BYTES["nvidia"]
 
 
 def _gemm_fields(params: Params) -> dict[str, Any]:
