@@ -67,6 +67,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
     from autotaxer.measure import TimingConfig
     from autotaxer.ops import get_op
     from autotaxer.tuner import SpawnedGroup, TuneConfig
+    from autotaxer.tuner.study import split_params
 
     target = detect_target(args.device, args.world_size)
     key = ProblemKey.make(
@@ -87,6 +88,7 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
         if not complete:
             raise SystemExit("grid: no trial completed")
         best = min(complete, key=lambda t: t.value)
+        bsp_trials = [t.value for t in complete if split_params(t.params)[0] == "bsp"]
         runs = []
         for seed in seeds:
             cfg = TuneConfig(**{**base.__dict__, "sampler": "tpe", "seed": seed, "trials": args.trials})
@@ -124,7 +126,10 @@ def run_study(args: argparse.Namespace) -> dict[str, Any]:
             "failed": sum(t.state.name == "FAIL" for t in grid_trials),
             "best_us": best.value,
             "best_params": best.params,
-            "bsp_us": None if grid_winner is None else grid_winner.bsp_us,
+            "bsp_us": min(bsp_trials, default=None),  # the grid's BSP trial: same run, same timing as best_us
+            "winner": None
+            if grid_winner is None  # the stored record: the end's interleaved confirmation, not a trial
+            else {"variant": grid_winner.variant, "median_us": grid_winner.median_us, "bsp_us": grid_winner.bsp_us},
         },
         "tpe": runs,
         "env": software_versions(),

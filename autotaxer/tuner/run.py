@@ -488,7 +488,8 @@ class _ShapeTuner:
     def _store_winner(
         self, study: Any, final: bool, partial: bool = True, confirmed: _Confirmed | None = None
     ) -> None:
-        """Upsert the study's best (keeps a faster stored record); ``final`` refreshes the trial count.
+        """Upsert the study's best; ``final`` refreshes the trial count. Trials' times never replace a faster
+        stored record; a confirmation always does (a luckier earlier sample is not kept over it).
         ``partial``: the search has not ended (while it runs, or its time ran out): stamped in the record's
         environment (``env["search"]``), so a later run resumes it. ``confirmed``: the end's side-by-side
         times, stored instead of the trials' (the winner: its fastest entry), and replacing any unconfirmed
@@ -546,7 +547,7 @@ class _ShapeTuner:
             replace = (
                 stored is None
                 or record.median_us <= stored.median_us
-                or (confirmed is not None and not is_confirmed(stored.env))  # trials' times are optimistic
+                or confirmed is not None  # the latest side-by-side re-timing, not the best of noisy runs
                 or stored.env.get("chain", "back-to-back") != timing.chain  # times of another chain
             )
             self.db.upsert_winner(record, replace=replace)

@@ -62,6 +62,19 @@ def test_repeats_are_pruned_and_a_small_space_ends_when_exhausted(db) -> None:
     assert result.trials == 9
 
 
+def test_a_later_confirmation_replaces_a_luckier_stored_one(db) -> None:
+    """The record is the latest side-by-side re-timing, never the best of noisy runs kept across runs."""
+    import dataclasses
+
+    _run(db, trials=3)
+    lucky = db.get_winner(KEY)
+    db.upsert_winner(dataclasses.replace(lucky, median_us=0.1), replace=True)
+    _run(db, trials=5)
+    record = db.get_winner(KEY)
+    assert record.trials == 5 and is_confirmed(record.env)
+    assert record.median_us > 0.1
+
+
 def test_resume_counts_finished_trials_and_retune_starts_over(db) -> None:
     _run(db, trials=3)
     result, executor = _run(db, trials=5)
