@@ -316,8 +316,7 @@ def _table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
 
 
 def layer_options(ap: argparse.ArgumentParser) -> None:
-    """The layer's sizes (Llama-3-70B's by default), the timing and the device (``bench/warmup_layer.py``
-    takes them too)."""
+    """The layer's sizes (Llama-3-70B's by default), the timing and the device."""
     ap.add_argument("--batch", type=int, default=1, help="sequences a step (default 1)")
     ap.add_argument("--hidden", type=int, default=8192, help="hidden size H (default 8192)")
     ap.add_argument("--heads", type=int, default=64, help="attention heads (default 64)")
@@ -506,7 +505,7 @@ def _warm_up(steps: dict[str, _Step], budget_s: float, rank: int) -> None:
 
 def _replay_async_tp(args: Any) -> list[dict[str, Any]] | None:
     """Every fused-op call async TP's compiled code made, alone: torch's kernel against autotaxer's
-    (``bench/async_tp_check.py``'s replay); None on CPUs."""
+    (``bench/calls.py``'s :func:`replay`); None on CPUs."""
     if not torch.cuda.is_available():
         return None
     import importlib.util
@@ -514,12 +513,10 @@ def _replay_async_tp(args: Any) -> list[dict[str, Any]] | None:
 
     import autotaxer.async_tp as atp
 
-    spec = importlib.util.spec_from_file_location(
-        "async_tp_check", Path(__file__).with_name("async_tp_check.py")
-    )
+    spec = importlib.util.spec_from_file_location("calls_bench", Path(__file__).with_name("calls.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    calls = module._replay(atp.decisions(), argparse.Namespace(iters=20, samples=7))
+    calls = module.replay(atp.decisions(), iters=20, samples=7)
     atp.disable()
     return calls
 

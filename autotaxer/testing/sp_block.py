@@ -7,7 +7,7 @@ rank's row shard, a reduce-scatter of the partial sums and the residual. Under `
 ``torch._inductor.config._micro_pipeline_tp = True`` and symmetric memory enabled for the group, inductor
 turns its forward and backward into ``symm_mem.fused_all_gather_matmul`` and
 ``fused_matmul_reduce_scatter`` calls. :func:`reference_block` is the unsharded block, for checks on
-upcast inputs. Shared by the async-TP tests and ``bench/async_tp_check.py``.
+upcast inputs. Used by the async-TP tests.
 """
 
 from __future__ import annotations

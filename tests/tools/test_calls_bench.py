@@ -1,10 +1,14 @@
-"""``bench/speedup_agreement.py`` on a made-up layer run: a confirmed record's speedup over torch's fused op
-against the replay, an unconfirmed record without a ratio, and a case's step gain beside the predicted one."""
+"""``bench/calls.py``: ``agreement`` on a made-up layer run (a confirmed record's speedup over torch's fused
+op against the replay, an unconfirmed record without a ratio, and a case's step gain beside the predicted
+one), and ``served-vs-trial`` end to end on one CPU process."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,9 +18,10 @@ from _factories import make_record
 from autotaxer.storage import open_database
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("speedup_agreement", ROOT / "bench" / "speedup_agreement.py")
-agreement = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(agreement)
+SCRIPT = ROOT / "bench" / "calls.py"
+_spec = importlib.util.spec_from_file_location("calls_bench", SCRIPT)
+calls_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(calls_bench)
 
 
 def test_keys_and_cases_of_a_layer_run(tmp_path: Path, capsys) -> None:
@@ -38,7 +43,7 @@ def test_keys_and_cases_of_a_layer_run(tmp_path: Path, capsys) -> None:
     layer = tmp_path / "layer.json"
     layer.write_text(json.dumps({"results": results, "config": {"batch": 1}}))
     out = tmp_path / "agreement.json"
-    assert agreement.main(["--layer", str(layer), "--db", url, "--out", str(out)]) == 0
+    assert calls_bench.main(["agreement", "--layer", str(layer), "--db", url, "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     first, second = doc["keys"]
     assert first["stored_x_torch"] == pytest.approx(1.2) and first["stored_x_bsp"] == pytest.approx(1.6)
@@ -49,3 +54,21 @@ def test_keys_and_cases_of_a_layer_run(tmp_path: Path, capsys) -> None:
         1 / 0.9895
     )
     assert "unconfirmed" in capsys.readouterr().out
+
+
+def test_served_vs_trial_times_every_entry_on_one_cpu_process(tmp_path: Path) -> None:
+    out = tmp_path / "svt.json"
+    launch = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR")
+    env = {k: v for k, v in os.environ.items() if k not in launch}
+    args = ["--variant", "bsp", "--params", "{}", "--M", "64", "--N", "32", "--K", "32", "--iters", "2"]
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "served-vs-trial", *args, "--samples", "2", "--warmup", "1",
+         "--json-out", str(out)],
+        capture_output=True, text=True, env={**env, "CUDA_VISIBLE_DEVICES": ""}, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    entries = ("trial", "fresh_out", "serve", "async_tp", "dispatcher")
+    assert doc["variant"] == "bsp" and sorted(doc["interleaved_us"]) == sorted(entries)
+    assert all(doc["interleaved_us"][e] > 0 for e in entries), doc["interleaved_us"]
+    assert sorted(doc["replay_timing_us"]) == ["async_tp", "dispatcher", "trial"]

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# The device runner: set-up on a lent GPU machine and the measurements as named steps, from the repository
+# root. Source it for the set-up alone (then run your own commands as `python3 -P ...`):
+#   source bench/device.sh
+# or run steps, each under its own time limit (every device call ends within 10 minutes: split the steps
+# and the shapes across calls), logs under $OUT, a summary line per step printed last:
+#   WS=2 bash bench/device.sh STEP [STEP ...]
+# Set-up (once a shell; `AUTOTAXER_DEVICE_ENV` marks it done): NVLink multicast off, the carried wheels
+# (.whl: optuna, sqlalchemy, alembic, iris, ...) and this package installed (non-editable, into a fresh
+# folder: kernels/ must be importable as autotaxer.kernels, which a $PWD entry on PYTHONPATH would
+# shadow), $OUT (default /tmp/out) created.
+# Steps:
+#   checks       the GPU tests of copy engine, dispatch, flash decode and ag_gemm (each file under 240 s)
+#   tests        the run issues' GPU tests at world size $WS (every variant's reference check and fresh
+#                outputs, the gradients of dispatch / ColumnParallelLinear / RowParallelLinear against
+#                PyTorch, gemm_rs, bsp_symm, dispatch under CUDA graphs and torch.compile)
+#   gpu          every GPU test but the emulated ones, at the visible GPUs' world size
+#   emulated     the N-rank emulation tests on one GPU (the fused kernels at 4 and 8 ranks, the copy-engine
+#                family of both ops at 2, 4 and 8; K selects tests with -k)
+#   cublas       the fused kernels' GEMM core against cuBLAS at one rank -> $OUT/gemm_vs_cublas.json
+#   example      examples/tp_block.py under torchrun: loss against the unsharded model, then the time per
+#                step of autotaxer against --plain (S=$SEQ, H=$HIDDEN, bf16)
+#   tune         autotaxer tune --world-size $WS over $SHAPES (default: the ag_gemm LLM shapes in both
+#                weight layouts and the gemm_rs shapes), every non-experimental variant and the BSP forms,
+#                $TRIALS trials (default 24) and at least $SAMPLED (default 16) sampler draws after the
+#                seeds, eager timing -> $STATE/ws$WS.db; resumable: carry $STATE and run the step again
+#   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db
+#   export       both databases' records -> $OUT/new_ws$WS.json and $OUT/new_ws${WS}_graph.json, merged
+#                into the shipped tables (autotaxer merge --all: the re-tune replaces what it covers)
+#                -> $OUT/nvidia-h200_ws$WS.json and $OUT/nvidia-h200_ws${WS}_graph.json
+#   bench        autotaxer bench --world-size $WS over $SHAPES: every BSP form, the communication and the
+#                GEMM alone, every variant at its graph-tuned configuration, dispatch with the merged graph
+#                table, torch's fused ops -> $OUT/bench_ws$WS.json (eager and graph timings of each)
+#   layer        bench/layer.py at TP$WS with the warm-up in the launch and no shipped table ($CASES,
+#                default fwd:4096,graph:1024; $MODES; $BUDGET s a mode and case, default 50)
+#                -> $OUT/layer.json, its database $OUT/layer.sqlite
+#   agreement    bench/calls.py agreement over that run -> $OUT/agreement.json
+#   served       bench/calls.py served-vs-trial on $WS GPUs (default gemm_rs M=4096 N=K=8192 copy_engine;
+#                $SERVED_ARGS adds its options, e.g. --op ag_gemm --N 5120 --params '{...}')
+#                -> $OUT/served_vs_trial.json
+#   overhead     bench/dispatch_overhead.py at world size $WS (5000 calls) -> $OUT/overhead.json
+#   pack         keep what comes back from $OUT within the device tool's limit: SQLite files checkpointed
+#                (no -wal/-shm file needed), the files named in $KEEP kept, the rest packed in misc.tgz
+# SHAPES may name several files (space-separated); they are concatenated into one. LIMIT overrides the tune
+# steps' time limit (default 540 s), BENCH_LIMIT that of bench (default 540); GPU the model exported
+# (default nvidia-h200). Dry run on one GPU (2026-11-25, H100): WS=1 with a 2-row shapes file, tune to
+# bench in 190 s.
+
+device_env() {
+    [ -n "${AUTOTAXER_DEVICE_ENV:-}" ] && return 0
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+    local site_deps=/tmp/site site_pkg
+    site_pkg=$(mktemp -d /tmp/autotaxer_site.XXXX)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site_deps" \
+        .whl/*.whl || { echo "wheel install failed" >&2; return 1; }
+    python3 -m pip install -q --no-deps --no-index --no-build-isolation --target "$site_pkg" . \
+        || { echo "package install failed" >&2; return 1; }
+    export PYTHONPATH="$site_pkg:$site_deps" OUT="${OUT:-/tmp/out}" AUTOTAXER_DEVICE_ENV=1
+    mkdir -p "$OUT"
+}
+
+# step NAME LIMIT_S COMMAND...: run COMMAND under `timeout` (SIGINT first: the tuner records its running
+# trial as interrupted and exits), its output in $OUT/NAME.log; "NAME rc=.. seconds | last log line" is
+# added to the summary.
+summary=()
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout -s INT -k 20 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    summary+=("$name rc=$rc $((SECONDS - t0))s | $(tail -n 1 "$OUT/$name.log")")
+}
+
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then  # sourced: the set-up alone
+    device_env
+    return $?
+fi
+set -u
+device_env || exit 1
+WS="${WS:-2}"
+STATE="${STATE:-$OUT}"
+SHAPES="${SHAPES:-examples/shapes_llm.csv examples/shapes_llm_linear.csv examples/shapes_gemm_rs.csv}"
+DB="sqlite:///$STATE/ws$WS.db"
+DB_GRAPH="sqlite:///$STATE/ws${WS}_graph.db"
+SEQ="${SEQ:-4096}" HIDDEN="${HIDDEN:-8192}"
+mkdir -p "$STATE"
+nvidia-smi -L > "$OUT/gpu.txt" 2>&1
+
+shapes_file() {  # one shapes file with every row of $SHAPES (comments and each file's header dropped)
+    local f=$STATE/shapes_ws$WS.csv
+    echo "op,M,N,K,dtype,gather_dim,scatter_dim,b_layout" > "$f"
+    for s in $SHAPES; do
+        python3 -P - "$s" >> "$f" <<'PY'
+import csv, sys
+rows = [line for line in open(sys.argv[1]) if line.strip() and not line.lstrip().startswith("#")]
+for r in csv.DictReader(rows):
+    print(",".join(r.get(k) or "" for k in ("op", "M", "N", "K", "dtype", "gather_dim", "scatter_dim", "b_layout")))
+PY
+    done
+    echo "$f"
+}
+
+tests() {  # tests LIMIT_S FILE...: each file a step
+    local limit=$1
+    shift
+    for f in "$@"; do
+        step "tests_$(basename "$f" .py)" "$limit" python3 -P -m pytest -q -x -p no:cacheprovider -rs "$f"
+    done
+}
+
+tune_ws() {  # tune_ws NAME TIMING DB
+    step "$1" "${LIMIT:-540}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$(shapes_file)" \
+        --trials "${TRIALS:-24}" --sampled "${SAMPLED:-16}" --db "$3" --jsonl --trial-timeout 60 --seed 0 \
+        --timing "$2"
+}
+
+export_ws() {  # export_ws NAME DB SUFFIX
+    step "$1" 60 python3 -P -m autotaxer export --db "$2" --gpu "${GPU:-nvidia-h200}" --world-size "$WS" \
+        --out "$OUT/new_ws$WS$3.json"
+    local shipped="tuning_db/nvidia-h200_ws$WS$3.json"
+    if [ -f "$shipped" ]; then
+        step "merge_$1" 60 python3 -P -m autotaxer merge "$shipped" "$OUT/new_ws$WS$3.json" --all \
+            --out "$OUT/nvidia-h200_ws$WS$3.json"
+    else
+        cp "$OUT/new_ws$WS$3.json" "$OUT/nvidia-h200_ws$WS$3.json"
+    fi
+}
+
+pack() {  # checkpoint SQLite files, keep $KEEP, pack the rest of $OUT in misc.tgz
+    (
+        cd "$OUT" || exit 1
+        for db in *.sqlite *.db; do
+            [ -f "$db" ] || continue
+            python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$db"
+        done
+        rest=()
+        for f in *; do
+            [ -f "$f" ] || continue
+            case " ${KEEP:-} " in *" $f "*) ;; *) rest+=("$f") ;; esac
+        done
+        if [ ${#rest[@]} -gt 0 ]; then
+            tar czf misc.tgz "${rest[@]}" && rm -f "${rest[@]}"
+        fi
+        ls -la
+    )
+}
+
+for s in "$@"; do
+    case "$s" in
+    checks)
+        tests 240 tests/ops/test_copy_engine_gpu.py tests/runtime/test_dispatch_gpu.py \
+            tests/ops/test_flash_decode_gpu.py tests/ops/test_ag_gemm_gpu.py
+        ;;
+    tests)
+        tests 280 tests/ops/test_ag_gemm_gpu.py tests/runtime/test_integration_gpu.py tests/ops/test_gemm_rs_gpu.py \
+            tests/ops/test_bsp_symm_gpu.py tests/runtime/test_dispatch_gpu.py tests/ops/test_copy_engine_gpu.py
+        ;;
+    gpu) step gpu "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs -m "gpu and not emulated" tests ;;
+    emulated)
+        step emulated "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs \
+            tests/ops/test_emulated_ranks_gpu.py ${K:+-k "$K"}
+        ;;
+    cublas)
+        step cublas 240 python3 -P bench/gemm_vs_cublas.py --fused --tma --shapes 8192x8192 --ms 256,1024,4096 \
+            --out "$OUT/gemm_vs_cublas.json"
+        ;;
+    example)
+        step "example_loss_ws$WS" 240 torchrun --nproc-per-node "$WS" examples/tp_block.py --device cuda
+        for how in "" --plain; do
+            step "example_time_ws$WS${how}" 240 torchrun --nproc-per-node "$WS" examples/tp_block.py --device cuda \
+                --dtype bf16 --seq "$SEQ" --hidden "$HIDDEN" --batch 1 --steps 20 $how
+        done
+        ;;
+    tune) tune_ws "tune_ws$WS" eager "$DB" ;;
+    tune-graph) tune_ws "tune_graph_ws$WS" graph "$DB_GRAPH" ;;
+    export)
+        export_ws "export_ws$WS" "$DB" ""
+        export_ws "export_graph_ws$WS" "$DB_GRAPH" "_graph"
+        ;;
+    bench)
+        table="$OUT/nvidia-h200_ws${WS}_graph.json"
+        [ -f "$table" ] || table="tuning_db/nvidia-h200_ws${WS}_graph.json"
+        step "bench_ws$WS" "${BENCH_LIMIT:-540}" env AUTOTAXER_TABLE="$table" python3 -P -m autotaxer bench \
+            --world-size "$WS" --shapes "$(shapes_file)" --device cuda --db "$DB_GRAPH" --dispatch-timing graph \
+            --max-configs 3 --iters 10 --samples 7 --peer-timeout 30 --out "$OUT/bench_ws$WS.json"
+        ;;
+    layer)
+        step layer "${LIMIT:-500}" torchrun --nproc-per-node "$WS" bench/layer.py --cases "${CASES:-fwd:4096,graph:1024}" \
+            --modes "${MODES:-plain_compile,autotaxer_compile,functions_compile,async_tp,async_tp_autotaxer,ceiling}" \
+            --no-shipped --warmup-budget "${BUDGET:-50}" --db "sqlite:///$OUT/layer.sqlite" --reps 10 \
+            --out "$OUT/layer.json"
+        ;;
+    agreement)
+        step agreement 60 python3 -P bench/calls.py agreement --layer "$OUT/layer.json" \
+            --db "sqlite:///$OUT/layer.sqlite" --out "$OUT/agreement.json"
+        ;;
+    served)
+        # shellcheck disable=SC2086  # SERVED_ARGS: several options
+        step served 150 torchrun --nproc-per-node "$WS" bench/calls.py served-vs-trial ${SERVED_ARGS:-} \
+            --json-out "$OUT/served_vs_trial.json"
+        ;;
+    overhead)
+        step overhead 120 python3 -P bench/dispatch_overhead.py --device cuda --world-size "$WS" --iters 5000 \
+            --json "$OUT/overhead.json"
+        ;;
+    pack) pack ;;
+    *) summary+=("$s: unknown step") ;;
+    esac
+done
+printf '%s\n' "${summary[@]}"
