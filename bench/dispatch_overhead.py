@@ -28,7 +28,8 @@ preallocated ``out``, and the host (CPU model, core counts: the overhead depends
     python bench/dispatch_overhead.py --mode compiled --device cpu      # compiled custom op vs funcol
 
 GPU host times are launch times (the GPU runs behind; the queue is drained every 256 calls, untimed).
-Writes JSON to ``bench/results/dispatch_overhead_<device>_<date>.json`` and prints p50/p99 in µs.
+Writes JSON to ``--json`` (default ``dispatch_overhead_<device>_ws<N>_<date>.json`` in the working folder:
+a run's folder under ``bench/results/`` gets it with a summary) and prints p50/p99 in µs.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _summary(samples_ns: list[int]) -> dict[str, float]:
@@ -310,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--loop", type=int, default=200, help="calls per loop of the isolated_loop measure")
     ap.add_argument("--shipped", action="store_true", help="load the shipped tables (default: none, BSP)")
-    ap.add_argument("--json", type=Path, default=None, help="output file (default under bench/results/)")
+    ap.add_argument("--json", type=Path, default=None, help="output file (default in the working folder)")
     args = ap.parse_args(argv)
     if args.iters < 1 or args.loop < 1 or args.warmup < 0:
         ap.error("--iters and --loop must be at least 1, --warmup at least 0")
@@ -342,10 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = args.json
     if path is None:
-        RESULTS.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d")
         mode = "" if args.mode == "dispatch" else f"_{args.mode}"
-        path = RESULTS / f"dispatch_overhead{mode}_{args.device}_ws{args.world_size}_{stamp}.json"
+        path = Path(f"dispatch_overhead{mode}_{args.device}_ws{args.world_size}_{stamp}.json")
     path.write_text(json.dumps(report, indent=2) + "\n")
     host = report["host"]
     if args.mode == "compiled":

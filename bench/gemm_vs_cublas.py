@@ -9,13 +9,22 @@ persistent GEMM, the four (cuBLAS, GEMM, fused twice) timed side by side in rota
 adds ``push_tma``'s kernel (TMA loads in the GEMM) at one rank the same two ways, in the same rounds,
 and a 5-stage 128x128 config TMA's registers allow. Writes JSON to ``--out``.
 
-    python bench/gemm_vs_cublas.py --out bench/results/gemm_vs_cublas.json [--fused [--tma]]
+``--resources`` times nothing: per shape and M, the registers and spills of the fused ag_gemm kernel
+against the plain persistent GEMM as ptxas compiled them for this GPU (each kernel compiled with
+``JITFunction.warmup`` for the arguments its launcher would pass, nothing launched, then loaded to read
+``n_regs`` and ``n_spills``: spills in the K loop cost throughput), at the tiles the fused seeds use:
+``kernels/common/gemm.py``, the ``push`` kernel at one rank (the ``--fused`` runs) and ``push``/``pull``
+at two (both layouts, with and without producers). Needs a GPU, not a second one.
+
+    python3 -P bench/gemm_vs_cublas.py --out gemm_vs_cublas.json [--fused [--tma]]
+    python3 -P bench/gemm_vs_cublas.py --resources --shapes 8192x8192 --ms 1024 --out kernel_resources.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from autotaxer.tools.one_rank import fused_one_rank, interleaved
 
@@ -36,6 +45,47 @@ CONFIGS = [  # (block_m, block_n, block_k, group_m, num_warps, num_stages, num_p
 TMA_CONFIGS = [(128, 128, 64, 8, 4, 5, 0)]  # also timed with --tma
 #: The row keys' name of each one-rank kernel (``fused_comm0_ms``, ``ratio_cublas_over_tma``, ...).
 _ROW_NAMES = {"push": "fused", "push_tma": "tma"}
+
+
+#: (block_m, block_n, block_k, group_m, num_warps, num_stages) of the tiles the fused seeds use.
+RESOURCE_TILES = (
+    (128, 128, 64, 8, 4, 4),
+    (128, 128, 64, 8, 8, 4),
+    (128, 256, 64, 8, 8, 3),
+    (128, 256, 64, 8, 8, 4),
+)
+
+
+def _loaded(fn: Any, args: tuple, kw: dict) -> dict:
+    """Registers, spills and shared memory of ``fn`` compiled for ``args`` (nothing launched)."""
+    kw = dict(kw)
+    compiled = fn.warmup(*args, grid=(1,), **kw)
+    compiled._init_handles()
+    return {"n_regs": compiled.n_regs, "n_spills": compiled.n_spills, "shared": compiled.metadata.shared}
+
+
+def resources(n: int, k: int, m: int) -> list[dict]:
+    """Per tile config of the fused seeds, each kernel's registers and spills (printed as it goes)."""
+    from autotaxer.kernels.common.gemm import GemmConfig
+
+    from autotaxer.tools.sm90 import fused_launch, gemm_launch
+
+    rows = []
+    for bm, bn, bk, g, w, s in RESOURCE_TILES:
+        tiles = dict(block_m=bm, block_n=bn, block_k=bk, group_m=g, num_warps=w, num_stages=s)
+        found = {"gemm": _loaded(*gemm_launch(m, n, k, GemmConfig(**tiles)))}
+        params = {**tiles, "comm_sms": 0, "row_chunks": 4, "k_chunks": 1, "prefetch_k": 0}
+        fn, args, kw = fused_launch("push", m, n, k, 0, params, world_size=1)
+        found["fused_one_rank"] = _loaded(fn, args, kw)
+        for kind in ("push", "pull"):
+            for comm in (0, 16):
+                for gd in (0, 1):
+                    fn, args, kw = fused_launch(kind, m, n, k, gd, {**params, "comm_sms": comm})
+                    found[f"{kind}_comm{comm}_gd{gd}"] = _loaded(fn, args, kw)
+        rows.append({"M": m, "N": n, "K": k, "tiles": tiles, "kernels": found})
+        line = "  ".join(f"{name} {r['n_regs']}/{r['n_spills']}" for name, r in found.items())
+        print(f"M={m} N={n} K={k} {bm}x{bn}x{bk} w{w} s{s} (regs/spills): {line}", flush=True)
+    return rows
 
 
 def _time(fn) -> float:
@@ -84,6 +134,9 @@ def main() -> None:
     parser.add_argument("--fused", action="store_true", help="also the fused kernel at one rank")
     parser.add_argument("--tma", action="store_true", help="with --fused: push_tma's kernel too")
     parser.add_argument(
+        "--resources", action="store_true", help="registers and spills of each kernel instead of times"
+    )
+    parser.add_argument(
         "--configs", default=None, help="bm,bn,bk,group_m,warps,stages,programs;... (default: a fixed set)"
     )
     args = parser.parse_args()
@@ -95,6 +148,11 @@ def main() -> None:
     from autotaxer.kernels.common.gemm import GemmConfig, gemm
 
     shapes = SHAPES if not args.shapes else [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
+    if args.resources:
+        found = [r for n, k in shapes for m in map(int, args.ms.split(",")) for r in resources(n, k, m)]
+        with open(args.out, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "rows": found}, f, indent=1)
+        return
     rows = []
     for n, k in shapes:
         for m in map(int, args.ms.split(",")):

@@ -14,7 +14,7 @@ fused kernels' protocol call by call, and rank 0's waits on peers that never sig
 emulated Iris context and the checks that serve every op (:func:`check_variant`, :func:`never_signal`)
 are here. Used by the interpreter tests (``tests/ops/test_kernels_interpreter.py``,
 ``tests/ops/test_gemm_rs_push_interpreter.py``, ``tests/runtime/test_peer_wait_cpu.py``) and the one-GPU
-tests (``tests/ops/test_emulated_ranks_gpu.py``, run by ``bench/emulated_ranks_device.sh``). A failed
+tests (``tests/ops/test_emulated_ranks_gpu.py``, run by ``bench/device.sh emulated``). A failed
 check raises ``AssertionError`` naming the call, rank and what differed.
 """
 

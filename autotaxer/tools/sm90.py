@@ -5,10 +5,10 @@ they are bound and specialised by Triton's own JIT binder (:func:`compile_for_ho
 for ``GPUTarget("cuda", 90, 32)``. Per kernel it prints the shared memory Triton allocates
 (``metadata.shared``), registers and local memory per thread (``cuobjdump`` on the cubin; the ptxas
 bundled with Triton chooses them, so they match a GPU run of the same Triton: triton 3.6 here gives the
-counts ``bench/kernel_resources.py`` read on the H200s), the number of ``cp.async`` copies (pipelined
-loads), of ``wgmma.mma_async`` and of ``wgmma.wait_group`` (2 = the MMA is pipelined across iterations),
-next to the persistent GEMM of ``kernels/common/gemm.py``, and checks the shared-memory estimate of the
-variants' ``check()``.
+counts ``bench/gemm_vs_cublas.py --resources`` read on the H200s), the number of ``cp.async``
+copies (pipelined loads), of ``wgmma.mma_async`` and of ``wgmma.wait_group`` (2 = the MMA is pipelined
+across iterations), next to the persistent GEMM of ``kernels/common/gemm.py``, and checks the
+shared-memory estimate of the variants' ``check()``.
 
     python -m autotaxer.tools.sm90 [--m 4096] [--n 8192] [--k 8192] [--kinds push,pull] [--json F]
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ from autotaxer.cli import app
 from autotaxer.report import MIN_TRIALS_FOR_IMPORTANCE, ReportError, load_bench_file, write_report
 from autotaxer.storage import open_database
 
-RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-STORED = [RESULTS / "ag_gemm_quick_h200x2_run1.json", RESULTS / "ag_gemm_quick_h200x2_allconfigs.json"]
+#: Two stored bench runs (2xH200, 2026-11-21; bench/results/2026-11-21_ag_gemm_quick_h200x2/).
+DATA = Path(__file__).resolve().parent / "data"
+STORED = [DATA / "ag_gemm_quick_h200x2_run1.json", DATA / "ag_gemm_quick_h200x2_allconfigs.json"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 runner = CliRunner(env={"AUTOTAXER_DB": None, "COLUMNS": "200"})
 
@@ -117,8 +119,13 @@ def test_report_cli_says_what_it_skipped_in_notes_not_library_warnings(tmp_path,
 
 
 def test_report_cli_folder_skips_other_formats(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for f in STORED:
+        shutil.copy(f, results / f.name)
+    (results / "overhead.json").write_text('{"p50_us": 1.5}')  # another format: skipped with a note
     out = tmp_path / "r"
-    res = runner.invoke(app, ["report", str(RESULTS), "--no-db", "--out", str(out)])
+    res = runner.invoke(app, ["report", str(results), "--no-db", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "skipped" in res.output and (out / "index.html").is_file()
     assert len(list(out.glob("*.png"))) >= 6

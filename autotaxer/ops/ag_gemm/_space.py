@@ -258,7 +258,7 @@ def ce_fanout_seeds(key: ProblemKey) -> list[dict[str, Any]]:
 
 def ce_grouped_seeds(key: ProblemKey) -> list[dict[str, Any]]:
     """Every peer on a stream of its own; GEMMs of half the peers (B read three times, the first GEMM after
-    half the copies), then of every contiguous run. ``bench/cost_model.py`` puts these two first at 8 GPUs
+    half the copies), then of every contiguous run. the cost model (issue 26) puts these two first at 8 GPUs
     (groups of 2 lose there: one more GEMM launch and B read per pair)."""
     peers = key.world_size - 1
     half = 1 << max(0, (peers + 1) // 2 - 1).bit_length()  # the power of two covering half the peers

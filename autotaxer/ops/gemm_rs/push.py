@@ -7,7 +7,7 @@ loaded by their owner.
 
 History: written 2026-11-25 with its interpreter tests at 2, 4 and 8 emulated ranks and checked on one
 H100 at world size 1 (``pull`` later that day, also with 4 and 8 ranks emulated on one H100); its speed
-against BSP needs peers (the 2- and 8-GPU run issues: ``bench/run_device.sh``).
+against BSP needs peers (the 2- and 8-GPU run issues: ``bench/device.sh``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ records stay valid, and the 8-GPU run decides which of the three stay. NVIDIA on
 ``autotaxer.kernels.ag_gemm.experimental.ce_grouped``.
 
 History: written 2026-11-25 for issue 26 (the copy-engine family for many peers), checked with 3, 4 and 8
-ranks as threads on CPU buffers and with 4 and 8 ranks emulated on one H100; ``bench/cost_model.py``
+ranks as threads on CPU buffers and with 4 and 8 ranks emulated on one H100; the cost model of issue 26
 predicts it the only copy-engine design near BSP at gather_dim=1 on 8 GPUs (1.02-1.08x), where one GEMM
 per peer reads and writes all of ``out`` eight times. Not yet run on peers.
 """
