@@ -47,7 +47,7 @@ def heuristic_splits(key: ProblemKey, target: Target) -> int:
     clamped to 8..64, and no split shorter than ``MIN_SPLIT_POSITIONS`` positions.
 
     Checked against the quick sweep of splits 8..64 on 2xH200
-    (``bench/results/2026-11-21_flash_decode_quick_h200x2.json``, H=32, Hkv=8, D=128): it is the best
+    (``bench/results/2026-11-21_flash_decode_quick_h200x2/``, H=32, Hkv=8, D=128): it is the best
     eager split count of BSP or of fused at 10 of the 12 shapes; B=32 wanted 2x at S=128k and 4-8x at
     S=512k, which :func:`seed_params` also seeds (8x is left to the sampler).
     """

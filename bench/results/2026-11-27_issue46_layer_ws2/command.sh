@@ -2,7 +2,7 @@
 # Issue 46 on a 4-GPU machine: the layer benchmark at TP2 on GPUs 0,1 (warm-up in the launch, no shipped
 # table) while the GPU tests of the changed paths run on GPUs 2,3. Repo root, carrying .whl.
 set -u
-source bench/device_env.sh || exit 1
+source bench/device.sh || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 (
   export CUDA_VISIBLE_DEVICES=2,3

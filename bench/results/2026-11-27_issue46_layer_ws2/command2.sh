@@ -4,11 +4,11 @@
 # layer at TP2 on GPUs 0,1 after the warm-up fix (a key the in-step check decided is not resumed), while
 # the integration GPU tests run on GPUs 2,3. Repo root, carrying .whl.
 set -u
-source bench/device_env.sh || exit 1
+source bench/device.sh || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader | head -1
 for r in every once; do
   AUTOTAXER_CE_PERSISTENT_BOUND_READS=$r timeout 110 python3 -P -m autotaxer bench --world-size 4 \
-    --shapes bench/shapes_issue47_stall.csv --no-peers --no-dispatch --variants bsp,torch_fused,ce_persistent \
+    --shapes bench/shapes/issue47_stall.csv --no-peers --no-dispatch --variants bsp,torch_fused,ce_persistent \
     --max-configs 2 --chain back-to-back --iters 10 --samples 3 --out $OUT/stall_$r.json > $OUT/stall.log 2>&1
   echo "stall $r rc=$?"; rm -f $OUT/stall_$r.json.rows.jsonl
 done

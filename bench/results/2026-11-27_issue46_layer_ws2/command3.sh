@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Third device call (short): why the chained-timing GPU test failed (each mode's entry and its error), and
-# bench/served_vs_trial.py on 2 GPUs (the tuner's trial against the served call, gemm_rs M=4096 K=8192).
+# bench/calls.py served-vs-trial on 2 GPUs (the tuner's trial against the served call, gemm_rs M=4096 K=8192).
 set -u
-source bench/device_env.sh || exit 1
+source bench/device.sh || exit 1
 CUDA_VISIBLE_DEVICES=0 timeout 60 python3 -P - <<'PY'
 import torch
 from autotaxer._target import cuda_target
@@ -19,5 +19,5 @@ for mode in ("eager", "graph"):
     (t,) = time_interleaved([gemm], ctx, (mode,), warmup=2, iters=10, samples=3, chains=[Chain(a, out)])
     print(mode, t)
 PY
-timeout 150 python3 -P -m torch.distributed.run --nproc-per-node 2 bench/served_vs_trial.py --json-out $OUT/svt_rs.json > $OUT/svt.log 2>&1
+timeout 150 python3 -P -m torch.distributed.run --nproc-per-node 2 bench/calls.py served-vs-trial --json-out $OUT/svt_rs.json > $OUT/svt.log 2>&1
 echo "svt rc=$?"; grep -v "INFO  \[Iris\]\|Warning\|warn" $OUT/svt.log | tail -25
