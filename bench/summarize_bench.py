@@ -15,7 +15,7 @@ import json
 import math
 from typing import Any
 
-from autotaxer.benchmark import best_us, bsp_us, case_fields, ceiling_us
+from autotaxer.benchmark.rows import best_us, bsp_us, case_fields, ceiling_us
 
 PEERS = ("torch_fused", "iris_stock")
 
