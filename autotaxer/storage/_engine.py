@@ -50,7 +50,8 @@ def lock_handle(path: Path) -> tuple[int, Any]:
     return _LOCK_FDS[name]
 
 
-def sqlite_file(parsed) -> Path | None:
+def sqlite_file(parsed: Any) -> Path | None:
+    """The file of a parsed SQLite URL, or None (another backend, an in-memory database)."""
     if parsed.get_backend_name() != "sqlite":
         return None
     name = parsed.database
@@ -66,6 +67,7 @@ def _writable(path: Path) -> bool:
 
 
 def check_writable(path: Path) -> None:
+    """``DatabaseError`` when ``path`` (or its folder) cannot be written: tuning and import need it."""
     if not _writable(path):
         raise DatabaseError(
             f"{path}: read-only (the file, its folder or the filesystem cannot be written); read commands "
@@ -170,6 +172,8 @@ def serialize_sqlite_transactions(engine: Engine) -> None:
 
 
 def make_engine(url: str, sqlite: bool, creator: Any = None) -> Engine:
+    """The engine of ``url``: on SQLite WAL mode, a busy timeout and ``BEGIN IMMEDIATE`` (with ``creator``:
+    its read-only connections, nothing switched)."""
     if not sqlite:
         return create_engine(url, pool_pre_ping=True)
     if creator is not None:  # read-only: the connections are made read-only; no WAL switch, no locks
