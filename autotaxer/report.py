@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .benchmark import best_us, bsp_us, case_fields, ceiling_us, comm_entry, compute_entry, row_entries
+from .benchmark.rows import best_us, bsp_us, case_fields, ceiling_us, comm_entry, compute_entry, row_entries
 
 #: Fewer COMPLETE trials than this and a study gets no importance plot (the estimate is noise).
 MIN_TRIALS_FOR_IMPORTANCE = 5
@@ -84,7 +84,7 @@ class _Page:
 
 
 def load_bench_file(path: str | os.PathLike[str]) -> BenchRun:
-    """Parse one results file of :func:`autotaxer.benchmark.run_bench`; ``ReportError`` names the field."""
+    """Parse one results file of :func:`autotaxer.benchmark.run.run_bench`; ``ReportError`` names a field."""
     name = os.fspath(path)
     try:
         data = json.loads(Path(name).read_text())

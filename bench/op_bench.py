@@ -25,17 +25,9 @@ import json
 import math
 from typing import Any
 
-from autotaxer.benchmark import (
-    TABLE_LEGEND,
-    BenchConfig,
-    Case,
-    best_us,
-    bsp_us,
-    case_fields,
-    ceiling_us,
-    row_line,
-    run_bench,
-)  # fmt: skip
+from autotaxer.benchmark.case import BenchConfig, Case
+from autotaxer.benchmark.rows import TABLE_LEGEND, best_us, bsp_us, case_fields, ceiling_us, row_line
+from autotaxer.benchmark.run import run_bench
 
 SHAPES = ((8192, 8192), (28672, 8192), (8192, 28672))  # (N, K)
 MS = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -197,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     tuned = {}
     if cfg.db_url is not None:
         from autotaxer._target import cuda_target
-        from autotaxer.benchmark import tuned_params
+        from autotaxer.benchmark.tuned import tuned_params
         from autotaxer.storage import open_database
 
         with open_database(cfg.db_url) as db:

@@ -58,7 +58,7 @@ def bench_calls(variants: int, max_configs: int, warmup: int, iters: int, sample
 
 
 def bench_cpu_seconds(cases: list[Any], world_size: int, calls_per_row: int) -> float:
-    """Seconds ``bench`` needs on the CPU pipeline for ``cases`` (:class:`autotaxer.benchmark.Case`)."""
+    """Seconds ``bench`` needs on the CPU pipeline for ``cases`` (:class:`autotaxer.benchmark.case.Case`)."""
     keys = [c.key("cpu", world_size) for c in cases]
     return _call_seconds(keys, world_size) * calls_per_row
 

@@ -1,7 +1,7 @@
 """``autotaxer bench``: side-by-side benchmark of every implementation of each op on a shapes file.
 
 Spawns ``--world-size`` ranks (``--device cuda``: one GPU each; ``cpu``: gloo) and runs
-:func:`autotaxer.benchmark.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
+:func:`autotaxer.benchmark.run.run_bench`: BSP, all-gather alone, GEMM alone, every available variant at its
 tuned configuration (a capped sweep where it has none), ``dispatch()`` and the peers. One database serves
 both the variants' tuned configurations and dispatch's records (above the shipped tables): ``--db``, else
 the default one that ``tune`` writes. Prints its estimate first and each row as it finishes; writes JSON
@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..benchmark import SPEEDUP
+from ..benchmark.rows import SPEEDUP
 from ..measure import CHAINS
 from ._common import (
     TIMINGS,
@@ -88,7 +88,9 @@ def bench_command(
     the default one). Writes JSON to --out and prints a table.
     """
     from .._target import detect_target
-    from ..benchmark import BenchConfig, cases_from_shapes, run_bench, tuned_params
+    from ..benchmark.case import BenchConfig, cases_from_shapes
+    from ..benchmark.run import run_bench
+    from ..benchmark.tuned import tuned_params
     from ..measure import TimingConfig
     from ..output_file import output_path
     from ..storage import MissingDatabase, default_url, open_database
@@ -158,15 +160,15 @@ def _load_rows(path: Path, world_size: int) -> list[Any]:
 
 def _bench_ops() -> list[str]:
     """The ops ``bench`` runs (those with a ``bench`` integration)."""
-    from ..ops import ops_with
+    from ..benchmark.form import bench_ops
 
-    return [op.name for op in ops_with("bench")]
+    return [op.name for op in bench_ops()]
 
 
 def _announce(cfg: Any, target: Any, yes: bool) -> None:
     """Say how long the run takes before it starts: on CPU an estimate (refused above an hour without
     ``--yes``), on GPUs the number of rows; each row is printed as it finishes."""
-    from ..benchmark import row_variants
+    from ..benchmark.rank import row_variants
     from ._estimate import bench_calls, bench_cpu_seconds, verdict
 
     rows = f"{len(cfg.cases)} row(s)"
@@ -218,7 +220,7 @@ def _print_table(report: dict[str, Any]) -> None:
 
 def _head(row: dict[str, Any], dtype: bool, op: bool) -> str:
     """A row's problem in one short cell: ``64x256x256 gd=1 nk`` (the op and the dtype when asked)."""
-    from ..benchmark import problem_text
+    from ..benchmark.rows import problem_text
 
     text = problem_text(row, compact=True, op=op)
     return f"{text} {row['dtype']}" if dtype else text
@@ -227,7 +229,7 @@ def _head(row: dict[str, Any], dtype: bool, op: bool) -> str:
 def _full_table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
-    from ..benchmark import (
+    from ..benchmark.rows import (
         best_us,
         bsp_us,
         case_fields,
@@ -283,7 +285,7 @@ def _compact_table(report: dict[str, Any]) -> Any:
     from rich import box
     from rich.table import Table
 
-    from ..benchmark import best_us, bsp_us, ceiling_us, fastest_entry, row_op, served_text
+    from ..benchmark.rows import best_us, bsp_us, ceiling_us, fastest_entry, row_op, served_text
 
     dtypes = {row.get("dtype") for row in report["rows"]}
     ops = {row_op(row) for row in report["rows"]}

@@ -66,15 +66,15 @@ def database_report(url: str | None) -> dict[str, Any]:
     from sqlalchemy.engine import make_url
 
     from autotaxer.storage import DatabaseError, default_url, open_database
+    from autotaxer.storage._engine import sqlite_file
     from autotaxer.storage._migrate import head_revision
-    from autotaxer.storage.database import _sqlite_file
 
     url = url or default_url()
     report: dict[str, Any] = {"url": url, "head": head_revision(), "revision": None, "status": "ok"}
     try:
         parsed = make_url(url)
         report["url"] = parsed.render_as_string(hide_password=True)
-        path = _sqlite_file(parsed)
+        path = sqlite_file(parsed)
         if path is not None and not path.exists():
             report["status"] = "not created yet (created on first use)"
             return report

@@ -118,12 +118,12 @@ def tune_command(
         trials=trials,
         timeout_s=timeout,
         trial_timeout_s=trial_timeout,
+        timing=TimingConfig(mode=timing, chain=chain),
         seed=seed,
         sampler=sampler,
         variants=variant_names(variants),
-        retune=retune,
-        timing=TimingConfig(mode=timing, chain=chain),
         warm_start=_warm_start(warm_start or []),
+        retune=retune,
     )
     output = (quiet, jsonl, wide)
     if launch is None:

@@ -4,7 +4,7 @@ A claim is a row of ``autotaxer_claims`` (one per key, a unique constraint): tak
 insert, which a racing tuner's insert of the same key turns into an ``IntegrityError`` (it then reads the
 winner's row); taking over a claim whose owner is gone is a conditional update that matches only the row
 as it was read (owner and heartbeat: compare and set), so two tuners that both find a claim abandoned
-cannot both take it. SQLite transactions begin ``IMMEDIATE`` (see :mod:`.database`), PostgreSQL's
+cannot both take it. SQLite transactions begin ``IMMEDIATE`` (see :mod:`._engine`), PostgreSQL's
 conditional update locks the row: both serialise the read and the write.
 """
 

@@ -1,4 +1,5 @@
-"""Drive autotaxer's Alembic migrations from code (no alembic.ini): revisions, checks, upgrade."""
+"""Drive autotaxer's Alembic migrations from code (no alembic.ini): revisions, checks, upgrade; and
+whether a database's tables are autotaxer's at all."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ._url import DatabaseError
-from .models import VERSION_TABLE
+from .models import VERSION_TABLE, WinnerRow
 
 
 def alembic_config(connection: Any = None, url: str | None = None):
@@ -81,3 +82,27 @@ def downgrade(connection: Any, target: str = "base") -> None:
     from alembic import command
 
     command.downgrade(alembic_config(connection), target)
+
+
+#: Tables that mark a database as autotaxer's (with its version table).
+_OWN_TABLES = frozenset({WinnerRow.__tablename__, VERSION_TABLE})
+
+
+def check_owned(tables: set[str], revs: tuple[str, ...] | list[str], where: str) -> None:
+    """Refuse, untouched, a database that holds tables but is not autotaxer's (another application's,
+    or autotaxer's tables without their schema version)."""
+    if not tables:
+        return  # new and empty: autotaxer's to create
+    if WinnerRow.__tablename__ in tables and not revs:
+        raise DatabaseError(
+            f"{where}: autotaxer's tables are there but their schema version is not "
+            f"({VERSION_TABLE} missing or empty); it was left untouched. Restore that table or move the "
+            "database away"
+        )
+    if not tables & _OWN_TABLES:
+        others = sorted(tables)
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise DatabaseError(
+            f"{where}: not an autotaxer database (it holds the tables {shown}); it was left untouched. "
+            "Pass another --db"
+        )

@@ -17,6 +17,13 @@ N, K = 1000, 1000  # not multiples of any tile; K/2 = 500 is not 16-byte aligned
 CASES = [(gd, m) for gd in (0, 1) for m in (8, 64, 1024, 4096)] + [(1, 127)]
 
 
+def _assert_ranks_pass(check, world_size: int, args: tuple, timeout: float) -> None:
+    """Run ``check`` on ``world_size`` GPU ranks; fail with the first 20 failures every rank returned."""
+    results = run_ranks(check, world_size, "cuda", args=args, timeout=timeout)
+    failures = [f for per_rank in results for f in per_rank]
+    assert not failures, "\n".join(failures[:20])
+
+
 def _configs(variant, key, target, seeds: bool = False) -> list[dict]:
     """The default configuration and one more valid one, different tiles and chunking; with ``seeds``
     also the variant's seed configurations (the tuner's and the benchmark's starting points)."""
@@ -121,9 +128,7 @@ def _check_all(
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_every_variant_matches_reference_on_two_gpus(dtype: str) -> None:
-    results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3, (), _IRIS_FUSED), timeout=900)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_all, 2, (dtype, 3, (), _IRIS_FUSED), timeout=900)
 
 
 _IRIS_FUSED = ("pull", "push", "push_tma", "push_ws", "push_ws_fwd")
@@ -134,9 +139,7 @@ _IRIS_FUSED = ("pull", "push", "push_tma", "push_ws", "push_ws_fwd")
 def test_every_variant_matches_reference_on_four_gpus() -> None:
     """World size 4: three peers' producers and flags, four shards per inbox, three copy-engine peers;
     every available variant at its default and one more configuration, bf16."""
-    results = run_ranks(_check_all, 4, "cuda", args=("bf16", 2, (), (), False), timeout=900)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_all, 4, ("bf16", 2, (), (), False), timeout=900)
 
 
 @pytest.mark.gpu(world_size=2)
@@ -146,9 +149,7 @@ def test_ce_persistent_matches_reference_on_two_gpus(b_layout: str) -> None:
     """``ce_persistent`` (issue 47) at its default, one more configuration and every seed, both weight
     layouts, eager calls and CUDA-graph replays (also in the every-variant tests above, at ``kn``)."""
     args = ("bf16", 3, ("ce_persistent",), (), True, (N, K), b_layout)
-    results = run_ranks(_check_all, 2, "cuda", args=args, timeout=600)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_all, 2, args, timeout=600)
 
 
 @pytest.mark.gpu(world_size=4)
@@ -158,9 +159,7 @@ def test_ce_persistent_matches_reference_on_four_gpus(b_layout: str) -> None:
     """``ce_persistent`` at world size 4: three peers' copies on one or several side streams, the tiles of
     four shards, its seeds (lanes for every peer among them)."""
     args = ("bf16", 2, ("ce_persistent",), (), True, (N, K), b_layout)
-    results = run_ranks(_check_all, 4, "cuda", args=args, timeout=900)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_all, 4, args, timeout=900)
 
 
 @pytest.mark.gpu(world_size=2)
@@ -168,9 +167,7 @@ def test_ce_persistent_matches_reference_on_four_gpus(b_layout: str) -> None:
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("variant", _IRIS_FUSED)
 def test_iris_fused_variant_matches_reference_on_two_gpus(variant: str, dtype: str) -> None:
-    results = run_ranks(_check_all, 2, "cuda", args=(dtype, 3, (variant,)), timeout=300)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_all, 2, (dtype, 3, (variant,)), timeout=300)
 
 
 def _misaligned_inputs(ctx, variant_name: str) -> list[str]:
@@ -206,9 +203,7 @@ def _misaligned_inputs(ctx, variant_name: str) -> list[str]:
 @pytest.mark.gpu(world_size=2)
 @pytest.mark.parametrize("variant", _IRIS_FUSED)
 def test_launch_cache_keeps_alignments_apart(variant: str) -> None:
-    results = run_ranks(_misaligned_inputs, 2, "cuda", args=(variant,), timeout=300)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures)
+    _assert_ranks_pass(_misaligned_inputs, 2, (variant,), timeout=300)
 
 
 def _own_kernel_ready(name: str, a, b, box, gd: int, params: dict) -> bool:
@@ -255,6 +250,4 @@ def _check_own_kernel(ctx, name: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["push_tma", "push_ws", "push_ws_fwd"])
 def test_tma_variant_runs_its_own_kernel_on_two_gpus(variant: str) -> None:
-    results = run_ranks(_check_own_kernel, 2, "cuda", args=(variant,), timeout=300)
-    failures = [f for per_rank in results for f in per_rank]
-    assert not failures, "\n".join(failures[:20])
+    _assert_ranks_pass(_check_own_kernel, 2, (variant,), timeout=300)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotaxer.storage import database, open_database
+from autotaxer.storage import DatabaseError, _engine, open_database
 
 
 def test_the_header_is_read_once_per_process(tmp_path, monkeypatch) -> None:
@@ -33,7 +33,7 @@ def test_the_header_is_read_once_per_process(tmp_path, monkeypatch) -> None:
 def test_a_junk_file_is_still_refused_by_its_header(tmp_path) -> None:
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"M,N,K\n8,8,8\n" * 100)
-    with pytest.raises(database.DatabaseError, match="not an SQLite database"):
+    with pytest.raises(DatabaseError, match="not an SQLite database"):
         open_database(f"sqlite:///{junk}")
 
 
@@ -42,13 +42,13 @@ def test_the_schema_lock_keeps_one_descriptor_per_file(tmp_path) -> None:
     with open_database(url) as db:
         db.optuna_storage()
         name = str((tmp_path / "t.sqlite").resolve())
-        fd, _ = database._LOCK_FDS[name]
+        fd, _ = _engine._LOCK_FDS[name]
         db.optuna_storage()
-        assert database._LOCK_FDS[name][0] == fd  # the same descriptor, never closed between uses
+        assert _engine._LOCK_FDS[name][0] == fd  # the same descriptor, never closed between uses
     (tmp_path / "t.sqlite").unlink()  # a file deleted: its descriptor goes at the next lock taken
     with open_database(f"sqlite:///{tmp_path}/u.sqlite") as other:
         other.optuna_storage()
-    assert name not in database._LOCK_FDS
+    assert name not in _engine._LOCK_FDS
 
 
 def test_a_database_another_process_is_still_creating_is_a_source_of_no_records(tmp_path) -> None:

@@ -12,7 +12,7 @@ from _factories import make_key, make_record
 from sqlalchemy import text
 
 from autotaxer.records import WinnerRecord
-from autotaxer.storage import DatabaseError, default_url, open_database
+from autotaxer.storage import DatabaseError, _winners, default_url, open_database
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_upsert_winners_is_all_or_nothing(db):
 def test_session_scope_rolls_back(db):
     with pytest.raises(RuntimeError):
         with db.session_scope() as session:
-            db._write_one(session, make_record(8), replace=False)
+            _winners.write_one(session, make_record(8), False, db.display_url)
             raise RuntimeError("boom")
     assert db.winners() == []
 

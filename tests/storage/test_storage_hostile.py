@@ -116,7 +116,7 @@ def test_tables_without_their_schema_version_are_named(tmp_path) -> None:
 def test_a_read_only_filesystem_is_called_read_only(tmp_path, monkeypatch) -> None:
     """Simulated (a read-only mount needs privileges CI lacks): every write check says the file cannot
     be written. Reads open it immutable and work; writes are refused as read-only, not corrupt."""
-    import autotaxer.storage.database as database
+    from autotaxer.storage import _engine
 
     path = tmp_path / "t.sqlite"
     url = f"sqlite:///{path}"
@@ -124,7 +124,7 @@ def test_a_read_only_filesystem_is_called_read_only(tmp_path, monkeypatch) -> No
     write_table([make_record(16)], table)
     assert invoke("import", table, "--db", url).exit_code == 0
     before = _snapshot(tmp_path)
-    monkeypatch.setattr(database, "_writable", lambda p: False)
+    monkeypatch.setattr(_engine, "_writable", lambda p: False)
     shown = invoke("show", "--db", url)
     assert shown.exit_code == 0 and "M=16 N=8192 K=8192" in shown.output, shown.output
     assert invoke("db", "current", "--db", url).exit_code == 0

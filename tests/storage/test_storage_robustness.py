@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from _factories import make_record
 
-from autotaxer.storage import DatabaseError, open_database
-from autotaxer.storage.database import Database
+from autotaxer.storage import DatabaseError, _winners, open_database
 
 # -- refused files ---------------------------------------------------------------------------------
 
@@ -120,16 +119,16 @@ def test_two_processes_on_the_same_keys_keep_the_faster(tmp_path):
 
 def _crashing_import(url: str, n_records: int, crash_after: int) -> None:
     calls = {"n": 0}
-    original = Database._write_one
+    original = _winners.write_one
 
-    def write_then_crash(self, session, rec, replace):
+    def write_then_crash(session, rec, replace, where):
         if calls["n"] == crash_after:
             session.flush()
             os._exit(3)  # the process dies mid-transaction, as on a kill -9 or power loss
         calls["n"] += 1
-        return original(self, session, rec, replace)
+        return original(session, rec, replace, where)
 
-    Database._write_one = write_then_crash
+    _winners.write_one = write_then_crash
     db = open_database(url)
     db.upsert_winners([make_record(100 + m, median_us=1.0) for m in range(n_records)])
 
@@ -159,16 +158,16 @@ def test_error_mid_transaction_rolls_back(tmp_path, monkeypatch):
     with open_database(url) as db:
         db.upsert_winners([make_record(m, median_us=5.0) for m in (100, 101)])
         before = [r.to_dict() for r in db.winners()]
-        original = Database._write_one
+        original = _winners.write_one
         calls = {"n": 0}
 
-        def write_then_fail(self, session, rec, replace):
+        def write_then_fail(session, rec, replace, where):
             calls["n"] += 1
             if calls["n"] == 4:
                 raise KeyboardInterrupt
-            return original(self, session, rec, replace)
+            return original(session, rec, replace, where)
 
-        monkeypatch.setattr(Database, "_write_one", write_then_fail)
+        monkeypatch.setattr(_winners, "write_one", write_then_fail)
         with pytest.raises(KeyboardInterrupt):
             db.upsert_winners([make_record(100 + m, median_us=1.0) for m in range(6)])
         monkeypatch.undo()

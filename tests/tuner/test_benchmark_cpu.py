@@ -7,17 +7,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from autotaxer.benchmark import (
-    BenchConfig,
-    Case,
-    best_us,
-    ceiling_us,
-    fastest_entry,
-    progress_line,
-    row_entries,
-    row_line,
-    tuned_params,
-)
+from autotaxer.benchmark.case import BenchConfig, Case
+from autotaxer.benchmark.rows import best_us, ceiling_us, fastest_entry, progress_line, row_entries, row_line
+from autotaxer.benchmark.tuned import tuned_params
 from autotaxer.cli import app
 from autotaxer.storage import open_database
 
@@ -219,7 +211,7 @@ def test_bench_runs_gemm_rs_rows_beside_ag_gemm(tmp_path):
     GEMM alone (the ceiling), dispatch, and report the speedups against the fastest BSP form. Without
     ``--db`` both the variants' configurations and dispatch come from the default database (the one
     ``tune`` wrote): a winner stored there is dispatch's choice, not a fallback to BSP."""
-    from autotaxer.benchmark import bsp_us, comm_entry
+    from autotaxer.benchmark.rows import bsp_us, comm_entry
 
     shapes = tmp_path / "shapes.csv"
     shapes.write_text(

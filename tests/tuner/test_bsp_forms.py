@@ -10,7 +10,7 @@ import pytest
 from _factories import KEY
 
 from autotaxer._target import cpu_target
-from autotaxer.benchmark import bsp_us
+from autotaxer.benchmark.rows import bsp_us
 from autotaxer.ops import Variant, Workspace, get_op
 from autotaxer.tuner.study import SearchSpace, best_bsp
 

@@ -14,6 +14,7 @@ from autotaxer._target import cpu_target
 from autotaxer.measure import TimingConfig
 from autotaxer.records import confirmed_times, is_confirmed
 from autotaxer.tuner import TuneConfig, tune
+from autotaxer.tuner.progress import Reporter
 from autotaxer.tuner.study import STALE_AFTER_S, StudyError, fail_stale_trials, open_study, split_params
 from autotaxer.tuner.worker import RankReply, TrialRequest
 
@@ -339,16 +340,17 @@ def test_sampled_trials_follow_the_queued_ones_and_a_resume_keeps_the_budget(db)
     assert executor.requests == [] and again.trials == first.trials
 
 
+class Notes(Reporter):
+    """A reporter that keeps the notes a tuning run writes."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
 def test_a_budget_spent_on_the_queue_says_so(db) -> None:
-    from autotaxer.tuner.progress import Reporter
-
-    class Notes(Reporter):
-        def __init__(self) -> None:
-            self.notes: list[str] = []
-
-        def note(self, text: str) -> None:
-            self.notes.append(text)
-
     notes = Notes()
     results, _ = tune([KEY], cpu_target(), db, TuneConfig(trials=1, timing=FAST), InlineExecutor(), notes)
     assert results[0].trials == 1
@@ -432,21 +434,12 @@ def test_a_finished_key_run_again_keeps_its_confirmed_record(db) -> None:
 
 
 def test_a_study_resumed_with_the_other_chain_says_so(db) -> None:
-    from autotaxer.tuner.progress import Reporter
-
-    class Notes(Reporter):
-        def __init__(self) -> None:
-            self.lines: list[str] = []
-
-        def note(self, text: str) -> None:
-            self.lines.append(text)
-
     b2b = TimingConfig(mode="eager", warmup=0, iters=1, samples=1, chain="back-to-back")
     tune([KEY], cpu_target(), db, TuneConfig(trials=1, timing=b2b), InlineExecutor())
     notes = Notes()
     tune([KEY], cpu_target(), db, TuneConfig(trials=3, timing=FAST), InlineExecutor(), notes)
-    assert any("timed --chain back-to-back, this run's --chain dependent" in n for n in notes.lines), (
-        notes.lines
+    assert any("timed --chain back-to-back, this run's --chain dependent" in n for n in notes.notes), (
+        notes.notes
     )
     assert db.get_winner(KEY).env["chain"] == "dependent"  # confirmed this run's way
 
