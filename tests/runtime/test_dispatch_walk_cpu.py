@@ -16,10 +16,10 @@ def _walk(ctx) -> dict[str, list[str]]:
     import sys
     from pathlib import Path
 
+    import autotaxer.kernels
     import torch
 
     import autotaxer
-    import autotaxer.kernels
 
     roots = tuple(
         str(Path(m.__file__).resolve().parent) for m in (autotaxer, autotaxer.kernels)
