@@ -16,6 +16,10 @@ call of dispatch, the end of a warm-up's step) with its payload. Ranks at differ
 dispatching a call its peers never make while they have moved on to the warm-up's end) meet in it and
 raise :class:`OutOfStepError` on every rank, naming what each rank was at, instead of waiting forever or
 reading each other's payloads.
+
+:class:`RankAgreement` is the runtime's side (a base of :class:`~autotaxer.runtime.dispatch.Runtime`):
+the table every rank serves from, a signature's first call (problem key, decision, which inputs require
+grad, the wrapper's arguments), a refused call, and with ``check_calls`` every call.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from .config import RuntimeConfig
 from .context import RuntimeSetup
 from .counts import CallCounts
 from .custom_op import compiled_dispatch
-from .decisions import KeyDecisions, problem_key
+from .decisions import KeyDecisions, MissTuner, problem_key
 from .lookup import Decision
 from .misses import Miss, default_misses_path
 from .table import Table
@@ -229,7 +229,7 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         self._traced_forms: dict[tuple[ProblemKey, str], int] = {}  # (key, variant) -> traces (plain)
         #: calls of dropped plans: (key, path, variant) -> calls, with the decision that served them
         self._served_before: dict[tuple[ProblemKey, str, str], tuple[int, Decision]] = {}
-        self._inline: Any = None  # tunes a miss at its first call (RuntimeConfig.tune_misses)
+        self._inline: MissTuner | None = None  # tunes a miss at its first call (RuntimeConfig.tune_misses)
         self._misses_path = None
         if self.config.persist_misses:
             self._misses_path = self.config.misses_path or str(default_misses_path())
