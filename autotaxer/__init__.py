@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from ._problem import DTYPES, ProblemKey, Target
 
 __all__ = [
@@ -36,6 +38,15 @@ _LAZY = {
     # the tuned winner, an untuned key's fallback, or a fall-back for a call needing the gathered A.
     "served": ".runtime.served",
 }
+
+
+def _miss_tuner(config: Any) -> Any:
+    """The tuner of ``RuntimeConfig(tune_misses=...)`` (an :class:`~autotaxer.tuner.in_group.InlineTuner`
+    for the runtime's ``config``): the package, above both, wires the runtime to the tuner here, so the
+    runtime asks for it (``Runtime._tune_inline``) and never imports the tuner."""
+    from .tuner.in_group import InlineTuner
+
+    return InlineTuner(config)
 
 
 def __getattr__(name: str):

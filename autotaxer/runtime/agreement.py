@@ -16,15 +16,24 @@ call of dispatch, the end of a warm-up's step) with its payload. Ranks at differ
 dispatching a call its peers never make while they have moved on to the warm-up's end) meet in it and
 raise :class:`OutOfStepError` on every rank, naming what each rank was at, instead of waiting forever or
 reading each other's payloads.
+
+:class:`RankAgreement` is the runtime's side (a base of :class:`~autotaxer.runtime.dispatch.Runtime`):
+the table every rank serves from, a signature's first call (problem key, decision, which inputs require
+grad, the wrapper's arguments), a refused call, and with ``check_calls`` every call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, NoReturn
+
+from .lookup import Decision
+from .table import Table, load_table, merge
 
 
 class ConsensusError(RuntimeError):
@@ -192,3 +201,175 @@ def raise_if_peer_left(group: Any, error: BaseException) -> None:
         f"ranks are out of step: {text}, while this rank served a call it had made before, so this call "
         f"failed ({type(error).__name__}: {error}). RuntimeConfig(check_calls=True) names the differing call"
     ) from error
+
+
+# -- a runtime's exchanges (off the hot path) -------------------------------------------------------
+class RankAgreement:
+    """The exchanges of :class:`~autotaxer.runtime.dispatch.Runtime` (whose ``__init__`` makes the state)
+    with the other ranks of its group: the table every rank serves from, a signature's first call (key,
+    decision, which inputs require grad, the wrapper's arguments), a refused call, and with
+    ``check_calls`` every call."""
+
+    config: Any
+    group: Any
+    ctx: Any
+    table: Any
+    _watch: Any
+    _warned: set[str]
+
+    def _agreed_table(self) -> Table:
+        """The table of this config's sources, the same on every rank (collective): when ranks loaded
+        different tables, rank 0's; when any rank failed to load, ``ConsensusError`` on every rank."""
+        cfg = self.config.table_sources()
+        target = self.ctx.target
+        table, error, exc = None, None, None
+        try:
+            table = load_table(cfg, target)
+        except Exception as e:  # reported on every rank below, so no rank waits forever
+            error, exc = f"{type(e).__name__}: {e}", e
+        if self.ctx.world_size == 1:
+            if exc is not None:
+                raise exc
+            return table
+        mine = (table.digest if table is not None else None, error)
+        everyone = all_gather(mine, self.group)
+        failed = [(r, err) for r, (_, err) in enumerate(everyone) if err is not None]
+        if failed:
+            lines = "; ".join(f"rank {r}: {err}" for r, err in failed)
+            raise ConsensusError(f"dispatch: loading the tuning table failed ({lines})") from exc
+        digests = {d for d, _ in everyone}
+        if len(digests) == 1:
+            return table
+        self._warn_once(
+            "table",
+            f"autotaxer: ranks loaded different tuning tables ({len(digests)} distinct); using rank 0's",
+        )
+        payload = [r.to_dict() for r in table.records.values()] if self.ctx.rank == 0 else None
+        payload = broadcast(payload, self.group)
+        if self.ctx.rank == 0:
+            return table
+        from ..records import WinnerRecord
+
+        recs = [WinnerRecord.from_dict(d, where=f"rank 0's table record {i}") for i, d in enumerate(payload)]
+        return merge([("rank 0's table", recs)], target, env={}, strict=False)
+
+    def _agree(self, op: str, key, decision, error, exc, grad: tuple = ()) -> Decision:
+        """All ranks exchange (key, decision, which inputs require grad, the wrapper's arguments:
+        :mod:`.agreement`); raise on every rank or resolve to one decision."""
+        from ..ops import get_op
+
+        mine = (key.text if key is not None else None, decision.digest if decision else None, error, grad)
+        what = f"dispatch({op!r}) first call of {key.text if key is not None else 'a refused call'}"
+        everyone = exchange("dispatch", what, (mine, caller()), self.group, self.config.agree_timeout_s)
+        callers = [c for _, c in everyone]
+        everyone = [m for m, _ in everyone]
+        failed = [(r, e) for r, (_, _, e, _) in enumerate(everyone) if e is not None]
+        if failed:
+            lines = "; ".join(f"rank {r}: {e}" for r, e in failed)
+            raise ConsensusError(f"dispatch({op!r}) failed ({lines})") from exc
+        if len({k for k, _, _, _ in everyone}) > 1:
+            lines = "; ".join(f"rank {r}: {k}" for r, (k, _, _, _) in enumerate(everyone))
+            raise ConsensusError(f"dispatch({op!r}): ranks called with different problems ({lines})")
+        if len(set(callers)) > 1:
+            lines = "; ".join(f"rank {r}: {_caller_text(c)}" for r, c in enumerate(callers))
+            raise ConsensusError(
+                f"dispatch({op!r}): ranks called with different arguments for one problem ({lines}); "
+                "the results would differ"
+            )
+        if len({g for _, _, _, g in everyone}) > 1:
+            lines = ", ".join(f"rank {r}: {_grad_text(g)}" for r, (_, _, _, g) in enumerate(everyone))
+            raise ConsensusError(
+                f"dispatch({op!r}): ranks differ in which inputs require grad under grad mode ({lines}); "
+                "backward is collective, so every rank must differentiate the same calls in the same inputs"
+            )
+        if len({d for _, d, _, _ in everyone}) == 1:
+            return decision
+        # A rank-local difference (variant unavailable on one rank, a record only one rank sees).
+        self._warn_once(
+            f"decision:{key.text}",
+            f"autotaxer: ranks decided differently for {key.text}; using rank 0's decision if every rank "
+            "can run it, else the baseline",
+        )
+        chosen = broadcast(decision if self.ctx.rank == 0 else None, self.group)
+        opobj = get_op(op)
+        variant = opobj.available_variants(self.ctx.target).get(chosen.variant)
+        usable = (
+            variant is not None
+            and variant.check(key, self.ctx.target, chosen.params) is None
+            and not self._watch.is_failed(op, chosen.variant, key.text)
+        )
+        if all(all_gather(usable, self.group)):
+            return chosen
+        base = opobj.baseline()
+        return Decision(base.name, base.default_params(key, self.ctx.target), "fallback", math.inf, None)
+
+    def _refuse(self, op: str, error: str | Exception) -> NoReturn:
+        """Raise for a call whose arguments are not what dispatch (or a wrapper over it) takes, on every
+        rank: the others learn it in the exchange of a first call, where they would otherwise wait for
+        this one. ``error``: a message (a ``TypeError`` of dispatch's) or the wrapper's exception."""
+        exc = error if isinstance(error, Exception) else TypeError(f"dispatch({op!r}): {error}")
+        text = f"TypeError: {error}" if isinstance(error, str) else f"{type(exc).__name__}: {exc}"
+        if self.world_size > 1:
+            if self.table is None:
+                self.load()
+            self._agree(op, None, None, text, exc)
+        raise exc
+
+    def _check_call(self, op: str, tensors: tuple, layout: dict[str, Any]) -> None:
+        """``check_calls``: compare this call's signature with every rank's, raising on all when they
+        differ (a collective per call)."""
+        mine = call_text(op, tensors, layout)
+        everyone = all_gather(mine, self.group)
+        if len(set(everyone)) > 1:
+            lines = "; ".join(f"rank {r}: {c}" for r, c in enumerate(everyone))
+            raise ConsensusError(f"dispatch (check_calls): ranks called differently ({lines})")
+
+    def _warn_once(self, tag: str, message: str) -> None:
+        """Warn with ``message`` once per runtime and ``tag``."""
+        if tag not in self._warned:
+            self._warned.add(tag)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _grad_text(grad: tuple[int, ...]) -> str:
+    return "tensor arguments " + ", ".join(str(i + 1) for i in grad) if grad else "none"
+
+
+def _caller_text(caller: tuple | None) -> str:
+    return "dispatch itself" if caller is None else ", ".join(str(a) for a in caller)
+
+
+def call_text(op: str, tensors: tuple, layout: dict[str, Any]) -> str:
+    """One call's signature as text (``check_calls``): op, each tensor's shape, strides, dtype and
+    ``requires_grad``, the layout and grad mode."""
+    import torch
+
+    parts = [op]
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            grad = " requires_grad" if t.requires_grad else ""
+            parts.append(f"{tuple(t.shape)} strides {t.stride()} {str(t.dtype).removeprefix('torch.')}{grad}")
+        else:
+            parts.append(type(t).__name__)
+    parts += [f"{k}={v}" for k, v in sorted(layout.items())]
+    parts.append("grad mode" if torch.is_grad_enabled() else "no grad")
+    return ", ".join(parts)
+
+
+def all_gather(obj: Any, group: Any) -> list[Any]:
+    """Every rank's ``obj`` (rank order); collective."""
+    import torch.distributed as dist
+
+    out: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def broadcast(obj: Any, group: Any) -> Any:
+    """Rank 0's ``obj`` on every rank; collective."""
+    import torch.distributed as dist
+
+    src = 0 if group is None else dist.get_global_rank(group, 0)
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]

@@ -366,7 +366,9 @@ def _shipped_records() -> list[Any]:
 
 
 class InlineTuner:
-    """``RuntimeConfig(tune_misses=...)``: a missed key is tuned at its first call, within the budget."""
+    """``RuntimeConfig(tune_misses=...)``: a missed key is tuned at its first call, within the budget (the
+    runtime's :class:`~autotaxer.runtime.decisions.MissTuner`; the package's ``_miss_tuner`` makes one for
+    a runtime, which never imports the tuner)."""
 
     def __init__(self, config: Any) -> None:
         self.budget = TuningBudget(budget_s=config.tune_misses_total_s, key_budget_s=config.tune_misses)

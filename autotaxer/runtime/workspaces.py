@@ -1,0 +1,72 @@
+"""A runtime's workspaces: each variant's ``prepare`` runs once per (key, variant, parameters), its
+workspace is shared by the plans that use it and freed with the last of them (least recently used plans
+beyond ``RuntimeConfig.workspace_cache`` are dropped) or when its key is forgotten or its waits on peers
+gave up (:class:`Workspaces`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .._problem import ProblemKey
+from .lookup import Decision
+
+
+class Workspaces:
+    """The plan and workspace cache of :class:`~autotaxer.runtime.dispatch.Runtime` (whose ``__init__``
+    makes the state): ``_workspaces`` maps (key, variant, parameters as JSON) to a workspace, ``_plans``
+    a call's full signature to its plan and ``_hot`` a call's op, shapes, strides and dtypes to one of
+    those plans (the hot path's index)."""
+
+    config: Any
+    ctx: Any
+    _plans: dict[tuple, Any]
+    _hot: dict[tuple, Any]
+    _workspaces: dict[tuple, Any]
+
+    def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
+        """The workspace of ``variant`` with ``decision``'s parameters for ``key``: prepared on first use,
+        then shared by every plan of the same (key, variant, parameters)."""
+        wkey = (key, variant.name, json.dumps(dict(decision.params), sort_keys=True, default=str))
+        ws = self._workspaces.get(wkey)
+        if ws is None:
+            ws = variant.prepare(key, dict(decision.params), self.ctx)
+            self._workspaces[wkey] = ws
+        return ws
+
+    def _evict(self) -> None:
+        """Drop the least recently used plans beyond ``workspace_cache``, and their workspaces where no
+        plan left uses them."""
+        while len(self._plans) > self.config.workspace_cache:
+            lru = min(self._plans, key=lambda sig: self._plans[sig].last_used)
+            old = self._plans.pop(lru)
+            for hot in [h for h, p in self._hot.items() if p is old]:
+                del self._hot[hot]
+            self._count_calls(old)
+            if not any(p.workspace is old.workspace for p in self._plans.values()):
+                for wkey, ws in list(self._workspaces.items()):
+                    if ws is old.workspace:
+                        del self._workspaces[wkey]
+
+    def _forget_failed(self) -> None:
+        """Drop the plans and workspaces of (op, variant, key) whose waits on peers gave up: their flags
+        and epochs no longer match the peers', and dispatch no longer serves them here."""
+        failed = self._watch.failed
+        if failed:
+            self._drop_plans(lambda plan: (plan.key.op, plan.decision.variant, plan.key.text) in failed)
+
+    def _drop_plans(self, doomed: Any, keep_workspaces: bool = False) -> None:
+        """Drop every plan ``doomed(plan)`` is true of, with its hot entries and (unless
+        ``keep_workspaces``) its workspace."""
+        for sig, plan in list(self._plans.items()):
+            if doomed(plan):
+                del self._plans[sig]
+                for hot in [h for h, p in self._hot.items() if p is plan]:
+                    del self._hot[hot]
+                self._count_calls(plan)
+                if keep_workspaces:
+                    continue
+                for wkey, ws in list(self._workspaces.items()):
+                    if ws is plan.workspace:
+                        del self._workspaces[wkey]
