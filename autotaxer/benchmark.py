@@ -56,7 +56,9 @@ def _op(name: str) -> Any:
 
 def _bench_form(op: Any) -> Any:
     """The ``bench`` integration of ``op``; ``ValueError`` naming the ops that have one."""
-    form = op.integration("bench")
+    from .integrations import form as integration_form
+
+    form = integration_form(op, "bench")
     if form is None:
         from .ops import ops_with
 
@@ -520,7 +522,7 @@ def _peer_group(name: str, cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Ca
     """The peer ``name`` on ``cfg.world_size`` fresh GPU ranks: its per-case entries. A group that hangs
     marks every case as timed out; one that raises is retried case by case, so one failing M does not
     hide the others."""
-    from .testing import RanksFailed, run_ranks
+    from ._launch import RanksFailed, run_ranks
 
     if not cases:
         return {}
@@ -577,7 +579,7 @@ def run_bench(
     With ``out_path`` the JSON is written after the main run, and again after Iris' stock kernel (which
     may hang), so a hang loses nothing measured before it.
     """
-    from .testing import run_ranks
+    from ._launch import run_ranks
 
     cfg.validate()
     if cfg.progress_path is not None:  # a fresh progress log; rank 0 appends to it

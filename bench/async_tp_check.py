@@ -132,9 +132,9 @@ def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
     served call path's, and between ``direct_ms`` and the record's ``confirmed_us`` the process state's."""
     import torch
 
-    from autotaxer.functional import resolve_group
+    from autotaxer.integrations._signature import resolve_group
     from autotaxer.measure import Chain, less_link
-    from autotaxer.runtime._runtimes import runtime_for
+    from autotaxer.runtime.dispatch import runtime_for
 
     rows = []
     for c in calls:
@@ -176,11 +176,11 @@ def _direct(rt, call: dict, ins: list) -> tuple[Callable[[], object], object]:
     """``(fn, out)``: the served plan of ``call`` run on its 2-D inputs into ``out``, without the async-TP
     kernel, ``Runtime.serve`` or an output per call (collective: every rank replays the same calls)."""
     import autotaxer.async_tp as atp
-    from autotaxer.functional import _to_matrix
+    from autotaxer.integrations._signature import to_matrix
 
     args = call["args"]
     if call["op"] == "fused_all_gather_matmul":
-        a2d, dim = _to_matrix(ins[0], args["gather_dim"])
+        a2d, dim = to_matrix(ins[0], args["gather_dim"])
         layout = {"gather_dim": dim}
     else:
         a2d, dim = atp._rs_matrix(ins[0], args["scatter_dim"])

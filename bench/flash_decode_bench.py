@@ -184,8 +184,9 @@ def _ceiling(key, ctx, inputs, cfg: BenchConfig, extra=()) -> dict[str, Any]:
 
 def _dispatch(key, ctx, inputs, cfg: BenchConfig, expect) -> dict[str, Any]:
 
+    from autotaxer import dispatch
     from autotaxer.ops import get_op, relative_error
-    from autotaxer.runtime.dispatch import dispatch, get_runtime
+    from autotaxer.runtime.dispatch import get_runtime
 
     try:
         out = get_op("flash_decode").empty_output(key, ctx.device)

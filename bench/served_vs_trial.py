@@ -11,8 +11,8 @@ each layer of the served call added one at a time:
 
 * ``trial``: ``variant.run(ws, inputs, ctx, out=out)``, its own workspace, one output reused (the tuner);
 * ``fresh_out``: the same with ``out=None`` (a fresh output per call, as served calls get);
-* ``serve``: ``Runtime.serve("async_tp", ...)`` with the runtime's plan and workspace (decision set to the
-  variant: ``Runtime.serve_decision``);
+* ``serve``: :func:`autotaxer.integrations.autograd.serve` ``(rt, "async_tp", ...)`` with the runtime's
+  plan and workspace (decision set to the variant: ``Runtime.serve_decision``);
 * ``async_tp``: the kernel ``autotaxer.async_tp`` registers, called on async TP's 3-D input (sizes and
   strides as inductor's calls; the dispatcher hop itself is not in it);
 * ``dispatcher``: ``torch.ops.symm_mem.<op>`` with ``autotaxer.async_tp`` enabled: what compiled code and
@@ -78,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     import autotaxer
     import autotaxer.async_tp as atp
     from autotaxer._problem import ProblemKey
+    from autotaxer.integrations.autograd import serve
     from autotaxer.measure import Chain, maxes_over_ranks, time_interleaved
     from autotaxer.ops import get_op
-    from autotaxer.runtime._runtimes import runtime_for
+    from autotaxer.runtime.dispatch import runtime_for
     from autotaxer.runtime.lookup import EXACT, Decision
 
     on_cuda = torch.cuda.is_available()
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         fns = {
             "trial": lambda: variant.run(ws, inputs, ctx, out=out),
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
-            "serve": lambda: rt.serve("async_tp", "gemm_rs", (a, b), layout)[0],
+            "serve": lambda: serve(rt, "async_tp", "gemm_rs", (a, b), layout)[0],
             "async_tp": lambda: atp._matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "dispatcher": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "torch": lambda: torch_rs(a3, b, "sum", 0, gn),
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         fns = {
             "trial": lambda: variant.run(ws, inputs, ctx, out=out),
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
-            "serve": lambda: rt.serve("async_tp", "ag_gemm", (a, b), layout)[0],
+            "serve": lambda: serve(rt, "async_tp", "ag_gemm", (a, b), layout)[0],
             "async_tp": lambda: atp._all_gather_matmul(a3, [b], 0, gn, return_A=False)[1][0],
             "dispatcher": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a3, [b], 0, gn, return_A=False)[
                 1
