@@ -174,7 +174,8 @@ def _replay(calls: list[dict], args: argparse.Namespace) -> list[dict]:
 
 def _direct(rt, call: dict, ins: list) -> tuple[Callable[[], object], object]:
     """``(fn, out)``: the served plan of ``call`` run on its 2-D inputs into ``out``, without the async-TP
-    kernel, ``Runtime.serve`` or an output per call (collective: every rank replays the same calls)."""
+    kernel, ``integrations.autograd.serve`` or an output per call (collective: every rank replays the
+    same calls)."""
     import autotaxer.async_tp as atp
     from autotaxer.integrations._signature import to_matrix
 

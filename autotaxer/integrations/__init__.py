@@ -26,7 +26,7 @@ MODULES: dict[str, str] = {
     "gemm_rs": f"{__name__}.gemm_rs",
 }
 
-_FORMS: dict[tuple[int, str], Any] = {}  # (id of the op, kind) -> its form, once found
+_FORMS: dict[tuple[str, str], tuple[Op, Any]] = {}  # (op name, kind) -> (that op, its form), once found
 
 
 def form(op: Op | str, kind: str) -> Any:
@@ -34,9 +34,9 @@ def form(op: Op | str, kind: str) -> Any:
     does not take part in it; ``LookupError`` naming both when it declares ``kind`` but no form is found."""
     if isinstance(op, str):
         op = get_op(op)
-    found = _FORMS.get((id(op), kind))
-    if found is not None:
-        return found
+    cached = _FORMS.get((op.name, kind))
+    if cached is not None and cached[0] is op:
+        return cached[1]
     if kind not in op.integrations:
         return None
     found = op.forms.get(kind)
@@ -44,7 +44,7 @@ def form(op: Op | str, kind: str) -> Any:
         found = importlib.import_module(MODULES[op.name]).FORMS.get(kind)
     if found is None:
         raise LookupError(f"{op.name}: declares integration {kind!r}, but no form of it is found")
-    _FORMS[(id(op), kind)] = found
+    _FORMS[(op.name, kind)] = (op, found)
     return found
 
 
