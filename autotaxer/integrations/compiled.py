@@ -31,12 +31,12 @@ from typing import Any
 import torch
 
 from ..ops import ops_with
-from ..runtime._groups import functional_collective, group_name, resolve
+from ..runtime._groups import group_name, resolve
 from ..runtime.dispatch import runtime_for
 from . import form as find_form
 from . import forms_of
 
-__all__ = ["compiled_call", "compiled_dispatch", "compiled_saving", "functional_collective", "group_name"]
+__all__ = ["compiled_call", "compiled_dispatch", "compiled_saving"]
 
 
 def _form(op: str) -> Any:
