@@ -21,7 +21,7 @@ __all__ = [
 
 # name -> module it comes from; imported on first use (they import torch)
 _LAZY = {
-    "dispatch": ".runtime.dispatch",
+    "dispatch": ".integrations.dispatch",
     "init": ".runtime.dispatch",
     "Runtime": ".runtime.dispatch",
     "RuntimeConfig": ".runtime.dispatch",

@@ -48,7 +48,8 @@ from typing import Any
 
 import torch
 
-from .functional import _from_matrix, _to_matrix
+from .integrations._signature import from_matrix, to_matrix
+from .integrations.autograd import serve as serve_call
 from .ops import _torch_symm
 from .runtime._runtimes import RUNTIMES
 
@@ -240,9 +241,8 @@ def _decide(
     ``needs_saved``: the call returns the gathered A (``return_A``, or several ``Bs``): a winner that
     cannot hand it out is replaced by the fastest form that can as the table knows it (``Plan.saving``);
     where the table knows none, torch's kernel serves it (it returns the gathered A at no cost)."""
-    from .functional import _world_size, resolve_group
-    from .runtime._runtimes import runtime_for
-    from .runtime.dispatch import ConsensusError
+    from .integrations._signature import group_world_size, resolve_group
+    from .runtime.dispatch import ConsensusError, runtime_for
     from .runtime.lookup import EXACT, NEAREST
 
     op = OPS[call["op"]]
@@ -264,7 +264,7 @@ def _decide(
         )
     layouts = _layouts(meta()) if serve else ()
     call = {**call, "served": serve, "key": None if key is None else key.text}
-    return _remember(sig, _Entry(rt, group, _world_size(group), serve, layouts, call, key))
+    return _remember(sig, _Entry(rt, group, group_world_size(group), serve, layouts, call, key))
 
 
 def _call(op: str, tensors: list, **args: Any) -> dict:
@@ -296,7 +296,7 @@ def _all_gather_matmul(
     if entry is None:
 
         def plan_inputs() -> tuple:
-            a2d, gd = _to_matrix(A_shard, gather_dim)
+            a2d, gd = to_matrix(A_shard, gather_dim)
             return (a2d, Bs[0]), {"gather_dim": gd}
 
         def meta() -> tuple:
@@ -324,16 +324,16 @@ def _serve_all_gather_matmul(
 ) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
     rt, ws = entry.runtime, entry.world_size
     with torch.no_grad():  # below autograd: the kernel builds no graph
-        a2d, gd = _to_matrix(A_shard, gather_dim)
+        a2d, gd = to_matrix(A_shard, gather_dim)
         keep = return_A or len(Bs) > 1  # a form that hands out the gathered A it communicated
-        first, gathered = rt.serve("async_tp", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
+        first, gathered = serve_call(rt, "async_tp", "ag_gemm", (a2d, Bs[0]), {"gather_dim": gd}, keep)
         outs = [first] + [gathered @ b for b in Bs[1:]]
         layouts = entry.layouts
         outs = [
-            _conform(_from_matrix(o, A_shard, gather_dim, ws), lay)
+            _conform(from_matrix(o, A_shard, gather_dim, ws), lay)
             for o, lay in zip(outs, layouts[1:], strict=True)
         ]
-        a = _conform(_from_matrix(gathered, A_shard, gather_dim, ws), layouts[0]) if return_A else None
+        a = _conform(from_matrix(gathered, A_shard, gather_dim, ws), layouts[0]) if return_A else None
     return a, outs
 
 
@@ -376,7 +376,7 @@ def _matmul_reduce_scatter(
     ws = entry.world_size
     with torch.no_grad():
         a2d, sd = _rs_matrix(A, scatter_dim)
-        out = entry.runtime.serve("async_tp", "gemm_rs", (a2d, B), {"scatter_dim": sd})[0]
+        out = serve_call(entry.runtime, "async_tp", "gemm_rs", (a2d, B), {"scatter_dim": sd})[0]
         if reduce_op == "avg":
             out = out / ws
         if sd == 1:

@@ -6,7 +6,7 @@ sequence of the input, ``(s / world_size, *, in_features)``, and the rows ``out_
 of the weight; the forward all-gathers the input along the sequence (dim 0) and multiplies it by the
 weight shard, as one tuned all-gather GEMM (``b_layout=nk``: the weight is nn.Linear's ``(out, in)``),
 giving ``(s, *, out_features / world_size)``. Backward: the weight's gradient from the gathered input the
-forward kept, the input's by a tuned GEMM + reduce-scatter (:mod:`autotaxer.runtime.autograd`).
+forward kept, the input's by a tuned GEMM + reduce-scatter (:mod:`autotaxer.integrations.autograd`).
 
 :class:`RowParallelLinear` is its pair (Megatron's ``RowParallelLinear`` with ``sequence_parallel=True``):
 the input holds this rank's ``in_features / world_size`` features of the whole sequence,
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .functional import _world_size, resolve_group
+from .integrations._signature import group_world_size, resolve_group
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -54,7 +54,7 @@ class _ShardedLinear(nn.Module):
         super().__init__()
         self._use_op(op)
         self.group = resolve_group(group)
-        ws = _world_size(self.group)
+        ws = group_world_size(self.group)
         sizes = {"in_features": in_features, "out_features": out_features}
         if sizes[self._sharded] % ws:
             raise ValueError(
@@ -71,7 +71,7 @@ class _ShardedLinear(nn.Module):
         nn.Module.__init__(layer)
         layer._use_op(op)
         layer.group = resolve_group(group)
-        ws = _world_size(layer.group)
+        ws = group_world_size(layer.group)
         sizes = {"in_features": linear.in_features, "out_features": linear.out_features}
         sizes[cls._sharded] *= ws
         layer._adopt(linear, ws, sizes)
@@ -96,7 +96,7 @@ class _ShardedLinear(nn.Module):
     def _refuse(self, error: str) -> None:
         """Raise ``ValueError(error)`` (a bad input to ``forward``) on every rank of the group: the others
         learn it in the exchange of their first call, where they would otherwise wait for this rank."""
-        from .runtime.agreement import refuse
+        from .integrations._signature import refuse
 
         refuse(self.op, self.group, ValueError(f"{type(self).__name__}: {error}"))
 
@@ -121,7 +121,7 @@ class ColumnParallelLinear(_ShardedLinear):
     _role = "column"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .runtime.dispatch import dispatch
+        from .integrations.dispatch import dispatch
 
         if x.shape[-1] != self.in_features:
             self._refuse(f"x: last dimension {x.shape[-1]}, expected in_features={self.in_features}")
@@ -145,7 +145,7 @@ class RowParallelLinear(_ShardedLinear):
     _role = "row"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .runtime.dispatch import dispatch
+        from .integrations.dispatch import dispatch
 
         shard_in = self.in_features // self.world_size
         if x.shape[-1] != shard_in:

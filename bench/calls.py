@@ -13,8 +13,8 @@ tuner's confirmation does), each layer of the served call added one at a time:
 
 * ``trial``: ``variant.run(ws, inputs, ctx, out=out)``, its own workspace, one output reused (the tuner);
 * ``fresh_out``: the same with ``out=None`` (a fresh output per call, as served calls get);
-* ``serve``: ``Runtime.serve("async_tp", ...)`` with the runtime's plan and workspace (decision set to the
-  variant: ``Runtime.serve_decision``);
+* ``serve``: :func:`autotaxer.integrations.autograd.serve` ``(rt, "async_tp", ...)`` with the runtime's
+  plan and workspace (decision set to the variant: ``Runtime.serve_decision``);
 * ``async_tp``: the kernel ``autotaxer.async_tp`` registers, called on async TP's 3-D input (sizes and
   strides as inductor's calls; the dispatcher hop itself is not in it);
 * ``dispatcher``: ``torch.ops.symm_mem.<op>`` with ``autotaxer.async_tp`` enabled: what compiled code and
@@ -97,9 +97,10 @@ def served_vs_trial(args: argparse.Namespace) -> int:
     import autotaxer
     import autotaxer.async_tp as atp
     from autotaxer._problem import ProblemKey
+    from autotaxer.integrations.autograd import serve
     from autotaxer.measure import Chain, maxes_over_ranks, time_interleaved
     from autotaxer.ops import get_op
-    from autotaxer.runtime._runtimes import runtime_for
+    from autotaxer.runtime.dispatch import runtime_for
     from autotaxer.runtime.lookup import EXACT, Decision
 
     on_cuda = torch.cuda.is_available()
@@ -144,7 +145,7 @@ def served_vs_trial(args: argparse.Namespace) -> int:
         fns = {
             "trial": lambda: variant.run(ws, inputs, ctx, out=out),
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
-            "serve": lambda: rt.serve("async_tp", "gemm_rs", (a, b), layout)[0],
+            "serve": lambda: serve(rt, "async_tp", "gemm_rs", (a, b), layout)[0],
             "async_tp": lambda: atp._matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "dispatcher": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "torch": lambda: torch_rs(a3, b, "sum", 0, gn),
@@ -155,7 +156,7 @@ def served_vs_trial(args: argparse.Namespace) -> int:
         fns = {
             "trial": lambda: variant.run(ws, inputs, ctx, out=out),
             "fresh_out": lambda: variant.run(ws, inputs, ctx),
-            "serve": lambda: rt.serve("async_tp", "ag_gemm", (a, b), layout)[0],
+            "serve": lambda: serve(rt, "async_tp", "ag_gemm", (a, b), layout)[0],
             "async_tp": lambda: atp._all_gather_matmul(a3, [b], 0, gn, return_A=False)[1][0],
             "dispatcher": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a3, [b], 0, gn, return_A=False)[
                 1
@@ -282,9 +283,9 @@ def replay(calls: list[dict], iters: int = 20, samples: int = 7) -> list[dict]:
     served call path's, and between ``direct_ms`` and the record's ``confirmed_us`` the process state's."""
     import torch
 
-    from autotaxer.functional import resolve_group
+    from autotaxer.integrations._signature import resolve_group
     from autotaxer.measure import Chain, less_link
-    from autotaxer.runtime._runtimes import runtime_for
+    from autotaxer.runtime.dispatch import runtime_for
 
     rows = []
     for c in calls:
@@ -324,13 +325,14 @@ def replay(calls: list[dict], iters: int = 20, samples: int = 7) -> list[dict]:
 
 def _direct(rt: Any, call: dict, ins: list) -> tuple[Callable[[], object], object]:
     """``(fn, out)``: the served plan of ``call`` run on its 2-D inputs into ``out``, without the async-TP
-    kernel, ``Runtime.serve`` or an output per call (collective: every rank replays the same calls)."""
+    kernel, ``integrations.autograd.serve`` or an output per call (collective: every rank replays the
+    same calls)."""
     import autotaxer.async_tp as atp
-    from autotaxer.functional import _to_matrix
+    from autotaxer.integrations._signature import to_matrix
 
     args = call["args"]
     if call["op"] == "fused_all_gather_matmul":
-        a2d, dim = _to_matrix(ins[0], args["gather_dim"])
+        a2d, dim = to_matrix(ins[0], args["gather_dim"])
         layout = {"gather_dim": dim}
     else:
         a2d, dim = atp._rs_matrix(ins[0], args["scatter_dim"])

@@ -234,11 +234,11 @@ def _compiled(ctx: Any, args: argparse.Namespace) -> dict[str, Any]:
     import torch.distributed as dist
 
     import autotaxer
-    import autotaxer.runtime.custom_op  # noqa: F401  (registers the custom ops)
+    import autotaxer.integrations.compiled  # noqa: F401  (registers the custom ops)
     from autotaxer._problem import ProblemKey
+    from autotaxer.integrations.ag_gemm import _plain as ag_plain
+    from autotaxer.integrations.gemm_rs import _plain as rs_plain
     from autotaxer.ops import get_op
-    from autotaxer.ops.ag_gemm._compile import _plain as ag_plain
-    from autotaxer.ops.gemm_rs._compile import _plain as rs_plain
 
     cfg = autotaxer.RuntimeConfig(env_tables=False, shipped_tables=args.shipped, persist_misses=False)
     rt = autotaxer.init(cfg)

@@ -10,18 +10,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Layer of each part of the package (the first name under ``autotaxer``); a module imports only its own
 #: layer or lower ones. kernels < the problem's vocabulary < ops and storage < runtime < tuner and the
-#: integration layer < the commands.
+#: integration layer < what is built on the integrations (functions, layers, benchmark) < the commands,
+#: tools and test helpers.
 LAYERS = {
     "kernels": 0,
     "_problem": 1, "_target": 1, "__init__": 1, "records": 1, "_json_object": 1, "output_file": 1,
     "_default_group": 1,
     "table_file": 2, "storage": 2, "ops": 2,
-    "shapes": 3, "measure": 3, "testing": 3,
+    "shapes": 3, "measure": 3, "_launch": 3,
     "runtime": 4,
-    "tuner": 5, "functional": 5,
-    "nn": 6, "benchmark": 6, "async_tp": 6,
+    "tuner": 5, "integrations": 5,
+    "functional": 6, "nn": 6, "benchmark": 6, "async_tp": 6,
     "report": 7, "models": 7,
-    "cli": 8, "__main__": 8, "tools": 8,
+    "cli": 8, "__main__": 8, "tools": 8, "testing": 8,
 }  # fmt: skip
 
 
@@ -60,19 +61,8 @@ def _imports(name: str) -> set[str]:
     return {m for m in out if m in MODULES and m != name}
 
 
-#: An op's integration modules (``autotaxer/ops/<op>/<module>.py``, see ``autotaxer/ops/_forms.py``) sit in
-#: the layer of the part they plug into: the op's folder holds its code at every layer, and only that part
-#: loads them (by the registry's module name, never by an import from below).
-INTEGRATION_PARTS = {
-    "_compile": "runtime", "_autograd": "runtime", "_functional": "functional", "_bench": "benchmark",
-    "_emulated": "tools",
-}  # fmt: skip
-
-
 def _part(name: str) -> str:
     parts = name.split(".")
-    if len(parts) == 4 and parts[1] == "ops" and parts[3] in INTEGRATION_PARTS:
-        return INTEGRATION_PARTS[parts[3]]
     return parts[1] if len(parts) > 1 else "__init__"
 
 

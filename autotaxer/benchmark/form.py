@@ -23,7 +23,9 @@ def bench_ops() -> list[Any]:
 
 def bench_form(op: Any) -> Any:
     """The ``bench`` integration of ``op``; ``ValueError`` naming the ops that have one."""
-    form = op.integration("bench")
+    from ..integrations import form as integration_form
+
+    form = integration_form(op, "bench")
     if form is None:
         names = ", ".join(o.name for o in bench_ops())
         raise ValueError(f"op: bench does not run {op.name} (it runs {names})")

@@ -41,7 +41,7 @@ def _peer_group(name: str, cfg: BenchConfig, cases: tuple[Case, ...]) -> dict[Ca
     """The peer ``name`` on ``cfg.world_size`` fresh GPU ranks: its per-case entries. A group that hangs
     marks every case as timed out; one that raises is retried case by case, so one failing M does not
     hide the others."""
-    from ..testing import RanksFailed, run_ranks
+    from .._launch import RanksFailed, run_ranks
 
     if not cases:
         return {}
@@ -95,7 +95,7 @@ def run_bench(
     With ``out_path`` the JSON is written after the main run, and again after Iris' stock kernel (which
     may hang), so a hang loses nothing measured before it.
     """
-    from ..testing import run_ranks
+    from .._launch import run_ranks
 
     cfg.validate()
     if cfg.progress_path is not None:  # a fresh progress log; rank 0 appends to it

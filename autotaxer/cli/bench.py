@@ -87,6 +87,7 @@ def bench_command(
     dispatch and the peers; tuned configurations and dispatch's records come from one database (--db, else
     the default one). Writes JSON to --out and prints a table.
     """
+    from .._launch import RanksFailed
     from .._target import detect_target
     from ..benchmark.case import BenchConfig, cases_from_shapes
     from ..benchmark.run import run_bench
@@ -94,7 +95,6 @@ def bench_command(
     from ..measure import TimingConfig
     from ..output_file import output_path
     from ..storage import MissingDatabase, default_url, open_database
-    from ..testing import RanksFailed
 
     if world_size < 1:
         raise ValueError(f"--world-size: must be >= 1, got {world_size}")

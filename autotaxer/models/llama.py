@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..functional import _world_size, resolve_group
+from ..integrations._signature import group_world_size, resolve_group
 from ..nn import ColumnParallelLinear, RowParallelLinear
-from ..runtime.custom_op import functional_collective
+from ..runtime._groups import functional_collective
 
 #: The ways a :class:`TPLlamaLayer` communicates.
 COMMS = ("autotaxer", "functions", "plain", "none")
@@ -169,7 +169,7 @@ class TPLlamaLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.group = resolve_group(group)
-        ws = self.world_size = _world_size(self.group)
+        ws = self.world_size = group_world_size(self.group)
         cfg.validate(ws)
         self.cfg = cfg
         self.set_comm(comm)

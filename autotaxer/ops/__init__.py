@@ -1,13 +1,14 @@
 """Registry of tunable ops: one line an op in :data:`REGISTRY`.
 
-An op is its two folders, ``autotaxer/ops/<op>/`` (host side: the problem, variants, search space and its
-integrations, see :mod:`._forms`) and ``kernels/<op>/`` (device code), plus its registry line. The
-runtime, the commands, the benchmark, the tuner and the layers find every op here and name none.
-``get_op("ag_gemm")`` returns the op with all its variants registered.
+An op is its two folders, ``autotaxer/ops/<op>/`` (host side: the problem, variants, search space and
+what integrations it takes part in, see :mod:`._forms`) and ``kernels/<op>/`` (device code), plus its
+registry line. The runtime, the commands, the benchmark, the tuner, the integrations and the layers find
+every op here and name none. ``get_op("ag_gemm")`` returns the op with all its variants registered.
 
 Ops outside this package register in ``$AUTOTAXER_OPS`` (``name=package[,name=package...]``, each
 package exposing ``OP``), which every spawned rank and worker inherits, or in one process with
-:func:`register_op`.
+:func:`register_op`. Variants outside an op's package (the tests' planted faults) register in
+``$AUTOTAXER_VARIANTS`` (``op=module[,...]``, each module exposing ``VARIANTS``), inherited likewise.
 """
 
 from __future__ import annotations
@@ -26,19 +27,26 @@ REGISTRY: dict[str, str] = {
 DEFAULT_OP = next(iter(REGISTRY))
 #: Extra ops, ``name=package`` entries separated by commas (plugins, the tests' planted op).
 ENV_VAR = "AUTOTAXER_OPS"
+#: Extra variants of registered ops, ``op=module`` entries separated by commas (the tests' planted faults).
+VARIANTS_ENV_VAR = "AUTOTAXER_VARIANTS"
 
 _OPS: dict[str, Op] = {}
 
 
+def _env_entries(var: str, what: str) -> list[tuple[str, str]]:
+    """The ``name=value`` entries of ``$var`` (``ValueError`` naming a malformed entry)."""
+    entries = []
+    for entry in filter(None, (e.strip() for e in os.environ.get(var, "").split(","))):
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if not (sep and name and value):
+            raise ValueError(f"${var}: entry {entry!r} is not {what}")
+        entries.append((name, value))
+    return entries
+
+
 def _entries() -> dict[str, str]:
     """The registry's lines and those of ``$AUTOTAXER_OPS`` (``ValueError`` naming a malformed entry)."""
-    lines = dict(REGISTRY)
-    for entry in filter(None, (e.strip() for e in os.environ.get(ENV_VAR, "").split(","))):
-        name, sep, package = (part.strip() for part in entry.partition("="))
-        if not (sep and name and package):
-            raise ValueError(f"${ENV_VAR}: entry {entry!r} is not name=package")
-        lines[name] = package
-    return lines
+    return {**REGISTRY, **dict(_env_entries(ENV_VAR, "name=package"))}
 
 
 def _load() -> None:
@@ -49,6 +57,12 @@ def _load() -> None:
         if op.name != name:
             raise ValueError(f"{package}: its OP is named {op.name!r}, registered as {name!r}")
         _OPS[name] = op
+    for name, module in _env_entries(VARIANTS_ENV_VAR, "op=module"):
+        if name not in _OPS:
+            known = ", ".join(_OPS)
+            raise ValueError(f"${VARIANTS_ENV_VAR}: {name!r} is not a registered op (known: {known})")
+        for variant in importlib.import_module(module).VARIANTS:
+            _OPS[name].register(variant)
 
 
 def get_op(name: str) -> Op:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -161,7 +161,7 @@ class Variant(ABC):
 class Op(ABC):
     """A tunable collective operation: its problem (key fields, inputs, reference), its variants, and
     the integrations it takes part in (:mod:`._forms`), which the runtime, the commands, the benchmark
-    and the layers find here instead of naming ops."""
+    and the layers find here instead of naming ops (their forms: :func:`autotaxer.integrations.form`)."""
 
     name: ClassVar[str]
     #: Shape fields in key order, e.g. ``("M", "N", "K")``.
@@ -170,10 +170,14 @@ class Op(ABC):
     layout_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: Layout fields that a call's tensors decide (not keyword arguments of dispatch).
     derived_layout: ClassVar[frozenset[str]] = frozenset()
-    # An op declares the four below as class attributes, or its package sets them on its instance (where
+    # An op declares the five below as class attributes, or its package sets them on its instance (where
     # the op's module is in its records' kernel hash, so that adding them changed no record).
-    #: Integration kind -> module of the op's package exposing its ``FORM`` (see :mod:`._forms`).
-    integrations: ClassVar[Mapping[str, str]] = {}
+    #: The integrations it takes part in (kinds of :data:`._forms.INTEGRATION_KINDS`).
+    integrations: ClassVar[Collection[str]] = frozenset()
+    #: Kind -> the form it carries itself, of those integrations whose form needs nothing above the ops
+    #: (the emulated checks; a bench row's parts for an op outside the package); the integration layer
+    #: holds the others (:mod:`autotaxer.integrations`).
+    forms: ClassVar[Mapping[str, Any]] = {}
     #: Names of the functions of :mod:`autotaxer.functional` its ``functions`` integration provides.
     function_names: ClassVar[tuple[str, ...]] = ()
     #: The tensor-parallel linear layer it can serve (:class:`._forms.LayerForm`), or None.
@@ -183,28 +187,12 @@ class Op(ABC):
 
     def __init__(self) -> None:
         self._variants: dict[str, Variant] = {}
-        self._forms: dict[str, Any] = {}  # integration kind -> its FORM, once loaded
         #: Variants whose tuned configuration holds only at the size it was tuned at (the first shape
         #: field: M for ag_gemm): dispatch's nearest-size lookup never reuses them at another size.
         self.tied_to_size: frozenset[str] = frozenset()
         #: Experimental variants that the tuner's default space (no ``--variants``) holds from a world
         #: size on: those that a run at that size is to measure before they are kept or retired.
         self.default_from_world_size: dict[str, int] = {}
-
-    def integration(self, kind: str) -> Any:
-        """The ``FORM`` of integration ``kind`` (its module imported on first use), or None when the op
-        does not take part in it."""
-        module = self.integrations.get(kind)
-        if module is None:
-            return None
-        if kind not in self._forms:
-            import importlib
-
-            module_name = type(self).__module__  # the op's package, or the module in it defining the op
-            is_package = hasattr(importlib.import_module(module_name), "__path__")
-            package = module_name if is_package else module_name.rpartition(".")[0]
-            self._forms[kind] = importlib.import_module(f"{package}.{module}").FORM
-        return self._forms[kind]
 
     def call_layout(self) -> dict[str, Any]:
         """The layout fields a call passes as keywords of dispatch, with their defaults."""

@@ -1,11 +1,13 @@
 """What an op declares to take part in autotaxer's integrations beyond dispatch and tuning.
 
-Each integration is a module of the op's own package (``Op.integrations``: kind -> module name) exposing
-``FORM``, loaded on first use by the part that serves it, so the runtime, the commands and the benchmark
-name no op: ``compiled`` (:class:`CompiledForm`, torch.compile), ``autograd`` (:class:`AutogradForm`),
-``functions`` (name -> function of :mod:`autotaxer.functional`), ``bench`` (:class:`BenchForm`) and
-``emulated`` (:class:`EmulatedForm`, ranks emulated in one process). The layer an op can serve is data on
-the op itself (:class:`LayerForm`).
+An op names the integrations it takes part in (``Op.integrations``, kinds of :data:`INTEGRATION_KINDS`);
+their forms are the classes below: ``compiled`` (:class:`CompiledForm`, torch.compile), ``autograd``
+(:class:`AutogradForm`), ``functions`` (name -> function of :mod:`autotaxer.functional`), ``bench``
+(:class:`BenchForm`) and ``emulated`` (:class:`EmulatedForm`, ranks emulated in one process). The
+integration layer above the ops (:mod:`autotaxer.integrations`) holds the built-in ops' forms and finds
+each by the op's name; a form that needs nothing above the ops (the emulated checks, a plugin op's bench
+parts) the op carries itself (``Op.forms``). The layer an op can serve is data on the op itself
+(:class:`LayerForm`).
 """
 
 from __future__ import annotations
@@ -14,14 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Integration kind -> the module of an op's package that holds it, by convention (``Op.integrations``).
-INTEGRATION_MODULES = {
-    "compiled": "_compile",
-    "autograd": "_autograd",
-    "functions": "_functional",
-    "bench": "_bench",
-    "emulated": "_emulated",
-}
+#: The integrations an op may take part in (``Op.integrations``).
+INTEGRATION_KINDS = ("compiled", "autograd", "functions", "bench", "emulated")
 
 #: The tensor-parallel linear layers of :mod:`autotaxer.nn`: ``column`` gathers the input's rows over the
 #: ranks and shards the weight's output features; ``row`` shards the input features and scatters the
@@ -49,7 +45,7 @@ def _never(a: Any, b: Any) -> bool:
 @dataclass(frozen=True)
 class CompiledForm:
     """How ``torch.compile`` traces a call ``(a, b, <field>=dim)`` of the op
-    (:mod:`autotaxer.runtime.custom_op`).
+    (:mod:`autotaxer.integrations.compiled`).
 
     ``plain(a, b, dim, group_name)``: BSP as plain PyTorch writes it (functional collectives and the
     matmul, traceable and differentiable), ``(output, saved or None)``. ``opaque(a, b, dim, group_name)``:
@@ -109,7 +105,8 @@ class BenchForm:
 
 @dataclass(frozen=True)
 class EmulatedForm:
-    """Checks of the op's kernels on ranks emulated in one process (:mod:`autotaxer.tools.emulated_ranks`):
+    """Checks of the op's kernels on ranks emulated in one process (:mod:`autotaxer.ops._emulated_heap`,
+    run by :mod:`autotaxer.tools.emulated_ranks`):
     ``checks``: name -> a function returning ``"OK ..."`` (``AssertionError`` naming what differed);
     ``never_signal``: kind -> a function running rank 0's kernel of that kind whose peers never signal."""
 

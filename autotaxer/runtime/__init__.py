@@ -1,1 +1,2 @@
-"""Runtime pieces: dispatch, its tables and lookup, the custom ops and autograd."""
+"""Runtime pieces: dispatch's hot path and what it serves from (tables, lookup, agreement, the runtimes
+of each group)."""

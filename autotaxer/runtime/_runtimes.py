@@ -1,19 +1,16 @@
-"""The runtimes :func:`~autotaxer.runtime.dispatch.dispatch` serves, one per process group.
+"""The runtimes dispatch serves, one per process group: this registry's one job.
 
-A registry apart from :mod:`.dispatch` so that the layers built on it (the custom ops, autograd) find a
-group's runtime without importing dispatch, which imports them: dispatch installs its ``Runtime`` as the
-factory when it is imported.
+A module apart from :mod:`.dispatch` (which builds them: :func:`~.dispatch.init`) so that what only reads
+the registry (:func:`autotaxer.served`, the warm-up's recorder, the async-TP override) needs nothing else.
 """
 
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable
 from typing import Any
 
 #: group (None = the default group) -> its runtime
 RUNTIMES: dict[Any, Any] = {}
-_FACTORY: list[Callable[[Any, Any], Any]] = []
 #: the recorder of a warm-up's recording step while it runs (``autotaxer.warmup``), else empty
 _RECORDER: list[Any] = []
 
@@ -28,19 +25,11 @@ def set_recorder(recorder: Any) -> None:
     _RECORDER[:] = [] if recorder is None else [recorder]
 
 
-def install(factory: Callable[[Any, Any], Any]) -> None:
-    """Make ``factory(config, group)`` what :func:`init` builds runtimes with."""
-    _FACTORY[:] = [factory]
-
-
-def init(config: Any = None, group: Any = None) -> Any:
-    """Create the runtime that dispatch uses for ``group`` (replacing and closing an older one)."""
-    if not _FACTORY:
-        raise RuntimeError("autotaxer: import autotaxer.runtime.dispatch before creating a runtime")
+def add_runtime(group: Any, rt: Any) -> Any:
+    """Make ``rt`` the runtime of ``group`` (closing the one it replaces) and return it."""
     old = RUNTIMES.pop(group, None)
     if old is not None:
         old.close()
-    rt = _FACTORY[0](config, group)
     RUNTIMES[group] = rt
     atexit.unregister(shutdown)  # registered again, last: it runs before every runtime's own handler
     atexit.register(shutdown)
@@ -50,12 +39,6 @@ def init(config: Any = None, group: Any = None) -> Any:
 def get_runtime(group: Any = None) -> Any:
     """The runtime dispatch uses for ``group``, if one exists yet."""
     return RUNTIMES.get(group)
-
-
-def runtime_for(group: Any = None) -> Any:
-    """The runtime dispatch uses for ``group``, created with the default config if none yet."""
-    rt = RUNTIMES.get(group)
-    return rt if rt is not None else init(None, group)
 
 
 def shutdown() -> None:

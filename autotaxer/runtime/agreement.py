@@ -4,7 +4,8 @@ A wrapper over dispatch (the torch-signature functions, the layers) checks argum
 sees and reshapes its inputs into an op's 2-D problem, so two ranks can call it differently and still
 reach dispatch with the same problem. Two helpers keep every rank ending together:
 
-- :func:`refuse`: a wrapper's argument error, raised on every rank. The rank that finds it takes part in
+- a wrapper's argument error, raised on every rank (``Runtime._refuse``, which the wrappers reach through
+  :func:`autotaxer.integrations._signature.refuse`). The rank that finds it takes part in
   the exchange its peers are waiting in (the first call of a signature) with the error, so every rank
   raises :class:`~autotaxer.runtime.dispatch.ConsensusError` naming the rank and the reason; on one rank
   the error itself is raised.
@@ -72,22 +73,6 @@ def _calling(arguments: tuple) -> Iterator[None]:
         yield
     finally:
         _CALLER.reset(token)
-
-
-def refuse(op: str, group: Any, error: Exception) -> NoReturn:
-    """Raise ``error`` (a wrapper's argument check of ``op``) on every rank of ``group``; collective
-    where peers wait: see the module docstring."""
-    import torch
-    import torch.distributed as dist
-
-    from ._runtimes import runtime_for
-
-    if torch.compiler.is_compiling():  # a trace: every rank traces the same code and raises alike
-        raise error
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
-        raise error
-    runtime_for(group)._refuse(op, error)
-    raise error  # _refuse raises; this line keeps the type checker's NoReturn honest
 
 
 def check_dim(name: str, value: Any, ndim: int, what: str) -> str | None:

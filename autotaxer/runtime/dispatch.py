@@ -14,7 +14,8 @@ Layouts: ``b`` may be row-major ``(K, N)`` or an nn.Linear weight passed as ``we
 Inputs in other layouts (a non-contiguous ``a_shard``, a strided slice of B) are copied to one of those.
 
 Autograd: when an input requires grad (and grad mode is on), backward computes ``grad_b = gathered_Aᵀ ·
-grad_C`` and ``grad_a = reduce-scatter(grad_C · Bᵀ)`` along the gather dimension (:mod:`.autograd`).
+grad_C`` and ``grad_a = reduce-scatter(grad_C · Bᵀ)`` along the gather dimension
+(:mod:`autotaxer.integrations.autograd`).
 Where B requires grad the forward also keeps the gathered A it communicated (``Variant.run_for_backward``);
 a winner that cannot hand it out is replaced, for those calls only, by the fastest form that can as the
 table knows it (``Plan.saving``, :func:`.lookup.saving_decision`); every other call (no grad, only A
@@ -29,7 +30,11 @@ kernels, whose flags advance by device-side epochs. Workspaces of shapes used in
 stay cached: keep ``RuntimeConfig.workspace_cache`` above the number of shapes in use.
 
 ``torch.compile``: inside a compiled region ``dispatch`` becomes the custom op ``autotaxer::ag_gemm``
-(:mod:`.custom_op`), whose fake implementation gives the output's shape to the tracer.
+(:mod:`autotaxer.integrations.compiled`), whose fake implementation gives the output's shape to the tracer.
+
+This module is the hot path (:func:`serve_hot`) and what it serves from; which path a call takes (under
+``torch.compile``, differentiable, or the hot path) is decided one layer up, by
+:func:`autotaxer.integrations.dispatch.dispatch` and :func:`autotaxer.integrations.autograd.serve`.
 
 What is checked when: the first call of a signature on a rank checks its arguments and exchanges the
 problem key, the decision, which inputs require grad and a wrapper's own arguments (``gather_dim`` of a
@@ -57,20 +62,16 @@ import torch
 from .._problem import ProblemKey
 from ..ops._peer_wait import IDLE, PeerTimeoutError
 from ._runtimes import RUNTIMES as _RUNTIMES
-from ._runtimes import get_runtime, init, install, runtime_for, shutdown
+from ._runtimes import add_runtime, get_runtime, shutdown
 from .agreement import ConsensusError, OutOfStepError, RankAgreement, raise_if_peer_left
-from .autograd import autograd_call, autograd_form, differentiable_call
 from .config import RuntimeConfig
 from .context import RuntimeSetup
 from .counts import CallCounts
-from .custom_op import compiled_dispatch
 from .decisions import KeyDecisions, MissTuner, problem_key
 from .lookup import Decision
 from .misses import Miss, default_misses_path
 from .table import Table
 from .workspaces import Workspaces
-
-_is_compiling = torch.compiler.is_compiling
 
 
 def _signature(op: str, tensors: tuple, layout: dict) -> tuple:
@@ -109,7 +110,7 @@ class Plan:
 
     __slots__ = (
         "run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used", "variant", "opobj",
-        "autograd", "saving", "served", "_saving",
+        "saving", "served", "_saving",
     )  # fmt: skip
 
     def __init__(
@@ -134,7 +135,6 @@ class Plan:
         self.last_used = 0  # a tick of the runtime's clock: the least recently used plan is evicted first
         self.variant = variant
         self.opobj = opobj
-        self.autograd = autograd_form(opobj) if opobj is not None else None  # the op's AutogradForm
         self.saving = saving if saving is not None else decision
         self.served: dict[tuple[str, str], int] = {}  # (path, variant) -> calls, beside the hot path's
         self._saving: Any = None  # (variant, workspace) that hands out what backward needs
@@ -237,49 +237,29 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
 
     # -- hot path ----------------------------------------------------------------------------------
     def dispatch(self, op: str, *tensors: Any, out: Any = None, **layout: int) -> Any:
-        """Run ``op`` on this rank's ``tensors`` with the tuned variant; collective over the group."""
-        if _is_compiling():
-            return compiled_dispatch(op, tensors, out, layout, self.group)
-        return _serve(self, op, tensors, out, layout)
+        """Run ``op`` on this rank's ``tensors`` with the tuned variant; collective over the group. The hot
+        path alone: :func:`autotaxer.dispatch` also serves calls under ``torch.compile`` and
+        differentiable ones (an input requiring grad raises ``NotImplementedError`` here)."""
+        return serve_hot(self, op, tensors, out, layout, _not_differentiable)
 
-    def dispatch_saving(self, op: str, *tensors: Any, **layout: int) -> tuple[Any, Any]:
-        """``(output, saved)``: the call as :meth:`dispatch` makes it, plus what its backward keeps
-        (``ag_gemm``: the gathered A, fresh); differentiable in both when an input requires grad."""
-        return self.serve("dispatch", op, tensors, layout, keep=True)
-
-    def serve(
-        self, path: str, op: str, tensors: tuple, layout: dict[str, Any], keep: bool = False
-    ) -> tuple[Any, Any]:
-        """``(output, saved or None)`` of one call of ``op`` made by ``path`` (the name
-        :func:`autotaxer.served` counts it under: ``function``, ``compiled``, ``backward``, ...).
-
-        The key's winner serves it unless the call needs what backward keeps and the winner cannot hand
-        that out; then the fastest form that can (``Plan.saving``). It is needed when ``keep`` (the caller
-        uses it: ``saved`` is returned) or when the backward of a differentiable call does (``ag_gemm``:
-        the gathered A, for B's gradient only). Differentiable when an input requires grad under grad
-        mode. Collective, like :func:`dispatch`."""
-        try:
-            w = self._watch
-            if w.view[0] != w.expect or self._checking:
-                self._before_call(op, tensors, layout)
-            plan = None
-            if len(tensors) == 2:
-                x, y = tensors
-                try:
-                    plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
-                except AttributeError:  # not tensors: _find tells every rank which argument
-                    plan = None
-            if plan is None or plan.layout != layout:
-                plan = self._find(op, tensors, layout)
-            plan.last_used = next(self._clock)
-            if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-                return autograd_call(plan, tensors, path, keep)
-            return plan.forward(tensors, path, keep)
-        except OutOfStepError:
-            raise
-        except Exception as exc:  # a peer that left out of step made this call fail: named here too
-            raise_if_peer_left(self.group, exc)
-            raise
+    def serving_plan(self, op: str, tensors: tuple, layout: dict[str, Any]) -> Plan:
+        """The plan that serves a call of ``op`` by a path other than the hot one
+        (:func:`autotaxer.integrations.autograd.serve`): the checks the hot path makes, then its plan
+        (created, collectively, if new), marked as used. Collective, like :meth:`dispatch`."""
+        w = self._watch
+        if w.view[0] != w.expect or self._checking:
+            self._before_call(op, tensors, layout)
+        plan = None
+        if len(tensors) == 2:
+            x, y = tensors
+            try:
+                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
+            except AttributeError:  # not tensors: _find tells every rank which argument
+                plan = None
+        if plan is None or plan.layout != layout:
+            plan = self._find(op, tensors, layout)
+        plan.last_used = next(self._clock)
+        return plan
 
     def plan(self, op: str, *tensors: Any, **layout: int) -> Plan:
         """The plan a call with these arguments uses (created, collectively, if new); for benchmarks."""
@@ -349,18 +329,38 @@ def _argument_error(tensors: tuple) -> str | None:
 
 
 # -- module-level API -------------------------------------------------------------------------------
-install(Runtime)  # what init() and runtime_for() (autotaxer.runtime._runtimes) build
 __all__ = [
-    "ConsensusError", "Decision", "OutOfStepError", "Plan", "Runtime", "RuntimeConfig", "dispatch",
-    "get_runtime", "init", "problem_key", "runtime_for", "shutdown",
+    "ConsensusError", "Decision", "OutOfStepError", "Plan", "Runtime", "RuntimeConfig", "get_runtime",
+    "init", "problem_key", "runtime_for", "serve_hot", "shutdown",
 ]  # fmt: skip
 
 
-def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dict[str, int]) -> Any:
-    """The hot path of :func:`dispatch` and :meth:`Runtime.dispatch` (their tuple and dict passed as they
-    are: re-packing ``*tensors, **layout`` would cost ~0.7 µs a call). The hot key is exact for op, shapes,
-    strides and dtypes and leaves the layout out (unpacking its items into the key cost more than comparing
-    two small dicts); the layout must equal the plan's, else the full signature decides."""
+def init(config: RuntimeConfig | None = None, group: Any = None) -> Runtime:
+    """Create the runtime that dispatch uses for ``group`` (replacing and closing an older one)."""
+    return add_runtime(group, Runtime(config, group))
+
+
+def runtime_for(group: Any = None) -> Runtime:
+    """The runtime dispatch uses for ``group``, created with the default config if none yet."""
+    rt = _RUNTIMES.get(group)
+    return rt if rt is not None else init(None, group)
+
+
+def _not_differentiable(plan: Plan, tensors: tuple, out: Any) -> Any:
+    raise NotImplementedError(
+        f"Runtime.dispatch({plan.key.op!r}): an input requires grad; autotaxer.dispatch differentiates it"
+    )
+
+
+def serve_hot(
+    rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dict[str, int], differentiable: Any
+) -> Any:
+    """The hot path of :func:`autotaxer.dispatch` and :meth:`Runtime.dispatch` (their tuple and dict passed
+    as they are: re-packing ``*tensors, **layout`` would cost ~0.7 µs a call). The hot key is exact for op,
+    shapes, strides and dtypes and leaves the layout out (unpacking its items into the key cost more than
+    comparing two small dicts); the layout must equal the plan's, else the full signature decides. A call
+    whose input requires grad under grad mode is ``differentiable(plan, tensors, out)``'s (the caller's:
+    :func:`autotaxer.integrations.autograd.differentiable_call`)."""
     try:
         w = rt._watch
         if w.view[0] != w.expect or rt._checking:
@@ -375,7 +375,7 @@ def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dic
                 plan = rt._find(op, tensors, layout)
             if (x.requires_grad or y.requires_grad) and torch.is_grad_enabled():
                 plan.last_used = next(rt._clock)
-                return differentiable_call(plan, tensors, out)  # counted by the op's autograd forward
+                return differentiable(plan, tensors, out)  # counted by the op's autograd forward
         else:
             plan = rt._find(op, tensors, layout)
         plan.calls += 1
@@ -386,18 +386,3 @@ def _serve(rt: Runtime, op: str, tensors: tuple[Any, ...], out: Any, layout: dic
     except Exception as exc:  # a peer that left out of step made this call fail: named here too
         raise_if_peer_left(rt.group, exc)
         raise
-
-
-def dispatch(op: str, *tensors: Any, group: Any = None, out: Any = None, **layout: int) -> Any:
-    """Run ``op`` (e.g. ``"ag_gemm"``) with the tuned variant; the same result as BSP. Collective.
-
-    ``dispatch("ag_gemm", a_shard, b, gather_dim=0, group=None, out=None)``: ``a_shard`` is this rank's
-    part of A, ``b`` the full B; returns ``C (M, N)`` (in ``out`` when given). See the module docstring
-    for what the first call of a shape does and for CUDA graphs and ``torch.compile``.
-    """
-    if _is_compiling():
-        return compiled_dispatch(op, tensors, out, layout, group)
-    rt = _RUNTIMES.get(group)
-    if rt is None:
-        rt = init(None, group)
-    return _serve(rt, op, tensors, out, layout)

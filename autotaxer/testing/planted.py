@@ -1,7 +1,7 @@
 """Planted faulty variants, for the tuner's watchdog and validation tests only.
 
-They are registered ONLY when the environment has ``AUTOTAXER_PLANTED_VARIANTS=1``; otherwise
-``VARIANTS`` is empty and nothing here is ever tuned or served.
+They are registered ONLY where the environment names this module (:data:`ENV`: ``$AUTOTAXER_VARIANTS``,
+which every spawned rank and worker inherits); otherwise nothing here is ever tuned or served.
 
 - ``planted_hang``: rank 1 sleeps forever inside ``run`` (the others then wait in a collective); valid at
   ``gather_dim=0`` only, so a run over both layouts hangs, and relaunches its group, once.
@@ -22,7 +22,8 @@ from typing import Any
 from .._problem import ProblemKey, Target
 from ..ops._base import Params, RunContext, Variant, Workspace
 
-ENV_VAR = "AUTOTAXER_PLANTED_VARIANTS"
+#: The environment that registers these variants on ``ag_gemm`` (:data:`autotaxer.ops.VARIANTS_ENV_VAR`).
+ENV = {"AUTOTAXER_VARIANTS": f"ag_gemm={__name__}"}
 
 
 class _Planted(Variant):
@@ -95,8 +96,4 @@ class PlantedNeverSignal(_Planted):
         return None
 
 
-VARIANTS = (
-    [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedRaise(), PlantedNeverSignal()]
-    if os.environ.get(ENV_VAR) == "1"
-    else []
-)
+VARIANTS = [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedRaise(), PlantedNeverSignal()]

@@ -10,66 +10,20 @@ chunk order, per-destination release, parity and epochs over several calls with 
 contents bit for bit) and the result against fp32, not the overlap.
 
 What each op checks this way is its ``emulated`` integration (``autotaxer/ops/<op>/_emulated.py``: its
-fused kernels' protocol call by call, and rank 0's waits on peers that never signal); the heap, the
-emulated Iris context and the checks that serve every op (:func:`check_variant`, :func:`never_signal`)
-are here. Used by the interpreter tests (``tests/ops/test_kernels_interpreter.py``,
-``tests/ops/test_gemm_rs_push_interpreter.py``, ``tests/runtime/test_peer_wait_cpu.py``) and the one-GPU
-tests (``tests/ops/test_emulated_ranks_gpu.py``, run by ``bench/device.sh emulated``). A failed
-check raises ``AssertionError`` naming the call, rank and what differed.
+fused kernels' protocol call by call, and rank 0's waits on peers that never signal), laid out in the
+emulated heap of :mod:`autotaxer.ops._emulated_heap`; the emulated Iris context and the checks that serve
+every op (:func:`check_variant`, :func:`never_signal`) are here. Used by the interpreter tests
+(``tests/ops/test_kernels_interpreter.py``, ``tests/ops/test_gemm_rs_push_interpreter.py``,
+``tests/runtime/test_peer_wait_cpu.py``) and the one-GPU tests (``tests/ops/test_emulated_ranks_gpu.py``,
+run by ``bench/device.sh emulated``). A failed check raises ``AssertionError`` naming the call, rank
+and what differed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_ALIGN = 256
-
-
-class EmulatedHeap:
-    """``world_size`` byte buffers on ``device``; :meth:`alloc` carves one view per rank at one offset."""
-
-    def __init__(self, world_size: int, nbytes: int, device: Any = "cpu") -> None:
-        import torch
-
-        self.bufs = [torch.zeros(nbytes, dtype=torch.uint8, device=device) for _ in range(world_size)]
-        self.off = 0
-        self.bases = torch.tensor([b.data_ptr() for b in self.bufs], dtype=torch.int64, device=device)
-
-    def alloc(self, shape: tuple[int, ...], dtype: Any) -> list[Any]:
-        """One ``shape`` view of ``dtype`` per rank, at the same offset of every rank's buffer."""
-        import torch
-
-        n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
-        o, self.off = self.off, -(-(self.off + n) // _ALIGN) * _ALIGN
-        if self.off > self.bufs[0].numel():
-            raise ValueError(f"heap: {self.off} bytes needed, {self.bufs[0].numel()} emulated")
-        return [b[o : o + n].view(dtype).view(shape) for b in self.bufs]
-
-
-def _bytes(shape: tuple[int, ...], dtype: Any) -> int:
-    import torch
-
-    return -(-torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size() // _ALIGN) * _ALIGN
-
-
-def inbox_heap(world_size: int, box: tuple[int, ...], dtype: Any, n_flags: int, device: Any) -> tuple:
-    """A heap of just one inbox of shape ``box`` (``dtype``) and ``n_flags`` int32 flags per rank, as the
-    fused kernels' workspaces lay them out: ``(heap, inboxes, flags)``, one view per rank of each."""
-    import torch
-
-    heap = EmulatedHeap(world_size, _bytes(box, dtype) + _bytes((n_flags,), torch.int32), device)
-    return heap, heap.alloc(box, dtype), heap.alloc((n_flags,), torch.int32)
-
-
-def _rel_err(out: Any, ref: Any) -> float:
-    err = ((out.float() - ref).norm() / ref.norm()).item()
-    return float("inf") if err != err else err  # NaN never passes
-
-
-def _tolerance(dtype: Any) -> float:
-    import torch
-
-    return {torch.float32: 1e-5, torch.float16: 2e-3}.get(dtype, 1e-2)
+from ..ops._emulated_heap import ALIGN, EmulatedHeap
 
 
 class EmulatedIris:
@@ -86,7 +40,7 @@ class EmulatedIris:
 
         n = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
         buf = self.shared.bufs[self.rank]
-        o, self.off = self.off, -(-(self.off + n) // _ALIGN) * _ALIGN
+        o, self.off = self.off, -(-(self.off + n) // ALIGN) * ALIGN
         if self.off > buf.numel():
             raise ValueError(f"heap: {self.off} bytes needed, {buf.numel()} emulated")
         view = buf[o : o + n]
@@ -217,11 +171,11 @@ def never_signal_kinds() -> dict[str, Any]:
     """What :func:`never_signal` can run: kind -> the op's function that runs rank 0's kernel of that kind
     (every registered op's ``emulated`` integration, e.g. a fused kernel by push or pull, or a
     copy-engine schedule's flag wait)."""
-    from autotaxer.ops import ops_with
+    from autotaxer.integrations import forms_of
 
     kinds: dict[str, Any] = {}
-    for op in ops_with("emulated"):
-        kinds.update(op.integration("emulated").never_signal)
+    for form in forms_of("emulated").values():
+        kinds.update(form.never_signal)
     return kinds
 
 

@@ -51,7 +51,7 @@ def launch_env(environ: dict[str, str] | None = None) -> LaunchEnv | None:
 
 def init_launched(launch: LaunchEnv, device: str) -> Any:
     """Join the launch's default process group; this rank's RunContext."""
-    from ..testing import NO_MULTICAST_ENV, share_cpu_cores
+    from .._launch import NO_MULTICAST_ENV, share_cpu_cores
 
     for k, v in NO_MULTICAST_ENV.items():
         os.environ.setdefault(k, v)

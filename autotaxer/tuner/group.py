@@ -70,7 +70,7 @@ class SpawnedGroup:
         """Spawn the ranks and wait until every one has initialised its process group."""
         import torch.multiprocessing as mp
 
-        from ..testing import free_port
+        from .._launch import free_port
         from .worker import serve
 
         if self.device == "cuda":

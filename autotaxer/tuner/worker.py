@@ -268,7 +268,7 @@ def serve(rank: int, world_size: int, port: int, device: str, conn: Any) -> None
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tuner handles Ctrl-C and ends its workers
     try:
-        from ..testing import init_rank
+        from .._launch import init_rank
 
         ctx = init_rank(rank, world_size, port, device)
         conn.send(("ready", ctx.target))

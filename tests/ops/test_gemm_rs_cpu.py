@@ -253,7 +253,7 @@ def test_a_gemm_rs_shape_is_tuned_and_stored(tmp_path) -> None:
 def test_blocking_reduce_scatter_waits_for_the_collective(monkeypatch) -> None:
     """``reduce_scatter`` (the bsp variant's, the benchmark's) makes the stream wait for NCCL's work: a
     caller that reads ``out`` or refills ``full`` next must not race the collective (it did on 2 GPUs)."""
-    from autotaxer.ops.gemm_rs import bsp
+    from autotaxer.ops import _collectives
 
     waited: list[bool] = []
 
@@ -261,6 +261,6 @@ def test_blocking_reduce_scatter_waits_for_the_collective(monkeypatch) -> None:
         def wait(self) -> None:
             waited.append(True)
 
-    monkeypatch.setattr(bsp, "reduce_scatter_async", lambda full, out, sd, group=None: (out, Work()))
-    assert bsp.reduce_scatter("full", "out", 0) == "out"
+    monkeypatch.setattr(_collectives, "reduce_scatter_async", lambda full, out, sd, group=None: (out, Work()))
+    assert _collectives.reduce_scatter("full", "out", 0) == "out"
     assert waited == [True]

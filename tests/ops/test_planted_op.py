@@ -6,6 +6,8 @@ column-parallel layer, with no line of autotaxer naming it. CPU, 2 gloo ranks, T
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,11 +23,21 @@ runner = CliRunner(env={"AUTOTAXER_DB": None, "AUTOTAXER_TABLE": None, "COLUMNS"
 
 
 @pytest.fixture
-def planted(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planted op's registry line, inherited by every spawned rank; Triton's interpreter there."""
+def planted(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The planted op's registry line, inherited by every spawned rank; Triton's interpreter there.
+    Triton is imported before the interpreter is on, and modules first imported while it was on
+    (kernels, Iris) are forgotten after: their functions are the interpreter's, which a later test's
+    compiled (Gluon) kernels cannot import."""
+    import triton  # noqa: F401  (first imported here, not under the interpreter: see above)
+
     monkeypatch.setenv(registry.ENV_VAR, f"{OP}=_planted.{OP}")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(registry, "_OPS", {})  # this process reads the registry again
+    before = set(sys.modules)
+    yield
+    for name in set(sys.modules) - before:
+        if name.startswith(("autotaxer.kernels", "_planted", "iris")):
+            del sys.modules[name]
 
 
 def _record(key_shape: dict, variant: str, params: dict):

@@ -106,7 +106,7 @@ def test_variant_is_hopper_only_opt_in_and_prunes_what_it_cannot_run(monkeypatch
     assert variant.experimental, "push_ws stays opt-in until it is measured on 2 GPUs"
     hopper = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132)
     blackwell = Target(gpu_model="nvidia-b200", arch="sm_100", num_sms=148)
-    from autotaxer.ops.ag_gemm.push import PushVariant
+    from autotaxer.ops.ag_gemm.iris_fused import PushVariant
 
     monkeypatch.setattr(PushVariant, "unavailable_reason", lambda self, target: None)  # Iris importable
     assert "sm_90" in variant.unavailable_reason(blackwell)
@@ -206,7 +206,7 @@ def test_forward_variant_prunes_what_its_forward_warp_cannot_serve(monkeypatch) 
     from autotaxer import ProblemKey
     from autotaxer._problem import Target
     from autotaxer.ops import get_op
-    from autotaxer.ops.ag_gemm.push import PushVariant
+    from autotaxer.ops.ag_gemm.iris_fused import PushVariant
 
     monkeypatch.setattr(PushVariant, "unavailable_reason", lambda self, target: None)  # Iris importable
     fwd = get_op("ag_gemm").variants["push_ws_fwd"]

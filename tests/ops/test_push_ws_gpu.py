@@ -1,5 +1,5 @@
 """``push_ws`` on one Hopper GPU: two ranks emulated
-(``autotaxer.ops.ag_gemm.experimental.emulated_pair``), against fp32.
+(``autotaxer.testing.push_ws_pair``), against fp32.
 
 Rank 1's real ``push`` producers (on a side stream, optionally started late) fill rank 0's inbox while
 rank 0's warp-specialised consumer runs; rank 0's output and inbox are NaN-poisoned before every call
@@ -66,7 +66,7 @@ def test_push_ws_matches_reference_on_an_emulated_pair(case, transport: str, lat
     from autotaxer.kernels.ag_gemm.fused import FusedConfig
     from autotaxer.kernels.common.gemm import num_sms
 
-    from autotaxer.ops.ag_gemm.experimental.emulated_pair import EmulatedPushPair
+    from autotaxer.testing.push_ws_pair import EmulatedPushPair
 
     m, n, k, gd, dtype, col_b, fields = case
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from autotaxer.integrations import form
 from autotaxer.ops import REGISTRY, get_op, layer_op, op_names, ops_with
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +18,9 @@ PACKAGE = ROOT / "autotaxer"
 #: own folders (``autotaxer/ops/<op>/``) must find ops in the registry.
 MAY_NAME_OPS = {
     "ops": "the ops themselves (their folders and the registry's lines)",
+    "integrations/ag_gemm.py": "ag_gemm's integrations (custom ops, autograd, functions, bench row)",
+    "integrations/gemm_rs.py": "gemm_rs's integrations (custom ops, autograd, functions, bench row)",
+    "integrations/__init__.py": "the integration layer's registry: op -> the module of its forms",
     "async_tp.py": "maps torch's two fused ops to the autotaxer ops that serve them",
     "models": "a model, which uses ops through autotaxer.nn's layers",
     "testing": "test programs and planted variants written against one op",
@@ -82,14 +86,8 @@ def test_only_the_ops_own_folders_name_an_op() -> None:
     names = list(REGISTRY)
     scanned = _scanned()
     rel = {p.relative_to(PACKAGE).as_posix() for p in scanned}
-    must = {
-        "benchmark/rank.py",
-        "benchmark/run.py",
-        "functional.py",
-        "nn.py",
-        "runtime/custom_op.py",
-        "runtime/autograd.py",
-    }
+    must = {"benchmark/rank.py", "benchmark/run.py", "functional.py", "nn.py"}
+    must |= {"integrations/compiled.py", "integrations/autograd.py", "integrations/dispatch.py"}
     must |= {"runtime/dispatch.py", "cli/bench.py", "cli/tune.py", "tools/emulated_ranks.py", "tuner/run.py"}
     assert must <= rel, sorted(must - rel)
     named = [hit for path in scanned for hit in _named_ops(path, names)]
@@ -122,10 +120,11 @@ def test_layers_and_integrations_come_from_the_ops() -> None:
     assert layer_op("column").layer.layout == {"gather_dim": 0}
     assert layer_op("row").layer.layout == {"scatter_dim": 0}
     assert {op.name for op in ops_with("compiled")} == {"ag_gemm", "gemm_rs"}
-    for op in ops_with("bench"):  # every integration an op declares loads and has its FORM
+    for op in ops_with("bench"):  # every integration an op declares has its form
         for kind in op.integrations:
-            assert op.integration(kind) is not None, (op.name, kind)
-    assert get_op("flash_decode").integration("compiled") is None
+            assert form(op, kind) is not None, (op.name, kind)
+    assert form("flash_decode", "compiled") is None
+    assert form("flash_decode", "emulated") is get_op("flash_decode").forms["emulated"]
 
 
 @pytest.mark.parametrize(
@@ -141,3 +140,23 @@ def test_bad_env_entry_is_named(monkeypatch: pytest.MonkeyPatch, value: str, pro
     monkeypatch.setenv(registry.ENV_VAR, value)
     with pytest.raises(ValueError, match=problem):
         registry.op_names()
+
+
+def test_variants_of_the_environment_are_registered_on_their_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$AUTOTAXER_VARIANTS`` (``op=module``) registers a module's ``VARIANTS`` on that op, which is how
+    the tests' planted faults reach spawned workers without the op naming them; a bad entry is named."""
+    import autotaxer.ops as registry
+    from autotaxer.testing.planted import ENV
+
+    monkeypatch.setattr(registry, "_OPS", {})
+    monkeypatch.delenv(registry.VARIANTS_ENV_VAR, raising=False)
+    assert "planted_hang" not in registry.get_op("ag_gemm").variants
+    for var, value in ENV.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setattr(registry, "_OPS", {})
+    assert {"planted_hang", "planted_wrong", "bsp"} <= set(registry.get_op("ag_gemm").variants)
+    for value, problem in (("ag_gemm", "not op=module"), ("nope=autotaxer.testing.planted", "'nope'")):
+        monkeypatch.setenv(registry.VARIANTS_ENV_VAR, value)
+        monkeypatch.setattr(registry, "_OPS", {})
+        with pytest.raises(ValueError, match=problem):
+            registry.op_names()

@@ -96,7 +96,7 @@ def _opchecks(ctx) -> dict:
     import torch
 
     import autotaxer
-    import autotaxer.runtime.custom_op  # noqa: F401  (registers the custom ops)
+    import autotaxer.integrations.compiled  # noqa: F401  (registers the custom ops)
 
     autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
     a = torch.randn(8, 16, requires_grad=True)
@@ -112,7 +112,7 @@ def _opchecks(ctx) -> dict:
 def test_the_custom_ops_pass_torchs_opcheck() -> None:
     """Each custom op's schema, fake kernel and autograd registration agree with what it computes, and
     AOTAutograd traces it (``torch.library.opcheck``): what compiled code relies on, however the ops are
-    registered (``autotaxer/ops/_library.py``)."""
+    registered (``autotaxer/integrations/_library.py``)."""
     (got,) = run_ranks(_opchecks, 1, "cpu", timeout=300)
     assert len(got) == 3
     for op, result in got.items():

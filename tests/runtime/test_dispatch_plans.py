@@ -132,3 +132,17 @@ def test_other_ops_take_the_full_signature_path(rt) -> None:
     for _ in range(2):
         autotaxer.dispatch("flash_decode", *inputs)
     assert p.calls == 2
+
+
+def test_the_runtime_serves_the_hot_path_and_dispatch_routes_differentiable_calls(rt) -> None:
+    """``Runtime.dispatch`` is the hot path alone: a call whose input requires grad is refused there, naming
+    ``autotaxer.dispatch``, which routes it through the op's autograd (the integration layer above)."""
+    a, b = _inputs()
+    a.requires_grad_(True)
+    with pytest.raises(NotImplementedError, match="autotaxer.dispatch differentiates"):
+        rt.dispatch("ag_gemm", a, b, gather_dim=0)
+    c = autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)
+    c.sum().backward()
+    assert c.grad_fn is not None and torch.allclose(a.grad, b.sum(1).expand_as(a), atol=1e-5)
+    with torch.no_grad():
+        assert _close(rt.dispatch("ag_gemm", a, b, gather_dim=0), a.detach(), b)

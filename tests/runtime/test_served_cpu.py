@@ -187,7 +187,7 @@ def _checks(ctx, table: str) -> dict:
 
     # 8. the custom op called directly with W requiring grad: the winner serves, backward gathers A again
     def custom_op_direct():
-        import autotaxer.runtime.custom_op  # noqa: F401  (registers the ops)
+        import autotaxer.integrations.compiled  # noqa: F401  (registers the ops)
 
         xa, w = x.clone().requires_grad_(), w_full.clone().requires_grad_()
         (torch.ops.autotaxer.ag_gemm(xa, w.t(), 0, name) ** 2).sum().backward()

@@ -7,10 +7,10 @@ Modules import Triton/Iris only inside their functions, so registering costs not
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
-from .._forms import INTEGRATION_MODULES, LayerForm
+from .._forms import INTEGRATION_KINDS, LayerForm
 from .._matmul import gemm_flops
+from ._emulated import FORM as EMULATED
 from ._op import AgGemm
 
 _VARIANT_MODULES = (
@@ -18,8 +18,7 @@ _VARIANT_MODULES = (
     "bsp_symm",
     "torch_fused",
     "cpu_chunked",
-    "pull",
-    "push",
+    "iris_fused",  # pull, push
     "push_tma",
     "copy_engine",
 )
@@ -30,12 +29,12 @@ _EXPERIMENTAL_MODULES = (
     "experimental.ce_grouped",
     "experimental.ce_persistent",
 )
-#: The planted faults of the tuner's tests (registered only with AUTOTAXER_PLANTED_VARIANTS=1).
-_TEST_MODULES = ("autotaxer.testing.planted",)
 
 AG_GEMM = AgGemm()
-# What the op takes part in beyond dispatch and tuning (see ops/_forms.py), each integration a module here.
-AG_GEMM.integrations = dict(INTEGRATION_MODULES)  # every one
+# What the op takes part in beyond dispatch and tuning (see ops/_forms.py): every integration; the
+# emulated checks it carries, the integration layer (autotaxer/integrations/) holds the others' forms.
+AG_GEMM.integrations = frozenset(INTEGRATION_KINDS)
+AG_GEMM.forms = {"emulated": EMULATED}
 AG_GEMM.function_names = ("fused_all_gather_matmul",)
 AG_GEMM.layer = LayerForm("column", {"gather_dim": 0})  # sequence-parallel: the input's rows gathered
 AG_GEMM.flops = gemm_flops  # every rank computes the full product
@@ -48,10 +47,8 @@ AG_GEMM.tied_to_size = frozenset({"pull", "push", "push_tma", "push_ws", "push_w
 # The copy-engine schedules for many peers join the default space from 3 ranks on: the 4- and 8-GPU runs
 # measure them beside copy_engine, and decide which of the three stay (issue 26).
 AG_GEMM.default_from_world_size = {"ce_fanout": 3, "ce_grouped": 3}
-for _qual in (*(f"{__name__}.{n}" for n in (*_VARIANT_MODULES, *_EXPERIMENTAL_MODULES)), *_TEST_MODULES):
-    if importlib.util.find_spec(_qual) is None:
-        continue
-    for _variant in importlib.import_module(_qual).VARIANTS:
+for _name in (*_VARIANT_MODULES, *_EXPERIMENTAL_MODULES):
+    for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
         AG_GEMM.register(_variant)
 
 OP = AG_GEMM

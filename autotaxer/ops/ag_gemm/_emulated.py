@@ -1,13 +1,14 @@
-"""``ag_gemm``'s kernels on ranks emulated in one process (:mod:`autotaxer.tools.emulated_ranks`): the
-fused kernel's protocol checked call by call (:func:`check_ag_gemm`), and rank 0's waits on peers that
-never signal (the fused kernel by push or pull, and the copy-engine schedules' flag wait)."""
+"""``ag_gemm``'s kernels on ranks emulated in one process (their heap: :mod:`.._emulated_heap`; run by
+:mod:`autotaxer.tools.emulated_ranks`): the fused kernel's protocol checked call by call
+(:func:`check_ag_gemm`), and rank 0's waits on peers that never signal (the fused kernel by push or
+pull, and the copy-engine schedules' flag wait)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..._problem import ProblemKey
-from ...tools.emulated_ranks import _rel_err, _tolerance, inbox_heap
+from .._emulated_heap import emulated_error, emulated_tolerance, inbox_heap
 from .._forms import EmulatedForm
 
 
@@ -77,9 +78,9 @@ def check_ag_gemm(
                        heap_bases=heap.bases, rank=r, world_size=ws, gather_dim=gd, config=config,
                        num_sms=num_sms, phase=phase, inbox=inbox[r])  # fmt: skip
         for r in range(ws):
-            err = _rel_err(outs[r], ref)
+            err = emulated_error(outs[r], ref)
             where = f"{kind} ws{ws} gd{gd} call {epoch} rank {r}"
-            assert err < _tolerance(dtype), f"{where}: relative error {err:.2e}"
+            assert err < emulated_tolerance(dtype), f"{where}: relative error {err:.2e}"
             # every program arrived once per call; the queue advanced by tiles + dedicated producers
             arrivals, drawn = syncs[r].tolist()
             assert arrivals == epoch * grid, f"rank {r} call {epoch}: {arrivals} arrivals, {epoch * grid} due"

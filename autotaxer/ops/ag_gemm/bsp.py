@@ -9,20 +9,8 @@ from typing import Any
 
 from ..._problem import ProblemKey, torch_dtype
 from .._base import Params, RunContext, Variant, Workspace
+from .._collectives import all_gather_shards
 from ._op import shard_shape
-
-
-def all_gather_shards(shard: Any, gathered: Any, ctx: RunContext) -> None:
-    """All-gather ``shard`` into ``gathered`` of shape ``(world_size, *shard.shape)`` (NCCL/RCCL or gloo)."""
-    import torch.distributed as dist
-
-    if ctx.world_size == 1:
-        gathered[0].copy_(shard)
-    elif ctx.target.device_type == "cpu":
-        # gloo has no all_gather_into_tensor on every torch release; the list form works everywhere.
-        dist.all_gather(list(gathered.unbind(0)), shard.contiguous(), group=ctx.group)
-    else:
-        dist.all_gather_into_tensor(gathered, shard.contiguous(), group=ctx.group)
 
 
 class BspVariant(Variant):

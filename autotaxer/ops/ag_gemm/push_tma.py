@@ -15,7 +15,7 @@ from ..._target import tma_unavailable
 from .._base import Params
 from ._op import shard_shape
 from ._space import push_tma_seeds, push_tma_space
-from .push import PushVariant
+from .iris_fused import PushVariant
 
 
 class PushTmaVariant(PushVariant):

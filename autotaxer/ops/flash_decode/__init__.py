@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib
 
-from .._forms import INTEGRATION_MODULES
+from ._emulated import FORM as EMULATED
 from ._op import FlashDecode, global_lengths, shard_lengths
 
 _VARIANT_MODULES = ("bsp", "fused")
 
 FLASH_DECODE = FlashDecode()
-FLASH_DECODE.integrations = {"emulated": INTEGRATION_MODULES["emulated"]}  # see ops/_forms.py
+FLASH_DECODE.integrations = frozenset({"emulated"})  # see ops/_forms.py: a form it carries itself
+FLASH_DECODE.forms = {"emulated": EMULATED}
 for _name in _VARIANT_MODULES:
     for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
         FLASH_DECODE.register(_variant)

@@ -1,11 +1,11 @@
-"""``flash_decode``'s fused kernel on ranks emulated in one process (:mod:`autotaxer.tools.emulated_ranks`):
-rank 0's waits on peers that never signal."""
+"""``flash_decode``'s fused kernel on ranks emulated in one process (their heap: :mod:`.._emulated_heap`;
+run by :mod:`autotaxer.tools.emulated_ranks`): rank 0's waits on peers that never signal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...tools.emulated_ranks import EmulatedHeap, _bytes
+from .._emulated_heap import EmulatedHeap, aligned_bytes
 from .._forms import EmulatedForm
 
 
@@ -26,9 +26,9 @@ def _never_signal_fused(kind: str, ctx: Any, randn: Any, dtype: Any) -> Any:
     o_shape, lse_shape = inbox_shapes(b, h, d, ws, config.splits)
     f_shape = flag_shape(b, hkv, ws, config.splits)
     sizes = (
-        _bytes(o_shape, torch.float32),
-        _bytes(lse_shape, torch.float32),
-        _bytes(f_shape, torch.int64),
+        aligned_bytes(o_shape, torch.float32),
+        aligned_bytes(lse_shape, torch.float32),
+        aligned_bytes(f_shape, torch.int64),
     )
     heap = EmulatedHeap(ws, sum(sizes), dev)
     inbox_o, inbox_lse = heap.alloc(o_shape, torch.float32), heap.alloc(lse_shape, torch.float32)

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import importlib
 
-from .._forms import INTEGRATION_MODULES, LayerForm
+from .._forms import INTEGRATION_KINDS, LayerForm
 from .._matmul import partial_gemm_flops
+from ._emulated import FORM as EMULATED
 from ._op import GemmRs
 
 _VARIANT_MODULES = ("bsp", "bsp_symm", "torch_fused", "push", "copy_engine")
 
 GEMM_RS = GemmRs()
-# What the op takes part in beyond dispatch and tuning (see ops/_forms.py), each integration a module here.
-GEMM_RS.integrations = dict(INTEGRATION_MODULES)  # every one
+# What the op takes part in beyond dispatch and tuning (see ops/_forms.py): every integration; the
+# emulated checks it carries, the integration layer (autotaxer/integrations/) holds the others' forms.
+GEMM_RS.integrations = frozenset(INTEGRATION_KINDS)
+GEMM_RS.forms = {"emulated": EMULATED}
 GEMM_RS.function_names = ("fused_matmul_reduce_scatter",)
 GEMM_RS.layer = LayerForm("row", {"scatter_dim": 0})  # sequence-parallel: the output's rows scattered
 GEMM_RS.flops = partial_gemm_flops  # each rank's partial product over its K slice

@@ -1,13 +1,13 @@
-"""``gemm_rs``'s fused kernel on ranks emulated in one process (:mod:`autotaxer.tools.emulated_ranks`):
-its protocol checked call by call (:func:`check_gemm_rs_push`), and rank 0's waits on peers that never
-signal."""
+"""``gemm_rs``'s fused kernel on ranks emulated in one process (their heap: :mod:`.._emulated_heap`; run
+by :mod:`autotaxer.tools.emulated_ranks`): its protocol checked call by call (:func:`check_gemm_rs_push`),
+and rank 0's waits on peers that never signal."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ..._problem import ProblemKey
-from ...tools.emulated_ranks import _rel_err, _tolerance, inbox_heap
+from .._emulated_heap import emulated_error, emulated_tolerance, inbox_heap
 from .._forms import EmulatedForm
 
 if TYPE_CHECKING:
@@ -75,9 +75,9 @@ def check_gemm_rs_push(
                              num_sms=num_sms, phase=phase, tma=tma, pull=pull)  # fmt: skip
         for r in range(ws):
             ref = full[r * mo : (r + 1) * mo] if sd == 0 else full[:, r * no : (r + 1) * no]
-            err = _rel_err(outs[r], ref)
+            err = emulated_error(outs[r], ref)
             where = f"gemm_rs ws{ws} sd{sd} call {call} rank {r}"
-            assert err < _tolerance(dtype), f"{where}: relative error {err:.2e}"
+            assert err < emulated_tolerance(dtype), f"{where}: relative error {err:.2e}"
             arrivals = syncs[r].item()
             assert arrivals == call * grid, f"rank {r} call {call}: {arrivals} arrivals, {call * grid} due"
             tiles = n_flags // (2 * ws)

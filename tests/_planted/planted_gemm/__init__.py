@@ -3,7 +3,7 @@ every rank gets ``C = cat_r(A_r) @ B`` (an all-gather GEMM along rows, ``gather_
 
 Variants: ``bsp`` (the all-gather, then ``torch.matmul``) and ``triton`` (the all-gather, then the device
 module's GEMM; on CPU only under Triton's interpreter). It serves the column-parallel layer and takes
-part in ``autotaxer bench`` (``_bench.py``)."""
+part in ``autotaxer bench`` (``_bench.py``, the form the op carries: ``Op.forms``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from autotaxer._problem import ProblemKey, Target, dtype_name, torch_dtype
 from autotaxer.ops import Op, Variant, Workspace
 from autotaxer.ops._collectives import all_gather_shards
 from autotaxer.ops._forms import LayerForm
+
+from ._bench import FORM as BENCH
 
 
 def _generator(device: Any, seed: int) -> Any:
@@ -26,7 +28,8 @@ class PlantedGemm(Op):
     name = "planted_gemm"
     shape_fields = ("M", "N", "K")
     layout_choices = {"gather_dim": (0,)}
-    integrations = {"bench": "_bench"}
+    integrations = frozenset({"bench"})
+    forms = {"bench": BENCH}  # a form that needs nothing above the ops: carried by the op
     layer = LayerForm("column", {"gather_dim": 0})
     flops = staticmethod(lambda key: 2.0 * key["M"] * key["N"] * key["K"])
 

@@ -26,7 +26,7 @@ from ...._problem import ProblemKey, Target, torch_dtype
 from ...._target import tma_unavailable
 from ..._base import Params, RunContext, Workspace
 from ..._copy_engine import CopyEngineBase, channel_buffers, transport_error
-from .._iris_fused import _ELEM_BYTES, _SMEM_BYTES, _next_pow2  # the fused variants' sizing rules
+from ..iris_fused import _ELEM_BYTES, _SMEM_BYTES, _next_pow2  # the fused variants' sizing rules
 
 #: The search space, most decisive first; the first value of each is the safe default.
 SPACE: dict[str, tuple[Any, ...]] = {

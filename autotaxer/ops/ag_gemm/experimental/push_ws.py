@@ -23,7 +23,7 @@ from ...._target import sm_version
 from ..._base import Params
 from .._op import shard_shape
 from .._space import PUSH_WS_SPACE, fwd_boxes, push_ws_fwd_seeds, push_ws_seeds
-from ..push import PushVariant
+from ..iris_fused import PushVariant
 
 
 class PushWsVariant(PushVariant):

@@ -18,9 +18,10 @@ form that can (``Plan.saving``: where that is ``bsp``, the traced BSP), and the 
 serves it. Calls of the custom ops are counted at run time (:func:`autotaxer.served`, path ``compiled``);
 a BSP traced into the graph is not autotaxer's at run time: it is listed with its number of traces.
 
-Each op declares both forms in its ``compiled`` integration (:class:`autotaxer.ops._forms.CompiledForm`:
-``autotaxer/ops/<op>/_compile.py``, whose custom ops are ``torch.ops.autotaxer.<op>...``); importing this
-module registers every op's. Process groups cross the op boundary by name (:mod:`._groups`).
+Each op has both forms in its ``compiled`` integration (:class:`autotaxer.ops._forms.CompiledForm`, found
+by :func:`autotaxer.integrations.form`: ``autotaxer/integrations/<op>.py`` for the built-in ops, whose
+custom ops are ``torch.ops.autotaxer.<op>...``); importing this module registers every op's. Process
+groups cross the op boundary by name (:mod:`autotaxer.runtime._groups`).
 """
 
 from __future__ import annotations
@@ -29,23 +30,22 @@ from typing import Any
 
 import torch
 
-from ..ops import get_op, ops_with
-from ._groups import functional_collective, group_name, resolve
-from ._runtimes import runtime_for
+from ..ops import ops_with
+from ..runtime._groups import group_name, resolve
+from ..runtime.dispatch import runtime_for
+from . import form as find_form
+from . import forms_of
 
-__all__ = ["compiled_call", "compiled_dispatch", "compiled_saving", "functional_collective", "group_name"]
-
-for _op in ops_with("compiled"):  # registered now, as every compiled graph may call them
-    _op.integration("compiled")
+__all__ = ["compiled_call", "compiled_dispatch", "compiled_saving"]
 
 
 def _form(op: str) -> Any:
     """The ``compiled`` integration of ``op``; ``NotImplementedError`` naming those that have one."""
-    form = get_op(op).integration("compiled")
-    if form is None:
+    found = find_form(op, "compiled")
+    if found is None:
         names = sorted(o.name for o in ops_with("compiled"))
         raise NotImplementedError(f"dispatch({op!r}) inside torch.compile: custom ops exist for {names}")
-    return form
+    return found
 
 
 #: The variant a compiled graph holds as plain PyTorch (functional collectives and the matmul).
@@ -122,3 +122,8 @@ def compiled_dispatch(op: str, tensors: tuple, out: Any, layout: dict[str, int],
         out.copy_(result)
         return out
     return result
+
+
+# every op's custom ops registered now, as every compiled graph may call them (last: their modules import
+# this one's functions lazily)
+forms_of("compiled")

@@ -1,7 +1,9 @@
-"""What the Iris-fused variants (``pull``, ``push``) share: pruning, prepare and launch (their search space
-and seeds are data in :mod:`._space`).
+"""``pull`` and ``push``: one Iris kernel, producers moving the shards, a persistent GEMM reading locally.
 
-The launchers are ``autotaxer.kernels.ag_gemm.pull`` / ``ag_gemm_push`` (one kernel); both take a
+``push``: producer CTAs store the local shard into the peers' inboxes; ``pull``: they load the peers'
+staged shards into the local inbox. What both share (pruning, prepare and launch) is
+:class:`IrisFusedVariant`; their search space and seeds are data in :mod:`._space`. The launchers are
+``autotaxer.kernels.ag_gemm.pull`` / ``ag_gemm_push`` (one kernel); both take a
 :class:`~autotaxer.kernels.ag_gemm.fused.FusedConfig` built from the trial's parameters.
 """
 
@@ -188,3 +190,39 @@ def inbox_gathered(ws: Workspace, a_shard: Any, rank: int) -> Any:
     if key["gather_dim"] == 0:
         return shards.view(key["M"], key["K"])
     return shards.permute(1, 0, 2).reshape(key["M"], key["K"])
+
+
+class PullVariant(IrisFusedVariant):
+    """Producer CTAs load the peers' staged shards into the local inbox; the GEMM reads locally."""
+
+    name = "pull"
+    pushes = False
+
+    def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
+        from autotaxer.kernels.ag_gemm.fused import inbox_shape
+
+        return inbox_shape(*shard_shape(key), key.world_size)
+
+    def launcher(self):
+        from autotaxer.kernels.ag_gemm.pull import ag_gemm_pull
+
+        return ag_gemm_pull
+
+
+class PushVariant(IrisFusedVariant):
+    """Producer CTAs store the local shard into the peers' inboxes; the GEMM reads locally."""
+
+    name = "push"
+
+    def buffer_shape(self, key: ProblemKey) -> tuple[int, ...]:
+        from autotaxer.kernels.ag_gemm.fused import inbox_shape
+
+        return inbox_shape(*shard_shape(key), key.world_size)
+
+    def launcher(self):
+        from autotaxer.kernels.ag_gemm.push import ag_gemm_push
+
+        return ag_gemm_push
+
+
+VARIANTS = [PullVariant(), PushVariant()]
