@@ -4,8 +4,9 @@ tree, with ``autotaxer`` importable from that tree; prints JSON).
 Reads a JSON request on stdin: ``{"variants": [[op, variant], ...], "launches": [scenario, ...]}``
 and answers, per ``op/variant``:
 - ``hash``: the tree's ``kernel_source_hash`` (what records are stamped with);
-- ``code``: sha256 over the sorted normalized top-level statements of the modules the hash covers,
-  imports and docstrings left out (equal for two trees that only move code between modules);
+- ``code``: sha256 over the sorted normalized top-level statements of the modules that this tool's
+  hash rules cover (:func:`covered_paths`, whatever rules the tree's own hash had), imports and
+  docstrings left out (equal for two trees that only move code between modules or packages);
 and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s;
 the copy-engine schedules are traced instead, :func:`_copy_engine_call`), every kernel launch its launcher
 makes, recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name
@@ -41,7 +42,19 @@ def _own_kernel_hash() -> Any:
     return module
 
 
-_strip_docstrings = _own_kernel_hash().strip_docstrings
+_OWN = _own_kernel_hash()
+_strip_docstrings = _OWN.strip_docstrings
+
+
+def covered_paths(op: str, variant: str) -> list[str]:
+    """The files of the modules this tool's hash rules cover for ``variant`` of ``op`` in the tree being
+    fingerprinted (its registry names the roots): both trees are compared under the same rules, so a tree
+    older than them (another scope) compares by what moved, not by what the scope took in."""
+    from autotaxer.ops import get_op
+
+    the_op = get_op(op)
+    roots = (type(the_op.variants[variant]).__module__, type(the_op).__module__)
+    return [str(path) for _, path in _OWN.covered_modules(roots)]
 
 
 class _BoundNames(ast.NodeTransformer):
@@ -429,13 +442,11 @@ def main() -> None:
     answer: dict[str, Any] = {"variants": {}, "launches": []}
     for op, variant in request["variants"]:
         try:
-            modules = kernel_hash._variant_modules(op, variant)
+            stamped = kernel_hash.kernel_source_hash(op, variant)  # the tree's own rules: its records'
         except KeyError:
             continue
-        answer["variants"][f"{op}/{variant}"] = {
-            "hash": kernel_hash.kernel_source_hash(op, variant),
-            "code": code_digest([str(path) for _, path in modules]),
-        }
+        code = code_digest(covered_paths(op, variant))
+        answer["variants"][f"{op}/{variant}"] = {"hash": stamped, "code": code}
     if request["launches"]:
         names = _kernel_names()
         recorder = _record_launches()
