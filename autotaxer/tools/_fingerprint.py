@@ -7,7 +7,8 @@ and answers, per ``op/variant``:
 - ``code``: sha256 over the sorted normalized top-level statements of the modules that this tool's
   hash rules cover (:func:`covered_paths`, whatever rules the tree's own hash had), imports and
   docstrings left out (equal for two trees that only move code between modules or packages);
-and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s;
+and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s,
+``gemm_rs``'s fused ones;
 the copy-engine schedules are traced instead, :func:`_copy_engine_call`), every kernel launch its launcher
 makes, recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name
 left out), the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and
@@ -213,6 +214,31 @@ def _fused_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
             return
         variant = "push"
     names[f"ag_gemm_{variant}"](**tensors, **common)
+
+
+def _gemm_rs_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
+    """The launches of ``gemm_rs``'s ``push``, ``push_tma`` or ``pull`` (one fused kernel, through its
+    launcher ``gemm_rs_push``) for a record's key and params, rank 0 (its shapes, buffers and launch
+    arithmetic from the launcher's own module)."""
+    import torch
+
+    launch = names["gemm_rs_push"]
+    host = sys.modules[launch.__module__]
+    ws, sd = scenario["world_size"], scenario["scatter_dim"]
+    m, n, k = scenario["M"], scenario["N"], scenario["K"] // scenario["world_size"]
+    config = host.RsConfig(**scenario["params"])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[scenario["dtype"]]
+    b = torch.empty(k, n, dtype=dtype) if scenario["b_layout"] == "kn" else torch.empty(n, k, dtype=dtype).t()
+    mo, no = host.out_dims(m, n, ws, sd)
+    variant = scenario["variant"]
+    launch(
+        a=torch.empty(m, k, dtype=dtype), b=b, out=torch.empty(mo, no, dtype=dtype),
+        inbox=torch.empty(*host.inbox_shape(mo, no, ws), dtype=dtype),
+        flags=torch.zeros(host.flags_count(m, n, ws, sd, config), dtype=torch.int32),
+        sync=torch.zeros(host.SYNC_WORDS, dtype=torch.int64), heap_bases=torch.zeros(ws, dtype=torch.int64),
+        rank=0, world_size=ws, scatter_dim=sd, config=config, num_sms=scenario["num_sms"],
+        tma=variant == "push_tma", pull=variant == "pull",
+    )  # fmt: skip
 
 
 def _flash_decode_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
@@ -455,6 +481,8 @@ def main() -> None:
             try:
                 if scenario.get("op", "ag_gemm") == "flash_decode":
                     _flash_decode_call(names, scenario)
+                elif scenario.get("op", "ag_gemm") == "gemm_rs":
+                    _gemm_rs_call(names, scenario)
                 elif scenario["variant"] in ("copy_engine", "ce_fanout"):
                     answer["launches"].append(_copy_engine_call(scenario))
                     continue
