@@ -112,12 +112,18 @@ def _services() -> dict[str, frozenset[str]]:
     return found
 
 
-def _services_called(path: Path, services: dict[str, frozenset[str]]) -> set[str]:
-    """The modules behind every ``x.<method>(...)`` call in ``path`` whose method is a service."""
+def _reached(module: str, path: Path, services: dict[str, frozenset[str]]) -> set[str]:
+    """What ``module`` (at ``path``) imports, and the modules behind every ``x.<method>(...)`` call in it
+    whose method is a service (one walk of the tree)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = _package(module, path)
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            found |= services.get(node.func.attr, frozenset())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute):
+                found |= services.get(node.func.attr, frozenset())
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _imports_in(node, package)
     return found
 
 
@@ -136,17 +142,18 @@ def covered_modules(roots: tuple[str, ...]) -> tuple[tuple[str, Path], ...]:
     modules not followed (module docstring), sorted by name."""
     contract, services = _contract()[0], _services()
     seen: dict[str, Path] = {}
+    looked: set[str] = set()  # every name looked up (a module, a name inside one, a left-out module)
     todo = list(roots)
     while todo:
         name = todo.pop()
-        if name in seen:
+        if name in looked:
             continue
+        looked.add(name)
         path = _origin(name)
         if path is None or (name not in roots and _left_out(name, path, contract)):
             continue
         seen[name] = path
-        reached = _imported_modules(name, path) | _services_called(path, services)
-        todo.extend(m for m in reached if m.startswith(SCOPES) and m not in seen)
+        todo.extend(m for m in _reached(name, path, services) if m.startswith(SCOPES) and m not in looked)
     return tuple(sorted(seen.items()))
 
 
@@ -198,6 +205,13 @@ def normalized_source(source: str, filename: str = "<source>") -> str:
     return _canonical(tree)
 
 
+@lru_cache(maxsize=512)
+def _module_code(path: Path) -> str:
+    """:func:`normalized_source` of the file at ``path``, once per process (modules several variants
+    cover are read once)."""
+    return normalized_source(path.read_text(encoding="utf-8"), str(path))
+
+
 @lru_cache(maxsize=256)
 def kernel_source_hash(op: str, variant: str) -> str:
     """sha256 (hex) over the kernel sources ``variant`` of ``op`` uses (module names and
@@ -208,7 +222,6 @@ def kernel_source_hash(op: str, variant: str) -> str:
     """
     h = hashlib.sha256()
     for name, path in _variant_modules(op, variant):
-        code = normalized_source(path.read_text(encoding="utf-8"), str(path))
-        h.update(name.encode() + b"\0" + code.encode() + b"\0")
+        h.update(name.encode() + b"\0" + _module_code(path).encode() + b"\0")
     h.update(variant.encode())
     return h.hexdigest()
