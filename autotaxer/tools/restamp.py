@@ -22,6 +22,9 @@ each) and, per variant of the tables' records, decides:
 - ``changed``: neither holds; the records stay stale and need re-tuning.
 - ``stale before``: the record's hash was not the base tree's either.
 
+The report's ``same launches`` column counts, for a traced variant, the scenarios (distinct keys and
+params of its records) whose launches are the same in both trees, whatever the verdict.
+
 Only ``--write`` rewrites the tables (``moved`` and ``same launches`` records get the new hash);
 without it the command only reports. Exit 0, or 1 when a record is ``changed``. ``--accept-changed
 EVIDENCE`` also re-stamps ``changed`` records, for a change measured not to alter what the kernels
@@ -175,13 +178,17 @@ def main(argv: list[str] | None = None) -> int:
             base, now = base_f.result(), now_f.result()
     verdicts = decide(records, base, now, scenarios)
     status = 0
-    print(f"{'variant':<28} {'records':>7}  verdict")
+    same: dict[str, list[bool]] = defaultdict(list)  # per variant: each traced scenario's launches the same?
+    for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):
+        same[f"{scenario.get('op', 'ag_gemm')}/{scenario['variant']}"].append(difference(a, b) is None)
+    print(f"{'variant':<28} {'records':>7} {'same launches':>13}  verdict")
     for name, (verdict, new_hash) in verdicts.items():
         old_hash = base["variants"].get(name, {}).get("hash")
         mine = [r for r in records if f"{r['op']}/{r['variant']}" == name]
         stale = sum(r.get("kernel_hash") not in (old_hash, None) for r in mine)
         note = f" ({stale} stale before {args.base})" if stale else ""
-        print(f"{name:<28} {len(mine):>7}  {verdict}{note}")
+        traced = f"{sum(same[name])}/{len(same[name])}" if same.get(name) else "-"
+        print(f"{name:<28} {len(mine):>7} {traced:>13}  {verdict}{note}")
         status |= verdict.startswith("changed") and not args.accept_changed
         if verdict == "changed" and args.explain:
             for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):
