@@ -8,12 +8,11 @@ and answers, per ``op/variant``:
   hash rules cover (:func:`covered_paths`, whatever rules the tree's own hash had), imports and
   docstrings left out (equal for two trees that only move code between modules or packages);
 and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s,
-``gemm_rs``'s fused ones;
-the copy-engine schedules are traced instead, :func:`_copy_engine_call`), every kernel launch its launcher
-makes, recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name
-left out), the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and
-16-byte alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in
-the PTX).
+``gemm_rs``'s fused ones; the copy-engine schedules and ``ag_gemm``'s ``bsp`` are traced instead,
+:func:`_copy_engine_call`), every kernel launch its launcher makes, recorded instead of launched: the
+kernel's PTX for sm_90 (no line information; the entry's name left out), the grid, the launch options
+and each runtime argument (tensors by dtype, shape, strides and 16-byte alignment; scalars by value;
+tuples leaf by leaf, as the kernel receives them; constexprs are in the PTX).
 Nothing needs a GPU: tensors are CPU tensors that are never read, and kernels compile without a driver.
 Self-contained on purpose: it must run against an older tree that does not have it.
 """
@@ -336,9 +335,10 @@ class _Schedule:
 
 
 def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
-    """The schedule ``copy_engine`` or ``ce_fanout`` issues for a shipped record's key and params on rank 0,
-    through the variant's own ``prepare`` and ``run``, against a stand-in channel on CPU tensors (real
-    shapes, lazily backed; no copy or GEMM runs)."""
+    """The schedule ``copy_engine``, ``ce_fanout`` or ``bsp`` (its collective and GEMM) issues for a shipped
+    record's key and params on rank 0, through the variant's own ``prepare`` and ``run``, against a
+    stand-in channel and collectives on CPU tensors (real shapes, lazily backed; no copy, collective or
+    GEMM runs)."""
     import contextlib
 
     import torch
@@ -434,6 +434,16 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
     for attr, fake in (("current_stream", lambda *a: Stream(rec.current)), ("stream", on)):
         saved.append((torch.cuda, attr, getattr(torch.cuda, attr)))
         setattr(torch.cuda, attr, fake)
+    import torch.distributed as dist
+
+    def collective(name: str) -> Any:  # ``bsp``'s: recorded with every argument, not run
+        return lambda *args, **kwargs: rec.add(
+            "collective", name, rec.arg(list(args)), {k: rec.arg(v) for k, v in sorted(kwargs.items())}
+        )
+
+    for attr in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "all_reduce"):
+        saved.append((dist, attr, getattr(dist, attr)))
+        setattr(dist, attr, collective(attr))
     try:
         ws, gd, m, n, k = (scenario[f] for f in ("world_size", "gather_dim", "M", "N", "K"))
         target = Target("nvidia-h200", "sm_90", scenario["num_sms"], "cuda")
@@ -483,7 +493,7 @@ def main() -> None:
                     _flash_decode_call(names, scenario)
                 elif scenario.get("op", "ag_gemm") == "gemm_rs":
                     _gemm_rs_call(names, scenario)
-                elif scenario["variant"] in ("copy_engine", "ce_fanout"):
+                elif scenario["variant"] in ("copy_engine", "ce_fanout", "bsp"):
                     answer["launches"].append(_copy_engine_call(scenario))
                     continue
                 else:

@@ -94,9 +94,13 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
     ]}  # fmt: skip
     (tmp_path / "t.json").write_text(json.dumps(table))
     fake = {
-        # the copy-engine record is traced: its schedule differs too
-        None: _fingerprints([[{"schedule": "y"}]], copy_engine=("e1", "y"), bsp=("b0", "c")),
-        "base": _fingerprints([[{"schedule": "x"}]], copy_engine=("e0", "x"), bsp=("b0", "c")),
+        # both records are traced (bsp's scenario sorts first): the copy-engine schedule differs too
+        None: _fingerprints(
+            [[{"schedule": "b"}], [{"schedule": "y"}]], copy_engine=("e1", "y"), bsp=("b0", "")
+        ),
+        "base": _fingerprints(
+            [[{"schedule": "b"}], [{"schedule": "x"}]], copy_engine=("e0", "x"), bsp=("b0", "")
+        ),
     }
     monkeypatch.setattr(restamp, "_base_tree", lambda repo, rev, into: "base")
     monkeypatch.setattr(restamp, "_fingerprint", lambda request, tree, cwd: fake[tree])
@@ -150,6 +154,17 @@ def test_copy_engine_schedules_are_traced_and_tell_configurations_apart() -> Non
     params = {"streams": 2, "gemms": "range", "signal": "triton", "chunks": 1, "accumulate": "out"}
     fanout = {**scenario, "variant": "ce_fanout", "world_size": 4, "gather_dim": 0, "params": params}
     assert fingerprint._copy_engine_call(fanout)[0]["events"] > 20
+
+
+def test_bsp_schedules_are_traced_with_their_collective() -> None:
+    """``ag_gemm``'s ``bsp`` (a collective, then the GEMM) is traced as a schedule: the same twice, and
+    another layout or world size (another collective or another gather) gives another one."""
+    scenario = {"variant": "bsp", "world_size": 2, "gather_dim": 1, "b_layout": "nk", "M": 256, "N": 512,
+                "K": 1024, "num_sms": 132, "params": {}}  # fmt: skip
+    first = fingerprint._copy_engine_call(scenario)
+    assert first == fingerprint._copy_engine_call(scenario) and first[0]["events"] >= 5
+    for other in (dict(scenario, gather_dim=0), dict(scenario, world_size=4), dict(scenario, b_layout="kn")):
+        assert fingerprint._copy_engine_call(other) != first, other
 
 
 _TOY = {  # a tree with one op, one variant and a shared host module, as restamp reads it
