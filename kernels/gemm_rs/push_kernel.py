@@ -73,6 +73,8 @@ def gemm_rs_push_kernel(
     row-major or, ``FORM.B_ROW_MAJOR`` false, column-major; 16-byte aligned), rows past the slice read
     from the next one and never stored. ``FORM.PULL`` (``pull``): each tile stays in this rank's own heap
     (slot ``owner``), its flag released here, and the owner loads it from there."""
+    BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
+    BLOCK_N: tl.constexpr = TILES.BLOCK_N
     pid = tl.program_id(0)
     epoch = epoch_begin(bufs.sync, num_programs, (FORM.STEPS & 2) != 0)
     parity = epoch % 2
@@ -110,7 +112,7 @@ def gemm_rs_push_kernel(
                 live_c = lc < sizes.No
             rows = row0 + offs_m
             cols = col0 + offs_n
-            acc = tl.zeros((TILES.BLOCK_M, TILES.BLOCK_N), dtype=tl.float32)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             if TILES.TMA:
                 acc = tma_k_range(
                     acc, a_desc, row0, b_desc, 0, col0, 0, sizes.K, TILES.BLOCK_K, FORM.B_ROW_MAJOR
@@ -119,7 +121,7 @@ def gemm_rs_push_kernel(
                 # rows past the slice read row 0 (never stored); columns stay contiguous (B's loads
                 # vectorise along N where B is row-major) and are masked instead
                 safe_rows = tl.where(live_r, rows, 0).to(tl.int64)
-                cols = tl.max_contiguous(cols, TILES.BLOCK_N)  # (its alignment follows from No, specialised)
+                cols = tl.max_contiguous(cols, BLOCK_N)  # (its alignment follows from No, specialised)
                 a_ptrs = io.a + safe_rows[:, None] * strides.am + offs_k[None, :] * strides.ak
                 b_ptrs = io.b + offs_k[:, None] * strides.bk + cols.to(tl.int64)[None, :] * strides.bn
                 acc = mma_k_range(
@@ -156,7 +158,7 @@ def gemm_rs_push_kernel(
             lc = pn * TILES.BLOCK_N + offs_n
             live = (lr < sizes.Mo)[:, None] & (lc < sizes.No)[None, :]
             at = lr.to(tl.int64)[:, None] * sizes.No + lc[None, :]
-            total = tl.zeros((TILES.BLOCK_M, TILES.BLOCK_N), dtype=tl.float32)
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(FORM.WORLD_SIZE):
                 src = (rank + FORM.WORLD_SIZE - 1 - s) % FORM.WORLD_SIZE  # in the order the partials are made
                 if FORM.PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
