@@ -344,9 +344,8 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from autotaxer._problem import ProblemKey, Target
-    from autotaxer.ops import get_op
-    from autotaxer.ops._base import RunContext
+    from autotaxer import ProblemKey, Target  # the public names: both trees have them, wherever defined
+    from autotaxer.ops import RunContext, get_op
 
     rec = _Schedule()
 
