@@ -19,8 +19,9 @@ record on changes that launch nothing new:
   ``RunContext`` hands variants two services that launches do use, and those are covered: a module that
   calls ``ctx.<method>()`` depends on what that method of ``RunContext`` imports (``ctx.iris()``:
   ``ops/_iris_heap.py``; ``ctx.watch_slot()``: ``ops/_peer_wait.py`` and the watch kernel code);
-- everything outside ``autotaxer.ops`` and ``autotaxer.kernels`` (``autotaxer._problem``, the runtime,
-  the integration layers, torch, Triton, Iris): the environment a record also stores.
+- everything outside ``autotaxer.ops`` and ``autotaxer.kernels``: ``autotaxer._problem`` (keys and
+  dtypes), the runtime, the tuner and the integration layer above the ops; the torch, Triton and Iris
+  versions are in a record's ``env`` instead.
 
 It hashes each module's code as Python parses it, docstrings left out: reformatting, comments and prose
 leave the records current; any change to what runs does not. Only the standard library is imported at
