@@ -4,14 +4,15 @@ tree, with ``autotaxer`` importable from that tree; prints JSON).
 Reads a JSON request on stdin: ``{"variants": [[op, variant], ...], "launches": [scenario, ...]}``
 and answers, per ``op/variant``:
 - ``hash``: the tree's ``kernel_source_hash`` (what records are stamped with);
-- ``code``: sha256 over the sorted normalized top-level statements of the modules the hash covers,
-  imports and docstrings left out (equal for two trees that only move code between modules);
-and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s;
-the copy-engine schedules are traced instead, :func:`_copy_engine_call`), every kernel launch its launcher
-makes, recorded instead of launched: the kernel's PTX for sm_90 (no line information; the entry's name
-left out), the grid, the launch options and each runtime argument (tensors by dtype, shape, strides and
-16-byte alignment; scalars by value; tuples leaf by leaf, as the kernel receives them; constexprs are in
-the PTX).
+- ``code``: sha256 over the sorted normalized top-level statements of the modules that this tool's
+  hash rules cover (:func:`covered_paths`, whatever rules the tree's own hash had), imports and
+  docstrings left out (equal for two trees that only move code between modules or packages);
+and per launch scenario (a shipped record of a traced variant: ``ag_gemm``'s fused ones, ``flash_decode``'s,
+``gemm_rs``'s fused ones; the copy-engine schedules and ``ag_gemm``'s ``bsp`` are traced instead,
+:func:`_copy_engine_call`), every kernel launch its launcher makes, recorded instead of launched: the
+kernel's PTX for sm_90 (no line information; the entry's name left out), the grid, the launch options
+and each runtime argument (tensors by dtype, shape, strides and 16-byte alignment; scalars by value;
+tuples leaf by leaf, as the kernel receives them; constexprs are in the PTX).
 Nothing needs a GPU: tensors are CPU tensors that are never read, and kernels compile without a driver.
 Self-contained on purpose: it must run against an older tree that does not have it.
 """
@@ -41,7 +42,19 @@ def _own_kernel_hash() -> Any:
     return module
 
 
-_strip_docstrings = _own_kernel_hash().strip_docstrings
+_OWN = _own_kernel_hash()
+_strip_docstrings = _OWN.strip_docstrings
+
+
+def covered_paths(op: str, variant: str) -> list[str]:
+    """The files of the modules this tool's hash rules cover for ``variant`` of ``op`` in the tree being
+    fingerprinted (its registry names the roots): both trees are compared under the same rules, so a tree
+    older than them (another scope) compares by what moved, not by what the scope took in."""
+    from autotaxer.ops import get_op
+
+    the_op = get_op(op)
+    roots = (type(the_op.variants[variant]).__module__, type(the_op).__module__)
+    return [str(path) for _, path in _OWN.covered_modules(roots)]
 
 
 class _BoundNames(ast.NodeTransformer):
@@ -202,6 +215,31 @@ def _fused_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
     names[f"ag_gemm_{variant}"](**tensors, **common)
 
 
+def _gemm_rs_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
+    """The launches of ``gemm_rs``'s ``push``, ``push_tma`` or ``pull`` (one fused kernel, through its
+    launcher ``gemm_rs_push``) for a record's key and params, rank 0 (its shapes, buffers and launch
+    arithmetic from the launcher's own module)."""
+    import torch
+
+    launch = names["gemm_rs_push"]
+    host = sys.modules[launch.__module__]
+    ws, sd = scenario["world_size"], scenario["scatter_dim"]
+    m, n, k = scenario["M"], scenario["N"], scenario["K"] // scenario["world_size"]
+    config = host.RsConfig(**scenario["params"])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[scenario["dtype"]]
+    b = torch.empty(k, n, dtype=dtype) if scenario["b_layout"] == "kn" else torch.empty(n, k, dtype=dtype).t()
+    mo, no = host.out_dims(m, n, ws, sd)
+    variant = scenario["variant"]
+    launch(
+        a=torch.empty(m, k, dtype=dtype), b=b, out=torch.empty(mo, no, dtype=dtype),
+        inbox=torch.empty(*host.inbox_shape(mo, no, ws), dtype=dtype),
+        flags=torch.zeros(host.flags_count(m, n, ws, sd, config), dtype=torch.int32),
+        sync=torch.zeros(host.SYNC_WORDS, dtype=torch.int64), heap_bases=torch.zeros(ws, dtype=torch.int64),
+        rank=0, world_size=ws, scatter_dim=sd, config=config, num_sms=scenario["num_sms"],
+        tma=variant == "push_tma", pull=variant == "pull",
+    )  # fmt: skip
+
+
 def _flash_decode_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
     """The launches of ``flash_decode``'s ``fused`` or ``bsp`` (its GPU path: the split-KV kernel, then the
     combine of the gathered partials) for a shipped record's key and params, rank 0. The large tensors are
@@ -297,17 +335,17 @@ class _Schedule:
 
 
 def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
-    """The schedule ``copy_engine`` or ``ce_fanout`` issues for a shipped record's key and params on rank 0,
-    through the variant's own ``prepare`` and ``run``, against a stand-in channel on CPU tensors (real
-    shapes, lazily backed; no copy or GEMM runs)."""
+    """The schedule ``copy_engine``, ``ce_fanout`` or ``bsp`` (its collective and GEMM) issues for a shipped
+    record's key and params on rank 0, through the variant's own ``prepare`` and ``run``, against a
+    stand-in channel and collectives on CPU tensors (real shapes, lazily backed; no copy, collective or
+    GEMM runs)."""
     import contextlib
 
     import torch
     from torch.overrides import TorchFunctionMode
 
-    from autotaxer._problem import ProblemKey, Target
-    from autotaxer.ops import get_op
-    from autotaxer.ops._base import RunContext
+    from autotaxer import ProblemKey, Target  # the public names: both trees have them, wherever defined
+    from autotaxer.ops import RunContext, get_op
 
     rec = _Schedule()
 
@@ -395,6 +433,16 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
     for attr, fake in (("current_stream", lambda *a: Stream(rec.current)), ("stream", on)):
         saved.append((torch.cuda, attr, getattr(torch.cuda, attr)))
         setattr(torch.cuda, attr, fake)
+    import torch.distributed as dist
+
+    def collective(name: str) -> Any:  # ``bsp``'s: recorded with every argument, not run
+        return lambda *args, **kwargs: rec.add(
+            "collective", name, rec.arg(list(args)), {k: rec.arg(v) for k, v in sorted(kwargs.items())}
+        )
+
+    for attr in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "all_reduce"):
+        saved.append((dist, attr, getattr(dist, attr)))
+        setattr(dist, attr, collective(attr))
     try:
         ws, gd, m, n, k = (scenario[f] for f in ("world_size", "gather_dim", "M", "N", "K"))
         target = Target("nvidia-h200", "sm_90", scenario["num_sms"], "cuda")
@@ -429,13 +477,11 @@ def main() -> None:
     answer: dict[str, Any] = {"variants": {}, "launches": []}
     for op, variant in request["variants"]:
         try:
-            modules = kernel_hash._variant_modules(op, variant)
+            stamped = kernel_hash.kernel_source_hash(op, variant)  # the tree's own rules: its records'
         except KeyError:
             continue
-        answer["variants"][f"{op}/{variant}"] = {
-            "hash": kernel_hash.kernel_source_hash(op, variant),
-            "code": code_digest([str(path) for _, path in modules]),
-        }
+        code = code_digest(covered_paths(op, variant))
+        answer["variants"][f"{op}/{variant}"] = {"hash": stamped, "code": code}
     if request["launches"]:
         names = _kernel_names()
         recorder = _record_launches()
@@ -444,7 +490,9 @@ def main() -> None:
             try:
                 if scenario.get("op", "ag_gemm") == "flash_decode":
                     _flash_decode_call(names, scenario)
-                elif scenario["variant"] in ("copy_engine", "ce_fanout"):
+                elif scenario.get("op", "ag_gemm") == "gemm_rs":
+                    _gemm_rs_call(names, scenario)
+                elif scenario["variant"] in ("copy_engine", "ce_fanout", "bsp"):
                     answer["launches"].append(_copy_engine_call(scenario))
                     continue
                 else:

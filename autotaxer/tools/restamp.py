@@ -8,17 +8,23 @@ same code. This command compares the tree at ``REV`` with the working tree (:mod
 each) and, per variant of the tables' records, decides:
 
 - ``unchanged``: the source hash is the same; nothing to do.
-- ``moved``: the same top-level code (imports and docstrings left out) in other modules.
+- ``moved``: the same top-level code (imports and docstrings left out) in other modules, or packages:
+  both trees' modules are found by this tool's own hash rules (:mod:`._fingerprint`), so a base tree
+  stamped under other rules (a narrower scope) compares by its code, not by what its scope took in.
 - ``same launches``: for every shipped record of a traced variant (:data:`TRACED`), the tree makes the
   same launches in both trees. Triton variants (``ag_gemm``'s push, pull, push_tma, push_ws, push_ws_fwd;
-  ``flash_decode``'s fused and bsp): their launchers' every launch (grid, options, every argument) and
-  each launched kernel's PTX for sm_90 (helpers inlined; line information off, the entry's name left
-  out), so the GPU runs identical code. Copy-engine variants (``copy_engine``, ``ce_fanout``): the
-  variant's ``prepare`` and ``run`` against a stand-in channel issue the same schedule (every copy, flag
-  raise and wait, epoch advance, event and stream wait, and tensor call with its arguments, in order, on
-  the same streams).
+  ``flash_decode``'s fused and bsp; ``gemm_rs``'s push, push_tma and pull): their launchers' every
+  launch (grid, options, every argument) and each launched kernel's PTX for sm_90 (helpers inlined; line
+  information off, the entry's name left out), so the GPU runs identical code. Copy-engine variants
+  (``copy_engine``, ``ce_fanout``) and ``ag_gemm``'s ``bsp``: the variant's ``prepare`` and ``run``
+  against a stand-in channel and collectives issue the same schedule (every copy, collective, flag raise
+  and wait, epoch advance, event and stream wait, and tensor call with its arguments, in order, on the
+  same streams).
 - ``changed``: neither holds; the records stay stale and need re-tuning.
 - ``stale before``: the record's hash was not the base tree's either.
+
+The report's ``same launches`` column counts, for a traced variant, the scenarios (distinct keys and
+params of its records) whose launches are the same in both trees, whatever the verdict.
 
 Only ``--write`` rewrites the tables (``moved`` and ``same launches`` records get the new hash);
 without it the command only reports. Exit 0, or 1 when a record is ``changed``. ``--accept-changed
@@ -43,8 +49,9 @@ from typing import Any
 
 #: Variants whose records are checked launch by launch, by op (their launches are Triton kernels).
 TRACED = {
-    "ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd", "copy_engine", "ce_fanout"),
+    "ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd", "copy_engine", "ce_fanout", "bsp"),
     "flash_decode": ("fused", "bsp"),
+    "gemm_rs": ("push", "push_tma", "pull"),
 }
 #: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
 REMAPPED = ("kernels", "migrations", "tuning_db")
@@ -52,6 +59,14 @@ _FINGERPRINT = Path(__file__).with_name("_fingerprint.py")
 
 
 def _scenario(record: dict[str, Any]) -> dict[str, Any]:
+    if record["op"] == "gemm_rs":
+        return {
+            "op": "gemm_rs", "variant": record["variant"], "world_size": record["world_size"],
+            "dtype": record["dtype"], "scatter_dim": record["layout"].get("scatter_dim", 0),
+            "b_layout": record["layout"].get("b_layout", "kn"),
+            **{d: record["shape"][d] for d in ("M", "N", "K")},
+            "num_sms": record.get("num_sms") or 132, "params": record["params"],
+        }  # fmt: skip
     if record["op"] == "flash_decode":
         return {
             "op": "flash_decode", "variant": record["variant"], "world_size": record["world_size"],
@@ -83,6 +98,8 @@ def _base_tree(repo: Path, rev: str, into: Path) -> Path:
 def _fingerprint(request: dict[str, Any], tree: Path | None, cwd: Path) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("TRITON_INTERPRET", None)
+    # compiled kernels go to a cache of this run (under ``cwd``), not the user's
+    env["TRITON_CACHE_DIR"] = str(cwd / ("triton-cache-base" if tree is not None else "triton-cache"))
     if tree is not None:  # the tree first; a PYTHONPATH given (e.g. another Triton) stays after it
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p)
     done = subprocess.run(
@@ -162,13 +179,17 @@ def main(argv: list[str] | None = None) -> int:
             base, now = base_f.result(), now_f.result()
     verdicts = decide(records, base, now, scenarios)
     status = 0
-    print(f"{'variant':<28} {'records':>7}  verdict")
+    same: dict[str, list[bool]] = defaultdict(list)  # per variant: each traced scenario's launches the same?
+    for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):
+        same[f"{scenario.get('op', 'ag_gemm')}/{scenario['variant']}"].append(difference(a, b) is None)
+    print(f"{'variant':<28} {'records':>7} {'same launches':>13}  verdict")
     for name, (verdict, new_hash) in verdicts.items():
         old_hash = base["variants"].get(name, {}).get("hash")
         mine = [r for r in records if f"{r['op']}/{r['variant']}" == name]
         stale = sum(r.get("kernel_hash") not in (old_hash, None) for r in mine)
         note = f" ({stale} stale before {args.base})" if stale else ""
-        print(f"{name:<28} {len(mine):>7}  {verdict}{note}")
+        traced = f"{sum(same[name])}/{len(same[name])}" if same.get(name) else "-"
+        print(f"{name:<28} {len(mine):>7} {traced:>13}  {verdict}{note}")
         status |= verdict.startswith("changed") and not args.accept_changed
         if verdict == "changed" and args.explain:
             for scenario, a, b in zip(scenarios, base["launches"], now["launches"], strict=True):

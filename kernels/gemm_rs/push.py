@@ -1,7 +1,8 @@
 """Host side of the fused ``gemm_rs`` kernel (``push``, ``push_tma`` and ``pull``): config, buffers'
 shapes, launch.
 
-The kernel and its synchronisation are in :mod:`.push_kernel`.
+The kernel and its synchronisation are in :mod:`.push_kernel`; its arguments are the groups of
+:mod:`.args`, which :func:`gemm_rs_push` fills.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ import triton
 from ..common.gemm import GemmConfig
 from ..common.tma import Scratch, scratch_allocator
 from ..common.watch import unnamed_slot
+from .args import Buffers, Form, Io, Sizes, Strides, Tiles
 from .push_kernel import gemm_rs_push_kernel
 
 if TYPE_CHECKING:
     import torch
 
 KERNEL = gemm_rs_push_kernel
+#: The kernel's parameters, in order (the groups of :mod:`.args`): :func:`gemm_rs_push` passes them so.
+PARAMETERS = ("io", "bufs", "rank", "sizes", "strides", "num_programs", "FORM", "TILES")
+_group = tuple.__new__  # ``_group(Group, fields)``: a group of :mod:`.args` from its fields, in order
+if tuple(KERNEL.arg_names) != PARAMETERS:
+    raise TypeError(f"{KERNEL.__name__}: parameters {KERNEL.arg_names}, the launcher passes {PARAMETERS}")
 #: int64 words of a rank's ``sync`` buffer: the program arrivals (only grow).
 SYNC_WORDS = 1
 #: Launch phase -> steps run (bit 1: GEMM and push, bit 2: reduce).
@@ -118,21 +125,22 @@ def gemm_rs_push(
     use_tma = tma and tma_ready(a, b) is None
     if watch is None:
         watch = unnamed_slot(sync.device)
-    with scratch_allocator((scratch or Scratch()) if use_tma else None):
-        _launch(a, b, out, inbox, flags, sync, heap_bases, watch, rank, world_size, scatter_dim, config,
-                phase, grid, m, n, k, mo, no, use_tma, pull)  # fmt: skip
-    return out
-
-
-def _launch(a, b, out, inbox, flags, sync, heap_bases, watch, rank, world_size, scatter_dim, config, phase,
-            grid, m, n, k, mo, no, tma, pull) -> None:  # fmt: skip
-    KERNEL[(grid,)](
-        a, b, out, inbox, flags, sync, heap_bases, watch, rank,
-        m, n, k, mo, no,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1),
+    # in the order of PARAMETERS; each group made as the tuple it is (``_group``: half the time of
+    # ``Group(...)``, a microsecond a call over the six), its fields in the order :mod:`.args` lists them
+    args = (
+        _group(Io, (a, b, out)),
+        _group(Buffers, (inbox, flags, sync, heap_bases, watch)),
+        rank,
+        _group(Sizes, (m, n, k, mo, no)),
+        _group(Strides, (a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))),
         grid,
-        WORLD_SIZE=world_size, SCATTER_DIM=scatter_dim,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EVEN_K=k % config.block_k == 0, STEPS=PHASES[phase], TMA=tma, B_ROW_MAJOR=b.stride(1) == 1, PULL=pull,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )  # fmt: skip
+        # WORLD_SIZE, SCATTER_DIM, B_ROW_MAJOR, EVEN_K, STEPS, PULL
+        _group(
+            Form, (world_size, scatter_dim, b.stride(1) == 1, k % config.block_k == 0, PHASES[phase], pull)
+        ),
+        # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA
+        _group(Tiles, (config.block_m, config.block_n, config.block_k, config.group_m, use_tma)),
+    )
+    with scratch_allocator((scratch or Scratch()) if use_tma else None):
+        KERNEL[(grid,)](*args, num_warps=config.num_warps, num_stages=config.num_stages)
+    return out

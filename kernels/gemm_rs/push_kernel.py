@@ -2,7 +2,7 @@
 the owner reduces them.
 
 Rank ``r`` holds ``A_r (M, Ks)`` and ``B_r (Ks, N)``; the output is ``sum_r A_r B_r`` scattered along
-``SCATTER_DIM`` (rank ``o`` owns rows ``[o Mo, (o+1) Mo)``, or columns ``[o No, (o+1) No)``). One
+``FORM.SCATTER_DIM`` (rank ``o`` owns rows ``[o Mo, (o+1) Mo)``, or columns ``[o No, (o+1) No)``). One
 persistent launch, two steps per program:
 
 1. **GEMM and push.** The tiles of the partial product in owner order: the next rank's slice first,
@@ -15,17 +15,17 @@ persistent launch, two steps per program:
    its own last), spin on the flag with acquire loads until it holds this call's epoch, then add the
    partial in fp32; store the sum in the output's dtype.
 
-``PULL`` (the ``pull`` variant): step 1 stores each tile in this rank's own inbox (slot ``owner``) and
+``FORM.PULL`` (the ``pull`` variant): step 1 stores each tile in this rank's own inbox (slot ``owner``) and
 releases its own flag ``[parity, owner, tile]``; step 2 spins on the flag in the source's heap and loads
 the tile from there (remote acquire loads and reads over NVLink instead of remote stores).
 
-Every wait gives up after the bound of the watch slot ``watch_ptr`` (``kernels/common/watch.py``), recorded
+Every wait gives up after the bound of the watch slot ``bufs.watch`` (``kernels/common/watch.py``), recorded
 there; a program that gave up polls its later flags once, so the kernel always ends.
 
 Every program finishes its step 1 before it waits in step 2, and the grid is at most one program per SM
 (all resident), so every wait ends. Epoch and parity as in ``ag_gemm``'s protocol (``common.sync``):
 ``sync[0]`` counts arrivals, flags hold epochs, inbox and flags have two parity slots, a rank is at
-most one call ahead of any peer (a call's reduce waits for every peer's tiles of that call). ``STEPS``
+most one call ahead of any peer (a call's reduce waits for every peer's tiles of that call). ``FORM.STEPS``
 (bit 1: GEMM and push, bit 2: reduce) splits a call for the interpreter, whose programs run one after
 another: every rank's step 1, then every rank's step 2 (which counts the arrivals).
 """
@@ -57,102 +57,122 @@ def owner_tiles(M, N, Mo, No, SCATTER_DIM: tl.constexpr, BLOCK_M: tl.constexpr, 
 
 @triton.jit
 def gemm_rs_push_kernel(
-    a_ptr, b_ptr, c_ptr, inbox_ptr, flags_ptr, sync_ptr, heap_bases, watch_ptr, rank,
-    M, N, K, Mo, No,
-    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    io,
+    bufs,
+    rank,
+    sizes,
+    strides,
     num_programs,
-    WORLD_SIZE: tl.constexpr, SCATTER_DIM: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EVEN_K: tl.constexpr, STEPS: tl.constexpr, TMA: tl.constexpr = False, B_ROW_MAJOR: tl.constexpr = True,
-    PULL: tl.constexpr = False,
-):  # fmt: skip
-    """One rank's slice of ``sum_r A_r @ B_r`` (module docstring); ``c_ptr`` is the ``Mo x N`` or
-    ``M x No`` output, ``inbox_ptr`` and ``flags_ptr`` this rank's heap buffers. ``TMA``: the tiles' K loop
-    by TMA loads (A K-contiguous, B row-major or, ``B_ROW_MAJOR`` false, column-major; 16-byte aligned),
-    rows past the slice read from the next one and never stored. ``PULL`` (``pull``): each tile stays in
-    this rank's own heap (slot ``owner``), its flag released here, and the owner loads it from there."""
+    FORM: tl.constexpr,
+    TILES: tl.constexpr,
+):
+    """One rank's slice of ``sum_r A_r @ B_r`` (module docstring). The arguments are the groups of
+    :mod:`.args`: ``io`` the call's tensors (``io.c`` the ``Mo x N`` or ``M x No`` output), ``bufs`` the
+    workspace (``bufs.inbox`` and ``bufs.flags`` this rank's heap buffers), ``sizes``, ``strides``;
+    constexpr ``FORM`` and ``TILES``. ``TILES.TMA``: the tiles' K loop by TMA loads (A K-contiguous, B
+    row-major or, ``FORM.B_ROW_MAJOR`` false, column-major; 16-byte aligned), rows past the slice read
+    from the next one and never stored. ``FORM.PULL`` (``pull``): each tile stays in this rank's own heap
+    (slot ``owner``), its flag released here, and the owner loads it from there."""
+    BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
+    BLOCK_N: tl.constexpr = TILES.BLOCK_N
     pid = tl.program_id(0)
-    epoch = epoch_begin(sync_ptr, num_programs, (STEPS & 2) != 0)
+    epoch = epoch_begin(bufs.sync, num_programs, (FORM.STEPS & 2) != 0)
     parity = epoch % 2
-    tm, tn = owner_tiles(M, N, Mo, No, SCATTER_DIM, BLOCK_M, BLOCK_N)
+    tm, tn = owner_tiles(sizes.M, sizes.N, sizes.Mo, sizes.No, FORM.SCATTER_DIM, TILES.BLOCK_M, TILES.BLOCK_N)
     per_owner = tm * tn
-    slot = tl.cast(Mo, tl.int64) * No
-    flags = flags_ptr + parity * (WORLD_SIZE * per_owner)
-    inbox = inbox_ptr + parity.to(tl.int64) * WORLD_SIZE * slot
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    if STEPS & 1:
-        if TMA:
-            a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-            b_desc = b_descriptor(b_ptr, K, N, stride_bk, stride_bn, BLOCK_K, BLOCK_N, B_ROW_MAJOR)
-        for t in range(pid, WORLD_SIZE * per_owner, num_programs):
-            owner = (rank + 1 + t // per_owner) % WORLD_SIZE
+    slot = tl.cast(sizes.Mo, tl.int64) * sizes.No
+    flags = bufs.flags + parity * (FORM.WORLD_SIZE * per_owner)
+    inbox = bufs.inbox + parity.to(tl.int64) * FORM.WORLD_SIZE * slot
+    offs_m = tl.arange(0, TILES.BLOCK_M)
+    offs_n = tl.arange(0, TILES.BLOCK_N)
+    offs_k = tl.arange(0, TILES.BLOCK_K)
+    if FORM.STEPS & 1:
+        if TILES.TMA:
+            a_desc = tl.make_tensor_descriptor(
+                io.a, [sizes.M, sizes.K], [strides.am, 1], [TILES.BLOCK_M, TILES.BLOCK_K]
+            )
+            b_desc = b_descriptor(
+                io.b, sizes.K, sizes.N, strides.bk, strides.bn, TILES.BLOCK_K, TILES.BLOCK_N, FORM.B_ROW_MAJOR
+            )
+        for t in range(pid, FORM.WORLD_SIZE * per_owner, num_programs):
+            owner = (rank + 1 + t // per_owner) % FORM.WORLD_SIZE
             tile = t % per_owner
-            pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
-            lr = pm * BLOCK_M + offs_m  # rows and columns inside the owner's slice
-            lc = pn * BLOCK_N + offs_n
-            if SCATTER_DIM == 0:  # the tile's first row and column in the partial product
-                row0 = owner * Mo + pm * BLOCK_M
-                col0 = pn * BLOCK_N
-                live_r = lr < Mo
-                live_c = lc < N
+            pm, pn = grouped_tile(tile, tm, tn, TILES.GROUP_M)
+            lr = pm * TILES.BLOCK_M + offs_m  # rows and columns inside the owner's slice
+            lc = pn * TILES.BLOCK_N + offs_n
+            if FORM.SCATTER_DIM == 0:  # the tile's first row and column in the partial product
+                row0 = owner * sizes.Mo + pm * TILES.BLOCK_M
+                col0 = pn * TILES.BLOCK_N
+                live_r = lr < sizes.Mo
+                live_c = lc < sizes.N
             else:
-                row0 = pm * BLOCK_M
-                col0 = owner * No + pn * BLOCK_N
-                live_r = lr < M
-                live_c = lc < No
+                row0 = pm * TILES.BLOCK_M
+                col0 = owner * sizes.No + pn * TILES.BLOCK_N
+                live_r = lr < sizes.M
+                live_c = lc < sizes.No
             rows = row0 + offs_m
             cols = col0 + offs_n
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            if TMA:
-                acc = tma_k_range(acc, a_desc, row0, b_desc, 0, col0, 0, K, BLOCK_K, B_ROW_MAJOR)
+            if TILES.TMA:
+                acc = tma_k_range(
+                    acc, a_desc, row0, b_desc, 0, col0, 0, sizes.K, TILES.BLOCK_K, FORM.B_ROW_MAJOR
+                )
             else:
                 # rows past the slice read row 0 (never stored); columns stay contiguous (B's loads
                 # vectorise along N where B is row-major) and are masked instead
                 safe_rows = tl.where(live_r, rows, 0).to(tl.int64)
                 cols = tl.max_contiguous(cols, BLOCK_N)  # (its alignment follows from No, specialised)
-                a_ptrs = a_ptr + safe_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-                b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols.to(tl.int64)[None, :] * stride_bn
+                a_ptrs = io.a + safe_rows[:, None] * strides.am + offs_k[None, :] * strides.ak
+                b_ptrs = io.b + offs_k[:, None] * strides.bk + cols.to(tl.int64)[None, :] * strides.bn
                 acc = mma_k_range(
-                    acc, a_ptrs, b_ptrs, 0, K, stride_ak, stride_bk, live_c, BLOCK_K, EVEN_K, False
+                    acc,
+                    a_ptrs,
+                    b_ptrs,
+                    0,
+                    sizes.K,
+                    strides.ak,
+                    strides.bk,
+                    live_c,
+                    TILES.BLOCK_K,
+                    FORM.EVEN_K,
+                    False,
                 )
-            if PULL:  # kept here, in the owner's slot: the owner loads it
+            if FORM.PULL:  # kept here, in the owner's slot: the owner loads it
                 dst = inbox + owner * slot
             else:  # into this rank's slot of the owner's inbox
-                dst = inbox + rank * slot + heap_delta(inbox_ptr, rank, owner, heap_bases)
-            ptrs = dst + lr.to(tl.int64)[:, None] * No + lc[None, :]
-            tl.store(ptrs, acc.to(inbox_ptr.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])
+                dst = inbox + rank * slot + heap_delta(bufs.inbox, rank, owner, bufs.heap_bases)
+            ptrs = dst + lr.to(tl.int64)[:, None] * sizes.No + lc[None, :]
+            tl.store(ptrs, acc.to(bufs.inbox.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])
             tl.debug_barrier()  # every thread's stores precede the single release below
-            if PULL:
+            if FORM.PULL:
                 flag = flags + owner * per_owner + tile
                 tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
             else:
                 flag = flags + rank * per_owner + tile
-                iris.atomic_xchg(flag, epoch, rank, owner, heap_bases, sem="release", scope="sys")
-    if STEPS & 2:
+                iris.atomic_xchg(flag, epoch, rank, owner, bufs.heap_bases, sem="release", scope="sys")
+    if FORM.STEPS & 2:
         ok = 1  # 0 once a wait of this program gave up
         for tile in range(pid, per_owner, num_programs):
-            pm, pn = grouped_tile(tile, tm, tn, GROUP_M)
-            lr = pm * BLOCK_M + offs_m
-            lc = pn * BLOCK_N + offs_n
-            live = (lr < Mo)[:, None] & (lc < No)[None, :]
-            at = lr.to(tl.int64)[:, None] * No + lc[None, :]
+            pm, pn = grouped_tile(tile, tm, tn, TILES.GROUP_M)
+            lr = pm * TILES.BLOCK_M + offs_m
+            lc = pn * TILES.BLOCK_N + offs_n
+            live = (lr < sizes.Mo)[:, None] & (lc < sizes.No)[None, :]
+            at = lr.to(tl.int64)[:, None] * sizes.No + lc[None, :]
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for s in range(WORLD_SIZE):
-                src = (rank + WORLD_SIZE - 1 - s) % WORLD_SIZE  # in the order the partials are made
-                if PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
-                    delta = heap_delta(inbox_ptr, rank, src, heap_bases)
+            for s in range(FORM.WORLD_SIZE):
+                src = (rank + FORM.WORLD_SIZE - 1 - s) % FORM.WORLD_SIZE  # in the order the partials are made
+                if FORM.PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
+                    delta = heap_delta(bufs.inbox, rank, src, bufs.heap_bases)
                     index = rank * per_owner + tile
-                    flag = flags + index + heap_delta(flags_ptr, rank, src, heap_bases)
+                    flag = flags + index + heap_delta(bufs.flags, rank, src, bufs.heap_bases)
                     part_ptrs = inbox + rank * slot + delta + at
                 else:
                     index = src * per_owner + tile
                     flag = flags + index
                     part_ptrs = inbox + src * slot + at
-                ok = spin_one(flag, epoch, watch_ptr, src, index, ok)
+                ok = spin_one(flag, epoch, bufs.watch, src, index, ok)
                 tl.debug_barrier()  # the acquiring thread's observation precedes every thread's loads
                 part = tl.load(part_ptrs, mask=live, other=0.0, cache_modifier=".cg")
                 total += part.to(tl.float32)
-            c_ptrs = c_ptr + lr.to(tl.int64)[:, None] * stride_cm + lc[None, :] * stride_cn
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=live)
+            c_ptrs = io.c + lr.to(tl.int64)[:, None] * strides.cm + lc[None, :] * strides.cn
+            tl.store(c_ptrs, total.to(io.c.dtype.element_ty), mask=live)

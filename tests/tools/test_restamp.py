@@ -94,9 +94,13 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
     ]}  # fmt: skip
     (tmp_path / "t.json").write_text(json.dumps(table))
     fake = {
-        # the copy-engine record is traced: its schedule differs too
-        None: _fingerprints([[{"schedule": "y"}]], copy_engine=("e1", "y"), bsp=("b0", "c")),
-        "base": _fingerprints([[{"schedule": "x"}]], copy_engine=("e0", "x"), bsp=("b0", "c")),
+        # both records are traced (bsp's scenario sorts first): the copy-engine schedule differs too
+        None: _fingerprints(
+            [[{"schedule": "b"}], [{"schedule": "y"}]], copy_engine=("e1", "y"), bsp=("b0", "")
+        ),
+        "base": _fingerprints(
+            [[{"schedule": "b"}], [{"schedule": "x"}]], copy_engine=("e0", "x"), bsp=("b0", "")
+        ),
     }
     monkeypatch.setattr(restamp, "_base_tree", lambda repo, rev, into: "base")
     monkeypatch.setattr(restamp, "_fingerprint", lambda request, tree, cwd: fake[tree])
@@ -150,3 +154,84 @@ def test_copy_engine_schedules_are_traced_and_tell_configurations_apart() -> Non
     params = {"streams": 2, "gemms": "range", "signal": "triton", "chunks": 1, "accumulate": "out"}
     fanout = {**scenario, "variant": "ce_fanout", "world_size": 4, "gather_dim": 0, "params": params}
     assert fingerprint._copy_engine_call(fanout)[0]["events"] > 20
+
+
+def test_bsp_schedules_are_traced_with_their_collective() -> None:
+    """``ag_gemm``'s ``bsp`` (a collective, then the GEMM) is traced as a schedule: the same twice, and
+    another layout or world size (another collective or another gather) gives another one."""
+    scenario = {"variant": "bsp", "world_size": 2, "gather_dim": 1, "b_layout": "nk", "M": 256, "N": 512,
+                "K": 1024, "num_sms": 132, "params": {}}  # fmt: skip
+    first = fingerprint._copy_engine_call(scenario)
+    assert first == fingerprint._copy_engine_call(scenario) and first[0]["events"] >= 5
+    for other in (dict(scenario, gather_dim=0), dict(scenario, world_size=4), dict(scenario, b_layout="kn")):
+        assert fingerprint._copy_engine_call(other) != first, other
+
+
+_TOY = {  # a tree with one op, one variant and a shared host module, as restamp reads it
+    "autotaxer/__init__.py": "",
+    "autotaxer/runtime/__init__.py": "",
+    "autotaxer/kernels/__init__.py": "",
+    "autotaxer/ops/__init__.py": "from ._base import Op, RunContext, Variant, Workspace\n"
+    "from .toy import OP\n\n\ndef get_op(name):\n    return OP\n",
+    "autotaxer/ops/_base.py": "class Op:\n    pass\n\n\nclass Variant:\n    pass\n\n\nclass Workspace:\n"
+    "    pass\n\n\nclass RunContext:\n    def iris(self):\n        from ._heap import heap\n\n"
+    "        return heap()\n",
+    "autotaxer/ops/_heap.py": "def heap():\n    return 'heap'\n",
+    "autotaxer/ops/_shared.py": '"""Shared."""\n\n\ndef helper(x):\n    return x + 1\n',
+    "autotaxer/ops/toy/__init__.py": "from ._op import Toy\nfrom .fast import FastVariant\n\nOP = Toy()\n"
+    "OP.variants = {'fast': FastVariant()}\n",
+    "autotaxer/ops/toy/_op.py": "from .._base import Op\n\n\nclass Toy(Op):\n    name = 'toy'\n",
+    "autotaxer/ops/toy/fast.py": "from .._base import Variant\nfrom .._shared import helper\n\n\n"
+    "class FastVariant(Variant):\n    def run(self, ctx, x):\n        ctx.iris()\n        return helper(x)\n",
+    "autotaxer/ops/toy/_bench.py": "from .fast import FastVariant\n\nROW = FastVariant\n",
+}
+
+
+def _toy_tree(root: Path, moved: bool = False, edit: tuple[str, str] | None = None) -> Path:
+    """The toy tree at ``root``; ``moved``: the variant's module and the shared module in other packages
+    (imports fixed, code the same) and the integration module out of ``autotaxer.ops``; ``edit``: a
+    replacement in every file."""
+    files = dict(_TOY)
+    hash_rules = Path(restamp.__file__).parents[1] / "runtime" / "kernel_hash.py"
+    if moved:
+        files["autotaxer/ops/common/__init__.py"] = ""
+        files["autotaxer/ops/common/shared.py"] = files.pop("autotaxer/ops/_shared.py")
+        files["autotaxer/ops/toy/variants/__init__.py"] = ""
+        files["autotaxer/ops/toy/variants/fast.py"] = (
+            files.pop("autotaxer/ops/toy/fast.py")
+            .replace("from .._base", "from ..._base")
+            .replace("from .._shared", "from ...common.shared")
+        )
+        files["autotaxer/ops/toy/__init__.py"] = files["autotaxer/ops/toy/__init__.py"].replace(
+            ".fast", ".variants.fast"
+        )
+        files["autotaxer/layers/__init__.py"] = ""
+        files["autotaxer/layers/toy_bench.py"] = files.pop("autotaxer/ops/toy/_bench.py").replace(
+            "from .fast", "from autotaxer.ops.toy.variants.fast"
+        )
+        files["autotaxer/runtime/kernel_hash.py"] = hash_rules.read_text()  # today's rules
+    else:  # an older tree, stamped under other rules (it has no shared modules in its hash)
+        files["autotaxer/runtime/kernel_hash.py"] = "def kernel_source_hash(op, variant):\n    return 'old'\n"
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace(*edit) if edit else text)
+    return root
+
+
+def test_code_moved_between_packages_is_moved_under_the_tools_own_rules(tmp_path: Path) -> None:
+    """The base tree's hash had other rules; both trees' code is read under the tool's (the shared module
+    and the module behind ``ctx.iris()`` in): a variant module and a shared module moved to other
+    packages, and an integration module out of ``autotaxer.ops``, re-stamp as ``moved``; a code change
+    in the shared module (which the old rules did not cover) is ``changed``."""
+    request = {"variants": [["toy", "fast"]], "launches": []}
+    base = restamp._fingerprint(request, _toy_tree(tmp_path / "base"), tmp_path)
+    moved = restamp._fingerprint(request, _toy_tree(tmp_path / "moved", moved=True), tmp_path)
+    records = [{"op": "toy", "variant": "fast"}]
+    assert base["variants"]["toy/fast"]["hash"] == "old"
+    new_hash = moved["variants"]["toy/fast"]["hash"]
+    assert restamp.decide(records, base, moved, []) == {"toy/fast": ("moved", new_hash)}
+    for edit in (("x + 1", "x + 2"), ("return 'heap'", "return 'other'")):
+        changed_tree = _toy_tree(tmp_path / f"changed{edit[1][-3:-1]}", moved=True, edit=edit)
+        changed = restamp._fingerprint(request, changed_tree, tmp_path)
+        assert restamp.decide(records, base, changed, [])["toy/fast"] == ("changed", None), edit
