@@ -116,21 +116,9 @@ def _rel_err(out: Any, ref: Any) -> float:
     return float("inf") if err != err else err  # NaN never passes
 
 
-def check_ce_persistent(
-    world_size: int,
-    gather_dim: int,
-    m: int,
-    n: int,
-    k: int,
-    config: Any,
-    *,
-    b_layout: str = "kn",
-    signal: str = "triton",
-    calls: int = 2,
-    dtype: Any = None,
-    num_sms: int = 4,
-    seed: int = 0,
-) -> str:
+def check_ce_persistent(world_size: int, gather_dim: int, m: int, n: int, k: int, config: Any, *,
+                        b_layout: str = "kn", signal: str = "triton", calls: int = 2, dtype: Any = None,
+                        num_sms: int = 4, seed: int = 0) -> str:  # fmt: skip
     """``calls`` calls of ``ce_persistent`` on ``world_size`` emulated ranks with the flags' back end
     ``signal`` (fresh random inputs, outputs and inboxes poisoned with NaN); every call's outputs kept and
     checked again after the last call.
