@@ -3,8 +3,9 @@ or around a loop, lazy imports inside functions included), nothing stable import
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from _imports import imported
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,18 +48,7 @@ MODULES = _modules()
 def _imports(name: str) -> set[str]:
     """The package's modules ``name`` imports anywhere in its code, relative imports resolved."""
     path, package = MODULES[name]
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1]) + (f".{base}" if base else "")
-            out.add(base)
-            out.update(f"{base}.{alias.name}" for alias in node.names)
-    return {m for m in out if m in MODULES and m != name}
+    return {m for m in imported(path, package) if m in MODULES and m != name}
 
 
 def _part(name: str) -> str:

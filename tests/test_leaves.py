@@ -5,8 +5,9 @@ import is read from the source (lazy ones inside functions included), relative o
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from _imports import imported
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,22 +24,6 @@ def _sources(folder: Path, package: str) -> list[tuple[Path, str]]:
         parts = [*package.split("."), *path.relative_to(folder).with_suffix("").parts]
         out.append((path, ".".join(parts[:-1])))
     return out
-
-
-def imported(path: Path, package: str) -> set[str]:
-    """Absolute names of everything ``path`` imports, anywhere in its code, relative imports resolved."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                base = ".".join(parts[: len(parts) - node.level + 1]) + (f".{base}" if base else "")
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
 
 
 def upward(sources: list[tuple[Path, str]], above: list[str] | tuple[str, ...]) -> list[str]:

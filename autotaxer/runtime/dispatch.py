@@ -88,11 +88,15 @@ def _signature(op: str, tensors: tuple, layout: dict) -> tuple:
 
 
 def _hot_key(op: str, tensors: tuple) -> tuple | None:
-    """The hot-index key of a call (what :func:`dispatch` builds inline); ``None`` unless 2 tensors."""
+    """The hot-index key of a call (what :func:`serve_hot` builds inline); ``None`` unless 2 tensors
+    (``Runtime._find`` tells every rank which argument is not one)."""
     if len(tensors) != 2:
         return None
     x, y = tensors
-    return (op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype)
+    try:
+        return (op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype)
+    except AttributeError:
+        return None
 
 
 class Plan:
@@ -249,13 +253,8 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         w = self._watch
         if w.view[0] != w.expect or self._checking:
             self._before_call(op, tensors, layout)
-        plan = None
-        if len(tensors) == 2:
-            x, y = tensors
-            try:
-                plan = self._hot.get((op, x.shape, x.stride(), x.dtype, y.shape, y.stride(), y.dtype))
-            except AttributeError:  # not tensors: _find tells every rank which argument
-                plan = None
+        hot = _hot_key(op, tensors)
+        plan = None if hot is None else self._hot.get(hot)
         if plan is None or plan.layout != layout:
             plan = self._find(op, tensors, layout)
         plan.last_used = next(self._clock)

@@ -111,26 +111,9 @@ def host_transport() -> Iterator[None]:
             setattr(owner, name, value)
 
 
-def _rel_err(out: Any, ref: Any) -> float:
-    err = ((out.double() - ref).norm() / ref.norm()).item()
-    return float("inf") if err != err else err  # NaN never passes
-
-
-def check_ce_persistent(
-    world_size: int,
-    gather_dim: int,
-    m: int,
-    n: int,
-    k: int,
-    config: Any,
-    *,
-    b_layout: str = "kn",
-    signal: str = "triton",
-    calls: int = 2,
-    dtype: Any = None,
-    num_sms: int = 4,
-    seed: int = 0,
-) -> str:
+def check_ce_persistent(world_size: int, gather_dim: int, m: int, n: int, k: int, config: Any, *,
+                        b_layout: str = "kn", signal: str = "triton", calls: int = 2, dtype: Any = None,
+                        num_sms: int = 4, seed: int = 0) -> str:  # fmt: skip
     """``calls`` calls of ``ce_persistent`` on ``world_size`` emulated ranks with the flags' back end
     ``signal`` (fresh random inputs, outputs and inboxes poisoned with NaN); every call's outputs kept and
     checked again after the last call.
@@ -142,6 +125,7 @@ def check_ce_persistent(
     from autotaxer.kernels.ag_gemm.push_tma import tma_ready
     from autotaxer.kernels.common.channel import MAX_CHUNKS
     from autotaxer.kernels.common.watch import board
+    from autotaxer.ops._emulated_heap import emulated_error
 
     dtype = dtype or torch.float32
     ws, gd = world_size, gather_dim
@@ -182,7 +166,7 @@ def check_ce_persistent(
         tol = 1e-5 if dtype == torch.float32 else 1e-2
         for r, ch in enumerate(ranks):
             where = f"ce_persistent ws{ws} gd{gd} {b_layout} call {call} rank {r}"
-            err = _rel_err(outs[r], ref)
+            err = emulated_error(outs[r], ref)
             assert err < tol, f"{where}: relative error {err:.2e}"
             memop = signal == "memop"  # tokens: every data token taken back, every done token free again
             assert int(ch.epoch[0]) == (0 if memop else call), f"{where}: epoch {int(ch.epoch[0])}"
@@ -204,7 +188,7 @@ def check_ce_persistent(
     slots.release(slot)
     for call, outs, ref in kept:  # no later call wrote an earlier call's output
         for r, out in enumerate(outs):
-            err = _rel_err(out, ref)
+            err = emulated_error(out, ref)
             assert err < 1e-2, f"ce_persistent call {call} rank {r}: output changed later ({err:.2e})"
     tma = bool(config.tma) and tma_ready(shards[0], b, ranks[0].arena(0).view(dtype), gd, config) is None
     return (
@@ -224,6 +208,7 @@ def check_withheld_chunk(world_size: int, m: int, n: int, k: int, config: Any, *
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
     from autotaxer.kernels.common.channel import MAX_CHUNKS
     from autotaxer.kernels.common.watch import board
+    from autotaxer.ops._emulated_heap import emulated_error
 
     ws = world_size
     ms = m // ws
@@ -262,7 +247,7 @@ def check_withheld_chunk(world_size: int, m: int, n: int, k: int, config: Any, *
     lost = torch.zeros(m, dtype=torch.bool)
     lost[peer * ms + first : peer * ms + first + rows] = True
     ref = torch.cat([s.double() for s in shards]) @ b.double()
-    err = _rel_err(out[~lost], ref[~lost])
+    err = emulated_error(out[~lost], ref[~lost])
     assert err < 1e-5, f"rows outside the withheld chunk: relative error {err:.2e}"
     assert out[lost].isnan().all(), "the withheld chunk's rows were computed from data that never landed"
     return f"OK withheld ws{ws} peer {peer} chunk {chunk}: gave up on flag {flag}"
@@ -349,6 +334,7 @@ def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
     from autotaxer.kernels.common.channel import MAX_CHUNKS
     from autotaxer.kernels.common.watch import BOUND, SLOT_WORDS, board
+    from autotaxer.ops._emulated_heap import emulated_error
 
     if reads not in cp.BOUND_READS:
         raise ValueError(f"reads: expected one of {cp.BOUND_READS}, got {reads!r}")
@@ -408,8 +394,8 @@ def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -
     else:
         assert record.count == 0, f"reads=every: {record.count} waits gave up (the raised bound was not read)"
         assert clock.readings >= late_ms, f"reads=every: the wait ended after {clock.readings} ms"
-        err = _rel_err(out, ref)
+        err = emulated_error(out, ref)
         assert err < 1e-5, f"reads=every: relative error {err:.2e} after the late chunk"
-    err = _rel_err(out[: m // ws], ref[: m // ws])
+    err = emulated_error(out[: m // ws], ref[: m // ws])
     assert err < 1e-5, f"reads={reads}: the local rows' relative error {err:.2e}"
     return f"OK bound reads={reads}: {record.count} gave up after {clock.readings} clock readings"

@@ -68,6 +68,16 @@ def _checks(ctx, table: str) -> dict:
     def f(xa, w, return_a=False):
         return autotaxer.fused_all_gather_matmul(xa, [w.t()], 0, name, return_A=return_a)
 
+    def grad_errors(xa, w=None) -> dict:
+        """The largest error of ``xa``'s gradient (and ``w``'s, when given) after a backward of
+        ``(y * y).sum()``, against plain PyTorch's on the full inputs."""
+        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
+        ((xr @ wr.t()) ** 2).sum().backward()
+        errs = {"grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item()}
+        if w is not None:
+            errs["grad_w"] = (w.grad - wr.grad).abs().max().item()
+        return errs
+
     # 1. eager, no_grad, return_A=False, A requiring grad only: the winner serves
     def eager_no_grad():
         with torch.no_grad():
@@ -88,9 +98,7 @@ def _checks(ctx, table: str) -> dict:
         xa = x.clone().requires_grad_()
         _, (y,) = f(xa, w_full)
         (y * y).sum().backward()
-        xr = x_full.clone().requires_grad_()
-        ((xr @ w_full.t()) ** 2).sum().backward()
-        return {"grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item()}
+        return grad_errors(xa)
 
     case("eager_grad_a", eager_grad_a)
 
@@ -99,12 +107,7 @@ def _checks(ctx, table: str) -> dict:
         xa, w = x.clone().requires_grad_(), w_full.clone().requires_grad_()
         _, (y,) = f(xa, w)
         (y * y).sum().backward()
-        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
-        ((xr @ wr.t()) ** 2).sum().backward()
-        return {
-            "grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item(),
-            "grad_w": (w.grad - wr.grad).abs().max().item(),
-        }
+        return grad_errors(xa, w)
 
     case("eager_grad_w", eager_grad_w)
 
@@ -147,12 +150,7 @@ def _checks(ctx, table: str) -> dict:
                 return {"breaks": breaks, "error": (y - x_full @ w_full.t()).abs().max().item()}
             y = fn(xa)
             (y * y).sum().backward()
-            xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
-            ((xr @ wr.t()) ** 2).sum().backward()
-            errs = {"grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item(), "breaks": breaks}
-            if grad_w:
-                errs["grad_w"] = (w.grad - wr.grad).abs().max().item()
-            return errs
+            return {"breaks": breaks, **grad_errors(xa, w if grad_w else None)}
 
         case(label, run)
 
@@ -174,12 +172,7 @@ def _checks(ctx, table: str) -> dict:
         torch._dynamo.reset()
         fn = torch.compile(layer, fullgraph=True) if compile_it else layer
         (fn(xa) ** 2).sum().backward()
-        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
-        ((xr @ wr.t()) ** 2).sum().backward()
-        errs = {"grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item()}
-        if train_w:
-            errs["grad_w"] = (layer.weight.grad - wr.grad).abs().max().item()
-        return errs
+        return grad_errors(xa, layer.weight if train_w else None)
 
     case("layer_frozen_eager", lambda: layer_case(False, False))
     case("layer_trained_eager", lambda: layer_case(True, False))
@@ -191,12 +184,7 @@ def _checks(ctx, table: str) -> dict:
 
         xa, w = x.clone().requires_grad_(), w_full.clone().requires_grad_()
         (torch.ops.autotaxer.ag_gemm(xa, w.t(), 0, name) ** 2).sum().backward()
-        xr, wr = x_full.clone().requires_grad_(), w_full.clone().requires_grad_()
-        ((xr @ wr.t()) ** 2).sum().backward()
-        return {
-            "grad_a": (xa.grad - xr.grad.chunk(WS)[r] * WS).abs().max().item(),
-            "grad_w": (w.grad - wr.grad).abs().max().item(),
-        }
+        return grad_errors(xa, w)
 
     case("custom_op_direct", custom_op_direct)
     torch._dynamo.reset()

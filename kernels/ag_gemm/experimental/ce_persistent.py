@@ -82,7 +82,7 @@ from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
 from ..consume import consume_tiles
 from ..consume_tma import consume_tiles_tma
 from ..fused import _CompiledLaunch, _specialization
-from ..protocol import WAIT_WIDTH
+from ..protocol import wait_all_k, wait_rows, wait_segment
 from ..push_tma import tma_ready
 
 #: SMs the persistent GEMM leaves free for the side streams' flag and ``done`` kernels (hazard 1).
@@ -219,6 +219,15 @@ def bound_reads() -> str:
 
 
 @triton.jit
+def _poll(ptrs, live, epoch):
+    """``(seen, missing, pending)``: one acquire load (system scope) of the live flags of ``ptrs``, which
+    of them are still below ``epoch``, and how many."""
+    seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+    missing = live & (seen < epoch)
+    return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
+
+
+@triton.jit
 def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     """:func:`..common.watch.spin_until` (the same flags, loads, bound and record), except that the bound
     is loaded from the watch slot once, the first time the wait has spun :data:`CHECK_AFTER_NS`, and kept
@@ -226,16 +235,12 @@ def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     spinning on a peer's chunk for longer than that (the tiles of 3 peers' rows at 4 ranks), that is one
     read of pinned host memory over PCIe per warp and poll, back to back, from up to 131 programs."""
     ok = tl.cast(ok, tl.int32)
-    seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
-    missing = live & (seen < epoch)
-    pending = tl.sum(missing.to(tl.int32), axis=0)
+    seen, missing, pending = _poll(ptrs, live, epoch)
     if (pending > 0) & (ok != 0):
         t0 = now_ns()
         bound = tl.full((), -1, tl.int64)  # not read yet
         while (pending > 0) & (ok != 0):
-            seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
-            missing = live & (seen < epoch)
-            pending = tl.sum(missing.to(tl.int32), axis=0)
+            seen, missing, pending = _poll(ptrs, live, epoch)
             if pending > 0:
                 waited = now_ns() - t0
                 if waited > CHECK_AFTER_NS:
@@ -246,19 +251,6 @@ def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
                         low = tl.min(tl.where(missing, seen, 2**31 - 1), axis=0)
                         give_up(watch_ptr, peer, first, epoch, low)
                         ok = 0
-    return ok
-
-
-@triton.jit
-def wait_segment_read_once(flags_ptr, epoch, src, first_row, last_row, kc, chunks, watch_ptr, ok,
-                           WHOLE_K: tl.constexpr):  # fmt: skip
-    """:func:`..protocol.wait_segment` as this variant calls it (``WHOLE_K`` off: the row chunks of K chunk
-    ``kc``, :func:`..protocol.wait_rows`) through :func:`spin_until_read_once`."""
-    rc_hi = last_row // chunks.rcw
-    for rc0 in range(first_row // chunks.rcw, rc_hi + 1, WAIT_WIDTH):
-        rcs = rc0 + tl.arange(0, WAIT_WIDTH)
-        idx = (src * chunks.n_rc + rcs) * chunks.n_kc + kc
-        ok = spin_until_read_once(flags_ptr + idx, rcs <= rc_hi, epoch, watch_ptr, src, idx, ok)
     return ok
 
 
@@ -275,6 +267,14 @@ def with_globals(fn: Any, **names: Any) -> Any:
     return triton.jit(copy)
 
 
+#: :func:`..protocol.wait_segment` with every spin through :func:`spin_until_read_once`: the shared waits
+#: (:func:`..protocol.wait_rows`, the one this variant's ``WHOLE_K``-off tiles take, and
+#: :func:`..protocol.wait_all_k`), line for line, recompiled with that spin.
+wait_segment_read_once = with_globals(
+    wait_segment,
+    wait_rows=with_globals(wait_rows, spin_until=spin_until_read_once),
+    wait_all_k=with_globals(wait_all_k, spin_until=spin_until_read_once),
+)
 #: The consumers with :func:`wait_segment_read_once` for their waits.
 consume_tiles_read_once = with_globals(consume_tiles, wait_segment=wait_segment_read_once)
 consume_tiles_tma_read_once = with_globals(consume_tiles_tma, wait_segment=wait_segment_read_once)
