@@ -111,9 +111,21 @@ def host_transport() -> Iterator[None]:
             setattr(owner, name, value)
 
 
-def check_ce_persistent(world_size: int, gather_dim: int, m: int, n: int, k: int, config: Any, *,
-                        b_layout: str = "kn", signal: str = "triton", calls: int = 2, dtype: Any = None,
-                        num_sms: int = 4, seed: int = 0) -> str:  # fmt: skip
+def check_ce_persistent(
+    world_size: int,
+    gather_dim: int,
+    m: int,
+    n: int,
+    k: int,
+    config: Any,
+    *,
+    b_layout: str = "kn",
+    signal: str = "triton",
+    calls: int = 2,
+    dtype: Any = None,
+    num_sms: int = 4,
+    seed: int = 0,
+) -> str:
     """``calls`` calls of ``ce_persistent`` on ``world_size`` emulated ranks with the flags' back end
     ``signal`` (fresh random inputs, outputs and inboxes poisoned with NaN); every call's outputs kept and
     checked again after the last call.
