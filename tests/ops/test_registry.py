@@ -150,7 +150,11 @@ def test_variants_of_the_environment_are_registered_on_their_op(monkeypatch: pyt
 
     monkeypatch.setattr(registry, "_OPS", {})
     monkeypatch.delenv(registry.VARIANTS_ENV_VAR, raising=False)
-    assert "planted_hang" not in registry.get_op("ag_gemm").variants
+    op = registry.get_op("ag_gemm")
+    assert "planted_hang" not in op.variants
+    # the variants register on the op's package instance: restored after, or this process's later tests
+    # (in-process tuning of every variant) would run planted_hang, which never returns
+    monkeypatch.setattr(op, "_variants", dict(op._variants))
     for var, value in ENV.items():
         monkeypatch.setenv(var, value)
     monkeypatch.setattr(registry, "_OPS", {})
