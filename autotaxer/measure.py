@@ -138,19 +138,24 @@ def check_variant(
     ctx: RunContext,
     seed: int,
     ws: Workspace | None = None,
+    run: Callable[..., Any] | None = None,
 ) -> float:
     """Largest relative error of ``variant`` against ``op.reference`` over two fresh seeds (collective).
 
     The output is filled with NaN before each run, so elements a variant never writes fail the check.
-    ``ws`` reuses a workspace from ``variant.prepare``; without it one is prepared here.
+    ``ws`` reuses a workspace from ``variant.prepare``; without it one is prepared here. ``run`` launches
+    the variant (default ``variant.run``; the tuner passes :func:`autotaxer.runtime.replay.launcher`'s,
+    so what is checked is what is served).
     """
+    if run is None:
+        run = variant.run
     if ws is None:
         ws = variant.prepare(key, params, ctx)
     worst = 0.0
     for s in (seed, seed + _SECOND_SEED_OFFSET):
         inputs = op.make_inputs(key, ctx.rank, ctx.device, s)
         out = op.empty_output(key, ctx.device)
-        result = variant.run(ws, inputs, ctx, out=out)
+        result = run(ws, inputs, ctx, out=out)
         got = out if result is None else result
         _synchronize(ctx)
         err = relative_error(got, op.reference(key, ctx.rank, ctx.device, s))

@@ -39,6 +39,8 @@
 #                $SERVED_ARGS adds its options, e.g. --op ag_gemm --N 5120 --params '{...}')
 #                -> $OUT/served_vs_trial.json
 #   overhead     bench/dispatch_overhead.py at world size $WS (5000 calls) -> $OUT/overhead.json
+#   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
+#                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
 #   pack         keep what comes back from $OUT within the device tool's limit: SQLite files checkpointed
 #                (no -wal/-shm file needed), the files named in $KEEP kept, the rest packed in misc.tgz
 # SHAPES may name several files (space-separated); they are concatenated into one. LIMIT overrides the tune
@@ -203,6 +205,9 @@ for s in "$@"; do
     overhead)
         step overhead 120 python3 -P bench/dispatch_overhead.py --device cuda --world-size "$WS" --iters 5000 \
             --json "$OUT/overhead.json"
+        ;;
+    host)
+        step "host_ws$WS" 150 torchrun --nproc-per-node "$WS" bench/host_probe.py --json-out "$OUT/host_probe_ws$WS.json"
         ;;
     pack) pack ;;
     *) summary+=("$s: unknown step") ;;

@@ -170,10 +170,13 @@ class Op(ABC):
     layout_choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
     #: Layout fields that a call's tensors decide (not keyword arguments of dispatch).
     derived_layout: ClassVar[frozenset[str]] = frozenset()
-    # An op declares the five below as class attributes, or its package sets them on its instance (where
+    # An op declares the six below as class attributes, or its package sets them on its instance (where
     # the op's module is in its records' kernel hash, so that adding them changed no record).
     #: The integrations it takes part in (kinds of :data:`._forms.INTEGRATION_KINDS`).
     integrations: ClassVar[Collection[str]] = frozenset()
+    #: Variants whose host code decides nothing that differs from call to call (flags, epochs and tokens on
+    #: the device): their calls are launched as CUDA-graph replays (:mod:`autotaxer.runtime.replay`).
+    replayed: ClassVar[Collection[str]] = frozenset()
     #: Kind -> the form it carries itself, of those integrations whose form needs nothing above the ops
     #: (the emulated checks; a bench row's parts for an op outside the package); the integration layer
     #: holds the others (:mod:`autotaxer.integrations`).

@@ -133,6 +133,7 @@ class KeyDecisions:
         self._drop_plans(lambda plan: plan.key in keys)
         for wkey in [w for w in self._workspaces if w[0] in keys]:  # kept by serve_decision() for no plan
             del self._workspaces[wkey]
+        self._prune_launchers()
 
     def serve_decision(self, key: ProblemKey, decision: Decision) -> None:
         """Serve ``decision`` for ``key`` from its next call, keeping the workspaces prepared for the key

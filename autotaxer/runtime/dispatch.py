@@ -222,6 +222,7 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         self._hot: dict[tuple, Plan] = {}  # (op, shape, dtype, shape, dtype) -> a plan in _plans
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
+        self._launchers: dict[tuple, tuple[Any, Any]] = {}  # workspace key -> (workspace, launcher)
         self._decisions: dict[ProblemKey, Decision] = {}  # agreed by every rank; one per key
         self._misses: dict[ProblemKey, Miss] = {}
         self._warned: set[str] = set()
@@ -295,7 +296,9 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         key, decision = self._decide(opobj, tensors, layout)
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
-        run = _canonicalizing(variant.run, opobj) if opobj.needs_canonical(tensors) else variant.run
+        run = self._launcher(opobj, variant, key, decision, ws)
+        if opobj.needs_canonical(tensors):
+            run = _canonicalizing(run, opobj)
         saving = self._saving_decision(opobj, key, decision)
         plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj, saving)
         plan.last_used = next(self._clock)  # newest: never the one evicted to make room for itself

@@ -1,7 +1,9 @@
 """A runtime's workspaces: each variant's ``prepare`` runs once per (key, variant, parameters), its
 workspace is shared by the plans that use it and freed with the last of them (least recently used plans
 beyond ``RuntimeConfig.workspace_cache`` are dropped) or when its key is forgotten or its waits on peers
-gave up (:class:`Workspaces`).
+gave up (:class:`Workspaces`). Each workspace's launcher (:func:`~.replay.launcher`: its CUDA-graph
+replays, where its variant is replayed) lives as long as the workspace, so a key switched between its
+winner and its fastest form (the in-step check) replays the graphs it captured before.
 """
 
 from __future__ import annotations
@@ -11,29 +13,45 @@ from typing import Any
 
 from .._problem import ProblemKey
 from .lookup import Decision
+from .replay import launcher
 
 
 class Workspaces:
     """The plan and workspace cache of :class:`~autotaxer.runtime.dispatch.Runtime` (whose ``__init__``
     makes the state): ``_workspaces`` maps (key, variant, parameters as JSON) to a workspace, ``_plans``
     a call's full signature to its plan and ``_hot`` a call's op, shapes, strides and dtypes to one of
-    those plans (the hot path's index)."""
+    those plans (the hot path's index); ``_launchers`` a workspace's key to ``(workspace, launcher)``."""
 
     config: Any
     ctx: Any
     _plans: dict[tuple, Any]
     _hot: dict[tuple, Any]
     _workspaces: dict[tuple, Any]
+    _launchers: dict[tuple, tuple[Any, Any]]
 
     def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
         """The workspace of ``variant`` with ``decision``'s parameters for ``key``: prepared on first use,
         then shared by every plan of the same (key, variant, parameters)."""
-        wkey = (key, variant.name, json.dumps(dict(decision.params), sort_keys=True, default=str))
+        wkey = _wkey(variant, key, decision)
         ws = self._workspaces.get(wkey)
         if ws is None:
             ws = variant.prepare(key, dict(decision.params), self.ctx)
             self._workspaces[wkey] = ws
         return ws
+
+    def _launcher(self, opobj: Any, variant: Any, key: ProblemKey, decision: Decision, ws: Any) -> Any:
+        """How the plans of workspace ``ws`` run ``variant`` (one launcher a workspace, graphs and all)."""
+        self._prune_launchers()
+        wkey = _wkey(variant, key, decision)
+        held = self._launchers.get(wkey)
+        if held is None or held[0] is not ws:
+            held = self._launchers[wkey] = (ws, launcher(opobj, variant, key, self.ctx.device))
+        return held[1]
+
+    def _prune_launchers(self) -> None:
+        """Drop the launchers of workspaces no longer kept (their graphs with them)."""
+        for wkey in [w for w, (ws, _) in self._launchers.items() if self._workspaces.get(w) is not ws]:
+            del self._launchers[wkey]
 
     def _evict(self) -> None:
         """Drop the least recently used plans beyond ``workspace_cache``, and their workspaces where no
@@ -48,6 +66,7 @@ class Workspaces:
                 for wkey, ws in list(self._workspaces.items()):
                     if ws is old.workspace:
                         del self._workspaces[wkey]
+        self._prune_launchers()
 
     def _forget_failed(self) -> None:
         """Drop the plans and workspaces of (op, variant, key) whose waits on peers gave up: their flags
@@ -70,3 +89,9 @@ class Workspaces:
                 for wkey, ws in list(self._workspaces.items()):
                     if ws is plan.workspace:
                         del self._workspaces[wkey]
+        self._prune_launchers()
+
+
+def _wkey(variant: Any, key: ProblemKey, decision: Decision) -> tuple:
+    """A workspace's key: (key, variant, parameters as JSON)."""
+    return (key, variant.name, json.dumps(dict(decision.params), sort_keys=True, default=str))

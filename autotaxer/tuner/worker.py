@@ -95,6 +95,7 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
     """
     from ..measure import Chain, check_variant, maxes_over_ranks, time_variant
     from ..ops import get_op
+    from ..runtime.replay import launcher
 
     if isinstance(req, ConfirmRequest):
         return execute_confirm(state, req)
@@ -105,7 +106,8 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
         op = get_op(req.op)
         variant = op.variants[req.variant]
         ws = state.workspace(variant, req.key, req.params)
-        err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws)
+        run = launcher(op, variant, req.key, ctx.device)  # as dispatch serves it: graph replays or not
+        err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws, run=run)
     except Exception as exc:  # reported after the ranks agreed (below)
         raised, err = (exc, traceback.format_exc()), math.inf
     try:
@@ -134,7 +136,7 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
         out = op.empty_output(req.key, ctx.device)
         t_timing = time.perf_counter()
         median = time_variant(
-            lambda: variant.run(ws, inputs, ctx, out=out),
+            lambda: run(ws, inputs, ctx, out=out),
             ctx,
             warmup=req.timing.warmup,
             iters=req.timing.iters,
@@ -173,6 +175,7 @@ def execute_confirm(state: WorkerState, req: ConfirmRequest) -> RankReply:
     all on the same fresh inputs, chained as ``req.timing`` says. An entry that fails gets None."""
     from ..measure import Chain, time_interleaved
     from ..ops import get_op
+    from ..runtime.replay import launcher
 
     ctx = state.ctx
     t0 = time.perf_counter()
@@ -190,7 +193,8 @@ def execute_confirm(state: WorkerState, req: ConfirmRequest) -> RankReply:
                 chains.append(None)
                 continue
             out = op.empty_output(req.key, ctx.device)
-            fns.append(lambda v=variant, w=ws, o=out: v.run(w, inputs, ctx, out=o))
+            run = launcher(op, variant, req.key, ctx.device)
+            fns.append(lambda r=run, w=ws, o=out: r(w, inputs, ctx, out=o))
             chains.append(Chain(inputs[0], out) if req.timing.chain == "dependent" else None)
         t = req.timing
         times = time_interleaved(fns, ctx, (t.mode,), t.warmup, t.iters, t.samples, chains=chains)

@@ -1,0 +1,175 @@
+"""Calls launched as CUDA-graph replays: one launch a call instead of a schedule's dozens.
+
+A copy-engine schedule launches 10-30 things a call from Python (1-program Triton flag kernels, stream
+memops, peer copies, one vendor GEMM per chunk, events, stream switches). On 2xH200 that is ~470-500 µs
+of host time a call (a Triton launch 21-29 µs, a stream switch 18 µs), as much as the call's GPU time,
+so a model that calls it back to back is bound by its host, and a peer whose host is late makes the
+other spin. Captured once into a CUDA graph and replayed, the same call costs ~19 µs of host time and
+its GPU time fell 3-10 % (``bench/results/2026-11-27_replay_h200x2/``).
+
+A variant may be replayed when nothing its host code decides differs from call to call (its flags,
+epochs and tokens live on the device); its op lists it in ``Op.replayed``. :func:`launcher` gives the
+callable that runs it (``run(ws, inputs, ctx, out) -> out``, the variant's own signature), and
+dispatch, the tuner's trials and its confirmations all use it: what was timed is what is served.
+
+How a call is replayed (:class:`ReplayedRun`): the first call is launched eagerly (it compiles the
+kernels, makes the streams' vendor handles: nothing a capture may do; a first capture failed on
+2xH200 without it). Then a call's *argument set* is the workspace and every input's and the output's
+address, shape, strides and dtype; the first call of an argument set is captured
+(on a private stream, nothing runs) and every call of it is a replay, so a graph only ever reads and
+writes the tensors of the call that replays it. A call without ``out`` gets a fresh output (as the
+eager call does), which the caching allocator hands out at the same address from step to step. Calls
+are launched eagerly where a graph cannot help or cannot be made: not on CUDA, during a CUDA graph
+capture (the user's graph records the eager launches), after a capture failed, and once the argument
+sets stop repeating (more than ``limit`` graphs evicted: addresses that change every call would
+capture every call). ``$AUTOTAXER_REPLAY=0`` launches every call eagerly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: ``$AUTOTAXER_REPLAY=0``: launch every call eagerly (an A/B switch for benchmarks and debugging).
+REPLAY_ENV = "AUTOTAXER_REPLAY"
+#: Graphs kept per replayed run (least recently used evicted): one per argument set, e.g. per layer of a
+#: model whose layers share one shape.
+DEFAULT_LIMIT = 256
+
+Run = Callable[..., Any]
+
+
+def replay_enabled() -> bool:
+    """Whether calls of replayable variants are replayed in this process (``$AUTOTAXER_REPLAY``)."""
+    return os.environ.get(REPLAY_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def replayable(opobj: Any, variant: Any, device: Any) -> bool:
+    """Whether ``variant``'s calls on ``device`` are launched as graph replays."""
+    return (
+        variant.name in getattr(opobj, "replayed", ())
+        and torch.device(device).type == "cuda"
+        and replay_enabled()
+    )
+
+
+def launcher(opobj: Any, variant: Any, key: Any, device: Any, limit: int = DEFAULT_LIMIT) -> Run:
+    """The callable that runs ``variant`` for ``key`` (``run(ws, inputs, ctx, out=None) -> output``): a
+    :class:`ReplayedRun` where :func:`replayable`, else the variant's own ``run``."""
+    if not replayable(opobj, variant, device):
+        return variant.run
+    spec = opobj.empty_output(key, "meta")
+    return ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit)
+
+
+def _arg(t: Any) -> tuple:
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+
+
+class ReplayedRun:
+    """``run`` (a variant's ``run(ws, inputs, ctx, out)``) with each argument set captured once into a
+    CUDA graph and replayed; see the module docstring. ``capture(fn) -> graph`` makes a graph of ``fn``'s
+    launches whose ``replay()`` repeats them (default: :func:`capture_cuda_graph`); tests pass their own,
+    with the ``device_type`` whose calls are replayed (others are launched eagerly)."""
+
+    def __init__(self, run: Run, out_shape: tuple[int, ...], out_dtype: Any, limit: int = DEFAULT_LIMIT,
+                 capture: Callable[[Callable[[], Any]], Any] | None = None,
+                 device_type: str = "cuda") -> None:  # fmt: skip
+        if limit < 1:
+            raise ValueError(f"limit: must be >= 1, got {limit}")
+        self.run = run
+        self.out_shape = out_shape
+        self.out_dtype = out_dtype
+        self.limit = limit
+        self.capture = capture if capture is not None else capture_cuda_graph
+        self.device_type = device_type
+        #: argument set -> (graph, workspace): the workspace held so its id names no other while cached
+        self.graphs: dict[tuple, tuple[Any, Any]] = {}
+        self.captures = 0
+        self.replays = 0
+        self.evictions = 0
+        self.warm = False  # the first call runs eagerly
+        #: why calls are launched eagerly from now on (None: replayed)
+        self.off: str | None = None
+
+    def __call__(self, ws: Any, inputs: tuple, ctx: Any, out: Any = None) -> Any:
+        if self.off is not None or _eager_only(inputs, self.device_type):
+            return self.run(ws, inputs, ctx, out)
+        if not self.warm:  # the first call: eager (compiles kernels, makes handles)
+            self.warm = True
+            return self.run(ws, inputs, ctx, out)
+        if out is None:
+            first = inputs[0]
+            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=first.device)
+        args = (id(ws), tuple(_arg(t) for t in inputs), _arg(out))
+        entry = self.graphs.pop(args, None)
+        if entry is None:
+            entry = self._capture(ws, inputs, ctx, out)
+            if entry is None:  # could not be captured: this call and every later one eager
+                return self.run(ws, inputs, ctx, out)
+        self.graphs[args] = entry  # newest last: the first key is the least recently used
+        entry[0].replay()
+        self.replays += 1
+        return out
+
+    def _capture(self, ws: Any, inputs: tuple, ctx: Any, out: Any) -> tuple[Any, Any] | None:
+        returned: list[Any] = []
+        try:
+            graph = self.capture(lambda: returned.append(self.run(ws, inputs, ctx, out)))
+        except Exception as exc:  # noqa: BLE001 - any capture failure: launch eagerly (errors raise there)
+            self.turn_off(f"capture failed: {type(exc).__name__}: {exc}")
+            return None
+        if returned and returned[0] is not None and returned[0] is not out:
+            self.turn_off("the variant returned another tensor than its out= argument")
+            return None
+        self.captures += 1
+        if len(self.graphs) >= self.limit:
+            del self.graphs[next(iter(self.graphs))]
+            self.evictions += 1
+            if self.evictions > self.limit:
+                self.turn_off(f"argument sets do not repeat ({self.evictions} graphs evicted)")
+                return None
+        return graph, ws
+
+    def turn_off(self, why: str) -> None:
+        """Launch every later call eagerly, for ``why``; the graphs go."""
+        self.off = why
+        self.graphs.clear()
+
+    def stats(self) -> dict[str, Any]:
+        """Captures, replays, evictions, graphs held and why replay is off (None: on)."""
+        return {"captures": self.captures, "replays": self.replays, "evictions": self.evictions,
+                "graphs": len(self.graphs), "off": self.off}  # fmt: skip
+
+
+def _eager_only(inputs: tuple, device_type: str) -> bool:
+    """Whether this call is launched eagerly: not on ``device_type``, or inside a CUDA graph capture (the
+    caller's graph records the launches)."""
+    device = getattr(inputs[0], "device", None) if inputs else None
+    if device is None or device.type != device_type:
+        return True
+    return device_type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+_CAPTURE_STREAMS: dict[int, Any] = {}  # device index -> the stream captures run on (bounded: one a GPU)
+
+
+def capture_cuda_graph(fn: Callable[[], Any]) -> Any:
+    """A ``torch.cuda.CUDAGraph`` of ``fn``'s launches, captured on a private stream of the current device
+    (thread-local capture mode: other threads' work is not disturbed; no synchronisation, no cache
+    release, unlike ``torch.cuda.graph``). Nothing runs until the graph is replayed."""
+    device = torch.cuda.current_device()
+    stream = _CAPTURE_STREAMS.get(device)
+    if stream is None:
+        stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            fn()
+        finally:
+            graph.capture_end()
+    return graph

@@ -1,0 +1,273 @@
+"""Calls launched as graph replays (:mod:`autotaxer.runtime.replay`), on CPU with a stand-in for CUDA graphs
+that records the captured call and repeats it with the captured arguments, as a CUDA graph repeats its
+launches on the captured addresses: every call's output must still be its own inputs' product (values
+changed in place, new tensors, two results kept), the argument sets that stop repeating and the capture
+that fails fall back to eager calls, and dispatch and the tuner launch through :func:`launcher`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotaxer.runtime import replay
+from autotaxer.runtime.replay import ReplayedRun, launcher
+
+
+class _Graph:
+    """A captured call: ``replay()`` runs it again with the arguments it was captured with."""
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def replay(self) -> None:
+        self.fn()
+
+
+class _Calls:
+    """A variant's ``run`` (``out = a @ b``) that counts its launches. Under :meth:`capture` its host code
+    runs and launches nothing (the graph launches at replay); ``fail`` makes a capture raise."""
+
+    def __init__(self) -> None:
+        self.launches = 0
+        self.capturing = False
+        self.fail = False
+
+    def run(self, ws, inputs, ctx, out=None):
+        a, b = inputs
+        if out is None:
+            out = torch.empty(a.shape[0], b.shape[1])
+        if self.capturing:
+            if self.fail:
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return out
+        torch.matmul(a, b, out=out)
+        self.launches += 1
+        return out
+
+    def capture(self, fn):
+        self.capturing = True
+        try:
+            fn()
+        finally:
+            self.capturing = False
+        return _Graph(fn)
+
+
+def _capture_host(fn):
+    fn()
+    return _Graph(fn)
+
+
+def _replayed(calls: _Calls, limit: int = 8) -> ReplayedRun:
+    return ReplayedRun(calls.run, (4, 3), torch.float32, limit, capture=calls.capture, device_type="cpu")
+
+
+def _inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(4, 5, generator=g), torch.randn(5, 3, generator=g)
+
+
+def test_one_argument_set_is_captured_once_and_replays_the_current_values():
+    calls = _Calls()
+    run = _replayed(calls)
+    a, b = _inputs(0)
+    out = torch.empty(4, 3)
+    for i in range(4):
+        a.copy_(_inputs(i)[0])  # new values, same tensors: the replay reads them
+        got = run("ws", (a, b), None, out)
+        assert got is out
+        torch.testing.assert_close(got, a @ b)
+    assert (run.captures, run.replays, calls.launches) == (1, 3, 4)  # the first call eager
+
+
+def _warm(run: ReplayedRun) -> ReplayedRun:
+    """``run`` after its first call (launched eagerly)."""
+    a, b = _inputs(100)
+    torch.testing.assert_close(run("warm", (a, b), None), a @ b)
+    assert (run.captures, run.replays, run.warm) == (0, 0, True)
+    return run
+
+
+def test_two_calls_with_both_results_kept_get_their_own_outputs():
+    calls = _Calls()
+    run = _warm(_replayed(calls))
+    a1, b = _inputs(1)
+    first = run("ws", (a1, b), None)
+    a2 = _inputs(2)[0]
+    second = run("ws", (a2, b), None)  # first is alive: a fresh output elsewhere, a graph of its own
+    assert first.data_ptr() != second.data_ptr()
+    torch.testing.assert_close(first, a1 @ b)
+    torch.testing.assert_close(second, a2 @ b)
+    assert run.captures == 2
+
+
+def test_workspace_shape_strides_and_dtype_are_part_of_the_argument_set():
+    calls = _Calls()
+    run = _warm(_replayed(calls))
+    a, b = _inputs(3)
+    out = torch.empty(4, 3)
+    run("ws1", (a, b), None, out)
+    run("ws2", (a, b), None, out)  # another workspace: its own graph
+    bt = b.t().contiguous().t()  # same values, other strides and address
+    torch.testing.assert_close(run("ws1", (a, bt), None, out), a @ b)
+    assert run.captures == 3
+
+
+def test_argument_sets_that_never_repeat_turn_replay_off():
+    calls = _Calls()
+    run = _warm(_replayed(calls, limit=2))
+    kept = []
+    for i in range(8):  # every call new tensors (all kept alive: new addresses)
+        a, b = _inputs(10 + i)
+        kept.append((a, b, run("ws", (a, b), None)))
+    assert run.off is not None and "do not repeat" in run.off
+    assert run.graphs == {}
+    captured = run.captures
+    a, b = _inputs(99)
+    torch.testing.assert_close(run("ws", (a, b), None), a @ b)  # eager from now on
+    assert run.captures == captured
+    for a, b, got in kept:
+        torch.testing.assert_close(got, a @ b)
+
+
+def test_a_capture_that_fails_falls_back_to_eager_calls():
+    calls = _Calls()
+    run = _warm(_replayed(calls))
+    calls.fail = True
+    a, b = _inputs(4)
+    torch.testing.assert_close(run("ws", (a, b), None), a @ b)
+    assert run.off is not None and "capture failed" in run.off
+    calls.fail = False
+    torch.testing.assert_close(run("ws", (a, b), None), a @ b)
+    assert run.captures == 0
+
+
+def test_a_variant_returning_another_tensor_is_not_replayed():
+    def run_fresh(ws, inputs, ctx, out=None):
+        a, b = inputs
+        return a @ b  # ignores out=: a graph of it would leave the caller's output unwritten
+
+    run = _warm(ReplayedRun(run_fresh, (4, 3), torch.float32, 8, capture=_capture_host, device_type="cpu"))
+    a, b = _inputs(5)
+    torch.testing.assert_close(run("ws", (a, b), None), a @ b)
+    assert run.off is not None and run.replays == 0
+
+
+def test_inputs_on_another_device_type_are_launched_eagerly():
+    calls = _Calls()
+    run = ReplayedRun(calls.run, (4, 3), torch.float32, 8, capture=calls.capture, device_type="cuda")
+    a, b = _inputs(6)
+    torch.testing.assert_close(run("ws", (a, b), None), a @ b)
+    assert (run.captures, run.replays, run.off) == (0, 0, None)
+
+
+def test_the_launcher_replays_listed_variants_on_cuda_only(monkeypatch):
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op
+
+    op = get_op("ag_gemm")
+    key = ProblemKey.make("ag_gemm", "nvidia-h200", 2, "bf16", {"M": 64, "N": 48, "K": 32}, {"gather_dim": 0})
+    ce, bsp = op.variants["copy_engine"], op.variants["bsp"]
+    assert "copy_engine" in op.replayed and "bsp" not in op.replayed
+    run = launcher(op, ce, key, torch.device("cuda"))
+    assert isinstance(run, ReplayedRun)
+    assert (run.out_shape, run.out_dtype) == ((64, 48), torch.bfloat16)
+    assert launcher(op, bsp, key, torch.device("cuda")) == bsp.run
+    assert launcher(op, ce, key, torch.device("cpu")) == ce.run
+    monkeypatch.setenv(replay.REPLAY_ENV, "0")
+    assert launcher(op, ce, key, torch.device("cuda")) == ce.run
+
+
+def test_limit_must_be_positive():
+    with pytest.raises(ValueError, match="limit"):
+        ReplayedRun(lambda *a: None, (1,), torch.float32, 0)
+
+
+class _Recorded:
+    """A stand-in for :func:`launcher` replaying every variant on CPU (``_Calls``-style capture of the
+    variant's own ``run``); ``made`` lists the :class:`ReplayedRun` it handed out."""
+
+    def __init__(self) -> None:
+        self.made: list[ReplayedRun] = []
+
+    def __call__(self, opobj, variant, key, device, limit=8):
+        spec = opobj.empty_output(key, "meta")
+        run = ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit, capture=_capture_host,
+                          device_type="cpu")  # fmt: skip
+        self.made.append(run)
+        return run
+
+
+def test_dispatch_serves_through_the_launcher(monkeypatch):
+    import autotaxer
+    import autotaxer.runtime.dispatch as dispatch_mod
+    import autotaxer.runtime.workspaces as workspaces_mod
+
+    recorded = _Recorded()
+    monkeypatch.setattr(workspaces_mod, "launcher", recorded)
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    try:
+        a, b = torch.randn(8, 6), torch.randn(6, 5)
+        first = autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)
+        second = autotaxer.dispatch("ag_gemm", a, b, gather_dim=0)  # both kept: two outputs, two graphs
+        torch.testing.assert_close(first, a @ b)
+        torch.testing.assert_close(second, a @ b)
+        (run,) = recorded.made
+        assert run.replays == 1 and first.data_ptr() != second.data_ptr()  # the first call eager
+    finally:
+        dispatch_mod.shutdown()
+
+
+def test_the_tuners_trials_and_confirmations_launch_through_the_launcher(monkeypatch):
+    from _factories import FAST, KEY, InlineExecutor
+
+    from autotaxer.tuner.worker import ConfirmRequest, TrialRequest
+
+    recorded = _Recorded()
+    monkeypatch.setattr(replay, "launcher", recorded)
+    executor = InlineExecutor()
+    (reply,) = executor.run(TrialRequest("ag_gemm", KEY, "bsp", {}, 3, FAST), 60)
+    assert reply.error is None and reply.rel_err < 1e-5
+    (trial_run,) = recorded.made
+    assert trial_run.replays >= 2  # two validation seeds (the first eager), then the timed calls
+    (reply,) = executor.run(ConfirmRequest("ag_gemm", KEY, (("bsp", {}), ("bsp", {})), 5, FAST), 60)
+    assert reply.error is None and len(reply.medians_us) == 2
+    assert len(recorded.made) == 3 and all(r.replays >= 1 for r in recorded.made[1:])
+
+
+def test_a_key_switched_between_forms_keeps_each_workspaces_graphs(monkeypatch):
+    """The in-step check switches a key between its winner and its fastest form, step after step: each
+    workspace keeps its launcher, so a switch back replays the graphs captured before (a launcher made
+    anew would launch its first call eagerly and capture again: the check would time that)."""
+    import autotaxer
+    import autotaxer.runtime.dispatch as dispatch_mod
+    import autotaxer.runtime.workspaces as workspaces_mod
+    from autotaxer.ops import get_op
+    from autotaxer.runtime.lookup import EXACT, Decision
+
+    recorded = _Recorded()
+    monkeypatch.setattr(workspaces_mod, "launcher", recorded)
+    rt = autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    try:
+        a, b = torch.randn(8, 6), torch.randn(6, 5)
+        out = torch.empty(8, 5)
+        autotaxer.dispatch("ag_gemm", a, b, gather_dim=0, out=out)
+        key = rt.plan("ag_gemm", a, b, gather_dim=0).key
+        op = get_op("ag_gemm")
+        forms = {}
+        for name in ("cpu_chunked", "bsp"):
+            params = op.variants[name].default_params(key, rt.ctx.target)
+            forms[name] = Decision(name, params, EXACT, 0.0, key)
+        for _ in range(3):
+            for name in ("cpu_chunked", "bsp"):
+                rt.serve_decision(key, forms[name])
+                out.fill_(float("nan"))
+                torch.testing.assert_close(autotaxer.dispatch("ag_gemm", a, b, gather_dim=0, out=out), a @ b)
+        by_variant = {}
+        for run in recorded.made:
+            by_variant.setdefault(run.run.__self__.name, []).append(run)
+        assert {n: len(r) for n, r in by_variant.items()} == {"cpu_chunked": 1, "bsp": 1}
+        for runs in by_variant.values():
+            assert runs[0].captures == 1  # one argument set, captured once across the switches
+    finally:
+        dispatch_mod.shutdown()
