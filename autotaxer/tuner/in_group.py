@@ -164,6 +164,10 @@ class _Lead:
         self.timing = TimingConfig.for_device(rt.ctx.target.device_type, rt.config.timing or "eager")
         self.lease_s = max(MIN_LEASE_S, 2 * budget.trial_timeout_s)
         self._nearby: list[Any] | None = None
+        #: the most a key's tuning ran past its share (its BSP forms' first timing, the confirmation, the
+        #: trial running when the share ran out): taken off the next keys' shares, so the keys together
+        #: end by the deadline and what the caller holds back after it (the in-step check) stays its own
+        self.overrun_s = 0.0
 
     def run(self, keys: list[ProblemKey]) -> tuple[list[KeyResult], list[Any], str | None, bool]:
         from ..storage import DatabaseError, open_database
@@ -221,13 +225,21 @@ class _Lead:
         if left <= 0:
             db.release_claim(key, self.owner)
             return skipped("budget spent")
-        share = left / keys_left if self.budget.key_budget_s is None else min(left, self.budget.key_budget_s)
+        if self.budget.key_budget_s is None:
+            share = left / keys_left - self.overrun_s
+        else:
+            share = min(left - self.overrun_s, self.budget.key_budget_s)
+        if share <= 0:
+            db.release_claim(key, self.owner)
+            return skipped("budget spent")
         executor.before_trial = lambda: db.renew_claim(key, self.owner)
+        started = time.monotonic()
         try:
             result, note = self._tune(db, executor, key, share)
         finally:
             executor.before_trial = None
             db.release_claim(key, self.owner)
+            self.overrun_s = max(self.overrun_s, time.monotonic() - started - share)
         rec = db.get_winner(key)
         if rec is None or result is None:
             return skipped(note or "no winner: the BSP forms did not complete within the budget")

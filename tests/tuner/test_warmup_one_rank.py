@@ -97,3 +97,42 @@ def test_a_key_results_line_names_key_winner_speed_trials_and_seconds() -> None:
     skipped = KeyResult(key, "skipped", note="budget spent")
     assert skipped.line(8, 8).endswith("not tuned (budget spent); served as before")
     assert skipped.speedup is None
+
+
+def test_keys_whose_tuning_runs_past_its_share_leave_the_deadline_to_the_check(runtime, monkeypatch) -> None:
+    """A key's tuning runs past its share (its BSP forms' timing, the confirmation, the trial running when
+    the share ran out: 2xH200 layer runs overran 4-5 s a key, and the in-step check held back after the
+    tuning found 0 s left). The lead takes the largest overrun seen off the next keys' shares: the keys
+    together end within one overrun of the deadline, not one overrun a key. On a clock of the test's."""
+    import types
+
+    import torch
+
+    from autotaxer import ProblemKey
+    from autotaxer.tuner import in_group
+    from autotaxer.tuner.in_group import TuningBudget, tune_in_group
+
+    now = [1000.0]
+    clock = types.SimpleNamespace(
+        monotonic=lambda: now[0], time=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)
+    )
+    monkeypatch.setattr(in_group, "time", clock)
+    shares: list[float] = []
+
+    def overrunning(self, db, executor, key, share):
+        shares.append(share)
+        now[0] += share + 4.0  # the share, then 4 s past it
+        return None, "planted: no winner"
+
+    monkeypatch.setattr(in_group._Lead, "_tune", overrunning)
+    keys = [
+        ProblemKey.make("ag_gemm", "cpu", 1, "fp32", {"M": 16 * (i + 1), "N": 8, "K": 8}, {"gather_dim": 0})
+        for i in range(4)
+    ]
+    runtime.load(torch.device("cpu"))
+    t0 = now[0]
+    results, spent = tune_in_group(runtime, keys, TuningBudget(budget_s=40.0))
+    # 40 s for 4 keys: 10 s, 4 s past it; then each key what is left shared, less the 4 s overrun
+    assert shares == pytest.approx([10.0, 26 / 3 - 4, 26 / 3 - 4, 26 / 3 - 4]), shares
+    assert now[0] - t0 == pytest.approx(40.0)  # the old code: 56 s (shares 10, 8.7, 6.7, 2.7)
+    assert [r.status for r in results] == ["skipped"] * 4 and spent
