@@ -11,8 +11,11 @@ calls replayed alone, and a stored speedup against both (issue 46's tools).
 the same inputs, in one :func:`autotaxer.measure.time_interleaved` (chained, link subtracted: what the
 tuner's confirmation does), each layer of the served call added one at a time:
 
-* ``trial``: ``variant.run(ws, inputs, ctx, out=out)``, its own workspace, one output reused (the tuner);
-* ``fresh_out``: the same with ``out=None`` (a fresh output per call, as served calls get);
+* ``trial``: the variant through :func:`autotaxer.runtime.replay.launcher` (a CUDA-graph replay where the
+  variant is replayed), its own workspace, one output reused (what the tuner times);
+* ``eager``: ``variant.run(ws, inputs, ctx, out=out)`` (every launch from Python: the tuner before
+  2026-11-27's replays);
+* ``fresh_out``: ``trial`` with ``out=None`` (a fresh output per call, as served calls get);
 * ``serve``: :func:`autotaxer.integrations.autograd.serve` ``(rt, "async_tp", ...)`` with the runtime's
   plan and workspace (decision set to the variant: ``Runtime.serve_decision``);
 * ``async_tp``: the kernel ``autotaxer.async_tp`` registers, called on async TP's 3-D input (sizes and
@@ -102,6 +105,7 @@ def served_vs_trial(args: argparse.Namespace) -> int:
     from autotaxer.ops import get_op
     from autotaxer.runtime.dispatch import runtime_for
     from autotaxer.runtime.lookup import EXACT, Decision
+    from autotaxer.runtime.replay import launcher
 
     on_cuda = torch.cuda.is_available()
     if on_cuda:
@@ -137,14 +141,16 @@ def served_vs_trial(args: argparse.Namespace) -> int:
     gn = group.group_name
 
     ws = variant.prepare(key, params, ctx)
+    run = launcher(op, variant, key, ctx.device)
     out = op.empty_output(key, ctx.device)
     rt.serve_decision(key, Decision(args.variant, params, EXACT, 0.0, key))
     if args.op == "gemm_rs":
         from autotaxer.ops._torch_symm import matmul_reduce_scatter as torch_rs
 
         fns = {
-            "trial": lambda: variant.run(ws, inputs, ctx, out=out),
-            "fresh_out": lambda: variant.run(ws, inputs, ctx),
+            "trial": lambda: run(ws, inputs, ctx, out=out),
+            "eager": lambda: variant.run(ws, inputs, ctx, out=out),
+            "fresh_out": lambda: run(ws, inputs, ctx),
             "serve": lambda: serve(rt, "async_tp", "gemm_rs", (a, b), layout)[0],
             "async_tp": lambda: atp._matmul_reduce_scatter(a3, b, "sum", 0, gn),
             "dispatcher": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a3, b, "sum", 0, gn),
@@ -154,8 +160,9 @@ def served_vs_trial(args: argparse.Namespace) -> int:
         from autotaxer.ops._torch_symm import all_gather_matmul as torch_ag
 
         fns = {
-            "trial": lambda: variant.run(ws, inputs, ctx, out=out),
-            "fresh_out": lambda: variant.run(ws, inputs, ctx),
+            "trial": lambda: run(ws, inputs, ctx, out=out),
+            "eager": lambda: variant.run(ws, inputs, ctx, out=out),
+            "fresh_out": lambda: run(ws, inputs, ctx),
             "serve": lambda: serve(rt, "async_tp", "ag_gemm", (a, b), layout)[0],
             "async_tp": lambda: atp._all_gather_matmul(a3, [b], 0, gn, return_A=False)[1][0],
             "dispatcher": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a3, [b], 0, gn, return_A=False)[
@@ -169,7 +176,7 @@ def served_vs_trial(args: argparse.Namespace) -> int:
     if not on_cuda:  # torch's fused kernel is CUDA's
         del fns["torch"]
     fns["async_tp"]()  # decides the signature (collective) before any timing
-    chains = [Chain(a, out) if name == "trial" else Chain(a) for name in fns]
+    chains = [Chain(a, out) if name in ("trial", "eager") else Chain(a) for name in fns]
     got = time_interleaved(
         list(fns.values()), ctx, ("eager",), args.warmup, args.iters, args.samples, chains=chains
     )

@@ -22,12 +22,14 @@ eager call does), which the caching allocator hands out at the same address from
 are launched eagerly where a graph cannot help or cannot be made: not on CUDA, during a CUDA graph
 capture (the user's graph records the eager launches), after a capture failed, and once the argument
 sets stop repeating (more than ``limit`` graphs evicted: addresses that change every call would
-capture every call). ``$AUTOTAXER_REPLAY=0`` launches every call eagerly.
+capture every call); a run that is named (dispatch's are: key and variant) warns once when it turns
+eager. ``$AUTOTAXER_REPLAY=0`` launches every call eagerly.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -56,13 +58,15 @@ def replayable(opobj: Any, variant: Any, device: Any) -> bool:
     )
 
 
-def launcher(opobj: Any, variant: Any, key: Any, device: Any, limit: int = DEFAULT_LIMIT) -> Run:
+def launcher(opobj: Any, variant: Any, key: Any, device: Any, limit: int = DEFAULT_LIMIT,
+             name: str | None = None) -> Run:  # fmt: skip
     """The callable that runs ``variant`` for ``key`` (``run(ws, inputs, ctx, out=None) -> output``): a
-    :class:`ReplayedRun` where :func:`replayable`, else the variant's own ``run``."""
+    :class:`ReplayedRun` where :func:`replayable`, else the variant's own ``run``. ``name``: what its
+    warning names when it turns eager (None: no warning, as for the tuner's trials)."""
     if not replayable(opobj, variant, device):
         return variant.run
     spec = opobj.empty_output(key, "meta")
-    return ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit)
+    return ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit, name=name)
 
 
 def _arg(t: Any) -> tuple:
@@ -77,7 +81,7 @@ class ReplayedRun:
 
     def __init__(self, run: Run, out_shape: tuple[int, ...], out_dtype: Any, limit: int = DEFAULT_LIMIT,
                  capture: Callable[[Callable[[], Any]], Any] | None = None,
-                 device_type: str = "cuda") -> None:  # fmt: skip
+                 device_type: str = "cuda", name: str | None = None) -> None:  # fmt: skip
         if limit < 1:
             raise ValueError(f"limit: must be >= 1, got {limit}")
         self.run = run
@@ -86,6 +90,7 @@ class ReplayedRun:
         self.limit = limit
         self.capture = capture if capture is not None else capture_cuda_graph
         self.device_type = device_type
+        self.name = name
         #: argument set -> (graph, workspace): the workspace held so its id names no other while cached
         self.graphs: dict[tuple, tuple[Any, Any]] = {}
         self.captures = 0
@@ -135,9 +140,12 @@ class ReplayedRun:
         return graph, ws
 
     def turn_off(self, why: str) -> None:
-        """Launch every later call eagerly, for ``why``; the graphs go."""
+        """Launch every later call eagerly, for ``why``; the graphs go (a named run warns)."""
         self.off = why
         self.graphs.clear()
+        if self.name is not None:
+            message = f"autotaxer: {self.name}: calls launched eagerly from now on ({why})"
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def stats(self) -> dict[str, Any]:
         """Captures, replays, evictions, graphs held and why replay is off (None: on)."""

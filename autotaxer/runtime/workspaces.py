@@ -45,7 +45,8 @@ class Workspaces:
         wkey = _wkey(variant, key, decision)
         held = self._launchers.get(wkey)
         if held is None or held[0] is not ws:
-            held = self._launchers[wkey] = (ws, launcher(opobj, variant, key, self.ctx.device))
+            run = launcher(opobj, variant, key, self.ctx.device, name=f"{key.text} {variant.name}")
+            held = self._launchers[wkey] = (ws, run)
         return held[1]
 
     def _prune_launchers(self) -> None:

@@ -132,10 +132,14 @@ def test_argument_sets_that_never_repeat_turn_replay_off():
 
 def test_a_capture_that_fails_falls_back_to_eager_calls():
     calls = _Calls()
-    run = _warm(_replayed(calls))
+    run = _replayed(calls)
+    run.name = "ag_gemm|cpu copy_engine"
+    _warm(run)
     calls.fail = True
     a, b = _inputs(4)
-    torch.testing.assert_close(run("ws", (a, b), None), a @ b)
+    warned = r"ag_gemm\|cpu copy_engine: calls launched eagerly .*capture failed"
+    with pytest.warns(RuntimeWarning, match=warned):
+        torch.testing.assert_close(run("ws", (a, b), None), a @ b)
     assert run.off is not None and "capture failed" in run.off
     calls.fail = False
     torch.testing.assert_close(run("ws", (a, b), None), a @ b)
@@ -190,10 +194,10 @@ class _Recorded:
     def __init__(self) -> None:
         self.made: list[ReplayedRun] = []
 
-    def __call__(self, opobj, variant, key, device, limit=8):
+    def __call__(self, opobj, variant, key, device, limit=8, name=None):
         spec = opobj.empty_output(key, "meta")
         run = ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit, capture=_capture_host,
-                          device_type="cpu")  # fmt: skip
+                          device_type="cpu", name=name)  # fmt: skip
         self.made.append(run)
         return run
 

@@ -68,7 +68,7 @@ def test_served_vs_trial_times_every_entry_on_one_cpu_process(tmp_path: Path) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
-    entries = ("trial", "fresh_out", "serve", "async_tp", "dispatcher")
+    entries = ("trial", "eager", "fresh_out", "serve", "async_tp", "dispatcher")
     assert doc["variant"] == "bsp" and sorted(doc["interleaved_us"]) == sorted(entries)
     assert all(doc["interleaved_us"][e] > 0 for e in entries), doc["interleaved_us"]
     assert sorted(doc["replay_timing_us"]) == ["async_tp", "dispatcher", "trial"]
