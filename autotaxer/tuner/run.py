@@ -497,6 +497,7 @@ class _ShapeTuner:
         from .._target import software_versions
         from ..records import WinnerRecord
         from ..runtime.kernel_hash import kernel_source_hash
+        from ..runtime.replay import replayable
 
         best = best_trial(study)
         bsp = best_bsp(study, self.space)
@@ -520,6 +521,8 @@ class _ShapeTuner:
                 env["link_us"] = f"{confirmed.link_us:.3g}"  # the chain's link, subtracted from each time
         if form is not None:  # what dispatch serves untuned keys near this one
             env["fastest_form"] = form
+        if timing.mode == "eager" and replayable(self.op, self.op.variants[variant], self.target.device_type):
+            env["launch"] = "replay"  # its trials, as its calls, were CUDA-graph replays (runtime/replay.py)
         if partial or not final:
             env["search"] = "partial"
         record = WinnerRecord(

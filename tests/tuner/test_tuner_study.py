@@ -463,3 +463,18 @@ def test_a_sampled_trial_killed_before_its_parameters_is_not_queued_again() -> N
     assert requeue_interrupted(study) == [{"x": 1}]
     waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     assert [t.system_attrs["fixed_params"] for t in waiting] == [{"x": 1}]
+
+
+@pytest.mark.parametrize("replayed", [True, False])
+def test_a_winner_timed_as_graph_replays_says_so(db, monkeypatch, replayed: bool) -> None:
+    """A winner whose trials were CUDA-graph replays (its op lists it in ``Op.replayed``, on CUDA) is stored
+    with ``env["launch"] = "replay"``: records timed before replays (every launch from Python) are told
+    apart. Here the CPU winner is declared replayed, as ``copy_engine`` is on CUDA."""
+    import autotaxer.runtime.replay as replay
+
+    monkeypatch.setattr(replay, "replayable", lambda opobj, variant, device: replayed)
+    executor = FastInItsTrials({"cpu_chunked": 80.0, "bsp": 100.0})
+    tune([KEY], cpu_target(), db, TuneConfig(trials=4, timing=FAST), executor)
+    winner = db.get_winner(KEY)
+    assert winner.variant == "cpu_chunked"
+    assert winner.env.get("launch") == ("replay" if replayed else None)
