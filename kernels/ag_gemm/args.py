@@ -5,30 +5,19 @@ A group is a named tuple: Triton passes its fields to the compiled kernel as sep
 order, and specialises each field as it would a parameter of its own, so grouping changes neither the
 compiled code nor the launch (the restamp tool compares both). Runtime groups hold pointers and
 integers; the capitalised ones are ``tl.constexpr`` (compiled in). Light: no torch or Triton import.
+
+``Io`` (this rank's shard of A, B, the output C) and ``Buffers`` (the inbox of every rank's shard in two
+parity slots, the flags, the epoch and tile-queue words, the heap bases, the watch slot) are the groups
+``gemm_rs``'s kernel takes too (:mod:`..common.args`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from ..common.args import Buffers, Io
 
-class Io(NamedTuple):
-    """The call's tensors: this rank's shard of A, B and the output C (swapped in per call)."""
-
-    a: Any
-    b: Any
-    c: Any
-
-
-class Buffers(NamedTuple):
-    """The workspace: the inbox (two parity slots of every rank's shard) and flags in the symmetric heap,
-    the epoch and tile-queue words, the heap bases of every rank and the watch slot bounding the waits."""
-
-    inbox: Any
-    flags: Any
-    sync: Any
-    heap_bases: Any
-    watch: Any
+__all__ = ["Buffers", "Chunks", "Io", "Layout", "Moves", "Programs", "Sizes", "Strides", "Tiles"]
 
 
 class Sizes(NamedTuple):

@@ -7,31 +7,19 @@ order, and specialises each field as it would a parameter of its own, so groupin
 compiled code nor the launch (the restamp tool compares both). The fields keep the order of the
 kernel's flat parameters before grouping. Runtime groups hold pointers and integers; the capitalised
 ones are ``tl.constexpr`` (compiled in). Light: no torch or Triton import.
+
+``Io`` (this rank's A and B, its K slice, and its output slice C) and ``Buffers`` (the inbox of every
+rank's partial slice in two parity slots, the flags, the arrivals word, the heap bases, the watch slot)
+are ``ag_gemm``'s groups (:mod:`..common.args`).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
+from ..common.args import Buffers, Io
 
-class Io(NamedTuple):
-    """The call's tensors: this rank's A and B (its K slice) and its output slice C."""
-
-    a: Any
-    b: Any
-    c: Any
-
-
-class Buffers(NamedTuple):
-    """The workspace: the inbox (two parity slots of every rank's partial slice) and flags in the
-    symmetric heap, the arrivals word, the heap bases of every rank and the watch slot bounding the
-    waits."""
-
-    inbox: Any
-    flags: Any
-    sync: Any
-    heap_bases: Any
-    watch: Any
+__all__ = ["Buffers", "Form", "Io", "Sizes", "Strides", "Tiles"]
 
 
 class Sizes(NamedTuple):
