@@ -8,8 +8,10 @@ winner, then its fastest form, every other key served what it is served now:
 
 - ``rounds`` rounds, each one timed step with each of the two in a shuffled order (seeded: the same on
   every rank); before each timed step an untimed one with the same form (its first call after the
-  switch agrees the decision with the other ranks), then a barrier (and on CUDA a device
-  synchronisation); a sample is the wall time to the step's end (synchronised on CUDA);
+  switch agrees the decision with the other ranks; in the first round two: a CUDA-graph replayed
+  variant's first call is eager and its second captures, :mod:`autotaxer.runtime.replay`), then a
+  barrier (and on CUDA a device synchronisation); a sample is the wall time to the step's end
+  (synchronised on CUDA);
 - per form, the median and the interquartile range of its samples on each rank, then the largest of each
   over the key's ranks (the slowest rank sets the step's pace);
 - the winner is kept when its median beats the fastest form's by more than noise: by more than the larger
@@ -64,8 +66,9 @@ KEPT, REPLACED, UNCHECKED = "kept", "replaced", "unchecked"
 
 
 def steps_per_key(rounds: int) -> int:
-    """Calls of the step one key's check makes: an untimed and a timed one per form and round."""
-    return 4 * rounds
+    """Calls of the step one key's check makes: an untimed and a timed one per form and round, and one more
+    untimed one per form in the first round."""
+    return 4 * rounds + 2
 
 
 def reserve_s(budget_s: float, keys: int, step_s: float, rounds: int) -> float:
@@ -218,11 +221,12 @@ def _rounds(
     same steps run unswitched."""
     rng = random.Random(_ORDER_SEED + index)
     samples: list[list[float]] = [[], []]
-    for _ in range(rounds):
+    for r in range(rounds):
         for arm in rng.sample((0, 1), 2):
             if mine is not None:
                 mine[0].serve_decision(mine[1].key, decisions[arm])
-            step(*args)  # untimed: the switch's first call agrees with the other ranks
+            for _ in range(2 if r == 0 else 1):  # untimed: the switch's first call agrees with the other
+                step(*args)  # ranks; in the first round a replayed variant's first call and its capture
             samples[arm].append(_timed(step, args, world))
     return samples
 

@@ -137,7 +137,7 @@ def _ranks(ctx, tmp: str) -> dict:
     report = autotaxer.warmup(step48, budget_s=120, variants=variants, progress=False)
     step48()
     out["next"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
-    # 3. a budget tuning leaves too little of for checking a long step (4 * 5 steps of 1 s): unchecked
+    # 3. a budget tuning leaves too little of for checking a long step (4 * 5 + 2 steps of 1 s): unchecked
     autotaxer.init(config)
     step64 = _step(ws, rank, (64,), sleep_s=1.0)
     report = autotaxer.warmup(
@@ -372,3 +372,42 @@ def test_a_later_warm_up_does_not_resume_a_search_the_step_has_decided(verdict, 
         config=SimpleNamespace(tuning_db_url=lambda: url),
     )
     assert _to_tune(rt, rec.key) is resumed
+
+
+def test_each_form_runs_two_untimed_steps_before_its_first_timed_one(monkeypatch) -> None:
+    """A CUDA-graph replayed winner's first call after it is served is eager and its second captures
+    (:mod:`autotaxer.runtime.replay`): the first round runs two untimed steps per form before timing one,
+    the later rounds one, and :func:`steps_per_key` counts them (the budget's estimate)."""
+    import types
+
+    import autotaxer.tuner.in_step as in_step
+
+    serving: list[str] = []
+    log: list[tuple[str, bool]] = []  # (form served, timed)
+    timing = [False]
+
+    class Runtime:
+        def serve_decision(self, key, decision):
+            serving.append(decision)
+
+    def step():
+        log.append((serving[-1], timing[0]))
+
+    original = in_step._timed
+
+    def timed(step_fn, args, world):
+        timing[0] = True
+        try:
+            return original(step_fn, args, world)
+        finally:
+            timing[0] = False
+
+    monkeypatch.setattr(in_step, "_timed", timed)
+    mine = (Runtime(), types.SimpleNamespace(key="k"))
+    samples = in_step._rounds(step, (), 3, 0, mine, ("win", "form"), in_step._World())
+    assert [len(s) for s in samples] == [3, 3]
+    assert len(log) == in_step.steps_per_key(3)
+    for form in ("win", "form"):
+        flags = [timed for served, timed in log if served == form]
+        assert flags[:3] == [False, False, True]  # two untimed steps, then the first timed one
+        assert flags[3:] == [False, True, False, True]
