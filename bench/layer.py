@@ -35,8 +35,9 @@ ratios to ``plain_eager`` and to ``plain_compile``, then per case and mode what 
 calls (:func:`autotaxer.served`: per key and call path, the variant and its calls, ``tuned`` /
 ``untuned`` / ``fell back``; a BSP that ``torch.compile`` traced into the graph while the mode warmed up
 is listed as traced, its calls uncounted; a ``graph`` case's replays never reach autotaxer, so only its
-capture is listed); ``--out`` writes every sample,
-the device, the versions and what dispatch served (per case and mode: ``served``).
+capture is listed), and per case how each replayed workspace's calls were launched (``launches``: CUDA-graph
+captures and replays, or why its launcher turned eager; :mod:`autotaxer.runtime.replay`); ``--out`` writes
+every sample, the device, the versions and what dispatch served (per case and mode: ``served``).
 ``--warmup-budget S`` first runs ``autotaxer.warmup`` (S seconds) on each autotaxer mode's step of a
 case, so keys no table covers are tuned in the launch; with ``async_tp_autotaxer``, every fused-op call
 its compiled code made is then replayed alone, torch's kernel against autotaxer's (``--out``:
@@ -292,6 +293,26 @@ def _served(group: Any) -> list[dict[str, Any]]:
     ]
 
 
+def _launches(group: Any) -> list[dict[str, Any]]:
+    """How the calls of each workspace kept so far were launched (``Runtime.launch_stats``: CUDA-graph
+    captures and replays, or why its launcher turned eager)."""
+    from autotaxer.runtime.dispatch import get_runtime
+
+    rt = get_runtime(group)
+    return [] if rt is None else rt.launch_stats()
+
+
+def _launch_lines(results: dict[str, dict[str, Any]]) -> str:
+    """Per case, one line per replayed workspace: captures, replays, and whether it turned eager."""
+    lines = []
+    for case, per_case in results.items():
+        for row in per_case.get("launches") or ():
+            state = "replayed" if row["off"] is None else f"turned eager ({row['off']})"
+            lines.append(f"launches {case} {row['key']} {row['variant']}: {row['captures']} capture(s), "
+                         f"{row['replays']} replay(s), {row['graphs']} graph(s) held, {state}")  # fmt: skip
+    return "\n".join(lines) if lines else "launches: no replayed workspace"
+
+
 def _ratio(base: dict[str, Any], mine: dict[str, Any]) -> str:
     return f"{base['ms'] / mine['ms']:.2f}" if "ms" in base else "-"
 
@@ -455,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         results[f"{kind}:{s}"] = _time_case(steps, args.reps, args.warmup)
         if "async_tp_autotaxer" in modes:
             results[f"{kind}:{s}"]["async_tp_counters"] = atp.counters()
+        results[f"{kind}:{s}"]["launches"] = _launches(None)
         if rank == 0:
             print(f"{kind}:{s} done at {time.perf_counter() - t0:.0f} s", flush=True)
         if args.out and rank == 0:
@@ -470,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             _write(args, results, modes, ws)
         print(_table({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
         print(_served_lines({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
+        print(_launch_lines({c: r for c, r in results.items() if c != "async_tp_calls"}))
         for c in calls or ():
             dim = c["args"].get("gather_dim", c["args"].get("scatter_dim"))
             direct = f"(its run alone {c['direct_ms']:.3f}) " if "direct_ms" in c else ""

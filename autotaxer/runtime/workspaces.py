@@ -49,6 +49,18 @@ class Workspaces:
             held = self._launchers[wkey] = (ws, run)
         return held[1]
 
+    def launch_stats(self) -> list[dict[str, Any]]:
+        """Per kept workspace whose calls are CUDA-graph replays: its key and variant, and its launcher's
+        captures, replays, evictions, graphs held and why it turned eager (None: it did not)."""
+        from .replay import ReplayedRun
+
+        self._prune_launchers()
+        rows = []
+        for (key, variant, params), (_, run) in sorted(self._launchers.items(), key=lambda kv: kv[0][0].text):
+            if isinstance(run, ReplayedRun):
+                rows.append({"key": key.text, "variant": variant, "params": params, **run.stats()})
+        return rows
+
     def _prune_launchers(self) -> None:
         """Drop the launchers of workspaces no longer kept (their graphs with them)."""
         for wkey in [w for w, (ws, _) in self._launchers.items() if self._workspaces.get(w) is not ws]:

@@ -21,8 +21,8 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    held back from tuning for it); winners it has no time left for stay served, marked ``unchecked``, and
    a later warm-up on the same database checks them.
 
-The check runs the step twice, then ``4 * check_rounds + 2`` times per winner checked: pass a step whose repeats
-you do not mind (a forward and backward without the optimizer's step, say), or ``check_rounds=0``.
+The check runs the step twice, then ``4 * check_rounds + 2`` times per winner checked: pass a step whose
+repeats you do not mind (a forward and backward without the optimizer's step, say), or ``check_rounds=0``.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
 rank of the default process group calls it, with the same step. Before tuning, the ranks compare how their

@@ -273,5 +273,8 @@ def test_a_key_switched_between_forms_keeps_each_workspaces_graphs(monkeypatch):
         assert {n: len(r) for n, r in by_variant.items()} == {"cpu_chunked": 1, "bsp": 1}
         for runs in by_variant.values():
             assert runs[0].captures == 1  # one argument set, captured once across the switches
+        stats = {row["variant"]: row for row in rt.launch_stats()}  # what a benchmark prints
+        assert set(stats) == {"cpu_chunked", "bsp"} and stats["bsp"]["key"] == key.text
+        assert all(row["captures"] == 1 and row["off"] is None for row in stats.values())
     finally:
         dispatch_mod.shutdown()
