@@ -132,6 +132,7 @@ class ReplayedRun:
             return None
         self.captures += 1
         if len(self.graphs) >= self.limit:
+            self._settle()
             del self.graphs[next(iter(self.graphs))]
             self.evictions += 1
             if self.evictions > self.limit:
@@ -142,10 +143,18 @@ class ReplayedRun:
     def turn_off(self, why: str) -> None:
         """Launch every later call eagerly, for ``why``; the graphs go (a named run warns)."""
         self.off = why
+        self._settle()
         self.graphs.clear()
         if self.name is not None:
             message = f"autotaxer: {self.name}: calls launched eagerly from now on ({why})"
             warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    def _settle(self) -> None:
+        """Wait for the device before graphs go: a graph freed while a replay of it is in flight would
+        hand what it allocated while captured back to the caching allocator too early (rare: evictions
+        and turning eager only)."""
+        if self.device_type == "cuda" and self.graphs:
+            torch.cuda.synchronize()
 
     def stats(self) -> dict[str, Any]:
         """Captures, replays, evictions, graphs held and why replay is off (None: on)."""
