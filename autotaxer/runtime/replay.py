@@ -2,10 +2,11 @@
 
 A copy-engine schedule launches 10-30 things a call from Python (1-program Triton flag kernels, stream
 memops, peer copies, one vendor GEMM per chunk, events, stream switches). On 2xH200 that is ~470-500 µs
-of host time a call (a Triton launch 21-29 µs, a stream switch 18 µs), as much as the call's GPU time,
-so a model that calls it back to back is bound by its host, and a peer whose host is late makes the
-other spin. Captured once into a CUDA graph and replayed, the same call costs ~19 µs of host time and
-its GPU time fell 3-10 % (``bench/results/2026-11-27_replay_h200x2/``).
+of host time a call (a Triton launch 20-32 µs, a stream switch 18 µs), as much as the call's GPU time,
+and 1.1-1.2 ms at 4 ranks, more than it: a model that calls it back to back is bound by its host, and a
+peer whose host is late makes the other spin. Captured once into a CUDA graph and replayed, the same call
+costs 19 µs (2 ranks) to 49 µs (4) of host time and its chained GPU time fell 3-10 % at 2 ranks, 2-3.7x
+at 4 (``bench/results/2026-11-27_replay_layer_h200x4/``).
 
 A variant may be replayed when nothing its host code decides differs from call to call (its flags,
 epochs and tokens live on the device); its op lists it in ``Op.replayed``. :func:`launcher` gives the
