@@ -110,9 +110,9 @@ def _wide_cells(r: Any, stale: dict) -> list[str]:
     """Every field of the record ``r`` as ``show --wide`` prints it."""
     k = r.key
     return [
-        k.op, k.gpu_model, str(k.world_size), k.dtype, k.shape_text, k.layout_text, r.variant, params_text(r),
-        f"{r.median_us:.1f}", f"{r.bsp_us:.1f}", speedup_cell(r), in_step_text(r), str(r.trials),
-        r.measured_at.strftime("%Y-%m-%d %H:%M"), stale.get((r.key, r.variant), "-"),
+        k.op, k.gpu_model, str(k.world_size), k.dtype, k.shape_text, k.layout_text, variant_cell(r),
+        params_text(r), f"{r.median_us:.1f}", f"{r.bsp_us:.1f}", speedup_cell(r), in_step_text(r),
+        str(r.trials), r.measured_at.strftime("%Y-%m-%d %H:%M"), stale.get((r.key, r.variant), "-"),
     ]  # fmt: skip
 
 
@@ -129,6 +129,26 @@ def _unconfirmed_legend(recs: list, console: Any) -> None:
 
     if not all(is_confirmed(r.env) for r in recs):
         console.print("- : speedup not confirmed (tuned before confirmation; --retune confirms)")
+    if any(timed_eagerly(r) for r in recs):
+        console.print("† timed before CUDA-graph replays: understates it (--retune re-times it)")
+
+
+def timed_eagerly(rec: Any) -> bool:
+    """Whether ``rec``'s winner is served as CUDA-graph replays (``Op.replayed``) but was timed eagerly,
+    every launch from Python (no ``env["launch"]``): its speedup understates what dispatch serves."""
+    from ..ops import get_op
+
+    try:
+        replayed = rec.variant in get_op(rec.key.op).replayed
+    except KeyError:
+        return False
+    eager = rec.env.get("timing", "eager") == "eager" and rec.key.gpu_model != "cpu"
+    return replayed and eager and rec.env.get("launch") != "replay"
+
+
+def variant_cell(rec: Any) -> str:
+    """The winner's name, marked ``†`` where :func:`timed_eagerly`."""
+    return rec.variant + ("†" if timed_eagerly(rec) else "")
 
 
 def _print_compact(recs: list, stale: dict, url: str) -> None:
@@ -154,7 +174,7 @@ def _print_compact(recs: list, stale: dict, url: str) -> None:
             mark = "*" if (r.key, r.variant) in stale else ""
             row = (
                 r.key.short_text,
-                r.variant + mark,
+                variant_cell(r) + mark,
                 f"{r.median_us:,.1f}",
                 speedup_cell(r),
                 in_step_text(r),

@@ -228,3 +228,30 @@ def test_a_value_outside_an_options_choices_is_a_usage_error_naming_it(
     assert f"'{option}'" in out and "expected one of" in out and repr(value) in out
     assert "Traceback" not in result.output
     assert not db.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["shapes.csv"]
+
+
+def test_show_marks_replayed_winners_timed_before_replays(tmp_path) -> None:
+    """``copy_engine`` is served as CUDA-graph replays; a record of it timed eagerly, every launch from
+    Python (no ``env["launch"]``: every shipped one before 2026-11-27), understates it and is marked ``†``
+    with a legend; one timed as replays, a graph-timed one and another variant are not."""
+    import dataclasses
+
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+
+    def rec(m: int, variant: str, **env):
+        r = make_record(m, variant=variant, confirmed=True)
+        return dataclasses.replace(r, env={**r.env, **env})
+
+    records = [rec(16, "copy_engine"), rec(32, "copy_engine", launch="replay"),
+               rec(64, "copy_engine", timing="graph"), rec(128, "push")]  # fmt: skip
+    with open_database(url) as db:
+        db.upsert_winners(records)
+    runner = CliRunner(env={"COLUMNS": "200", "AUTOTAXER_DB": None})
+    for args in ([], ["--wide"]):
+        result = runner.invoke(app, ["show", "--db", url, *args])
+        assert result.exit_code == 0, result.output
+        assert result.output.count("copy_engine†") == 1, result.output  # the eagerly timed record only
+        assert result.output.count("†") == 2  # it and the legend
+        assert "† timed before CUDA-graph replays" in result.output
+    compact = runner.invoke(app, ["show", "--db", url]).output.splitlines()
+    assert any("copy_engine†" in line and "M=16 " in line for line in compact), compact
