@@ -75,7 +75,7 @@ def _served_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json-out", default=None)
 
 
-def _host_us(fn: Any, iters: int, on_cuda: bool) -> float:
+def host_us(fn: Any, iters: int, on_cuda: bool) -> float:
     """µs per call the host takes to enqueue ``iters`` calls (the device synchronised before and after)."""
     import torch
 
@@ -184,7 +184,7 @@ def served_vs_trial(args: argparse.Namespace) -> int:
     link_us = got[0].get("eager_link")
     replayed = [n for n in ("trial", "async_tp", "dispatcher") if n in fns]
     replay = _replay_times({n: fns[n] for n in replayed}, Chain(a), args, ctx, on_cuda)
-    host = maxes_over_ranks([_host_us(Chain(a).wrap(fn), args.iters, on_cuda) for fn in fns.values()], ctx)
+    host = maxes_over_ranks([host_us(Chain(a).wrap(fn), args.iters, on_cuda) for fn in fns.values()], ctx)
     served = atp.counters()
     result = {
         "key": key.text, "variant": args.variant, "params": params, "world_size": ws_n,

@@ -15,21 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
 
 def _host_us(fn: Any, iters: int = 200) -> float:
-    import torch
+    """µs per call the host takes to enqueue ``iters`` calls (``bench/calls.py``'s measure, on CUDA)."""
+    from calls import host_us  # bench/ is this script's folder, first on sys.path
 
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    return host * 1e6 / iters
+    return host_us(fn, iters, on_cuda=True)
 
 
 def main() -> int:

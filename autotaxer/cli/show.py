@@ -134,16 +134,19 @@ def _unconfirmed_legend(recs: list, console: Any) -> None:
 
 
 def timed_eagerly(rec: Any) -> bool:
-    """Whether ``rec``'s winner is served as CUDA-graph replays (``Op.replayed``) but was timed eagerly,
-    every launch from Python (no ``env["launch"]``): its speedup understates what dispatch serves."""
+    """Whether dispatch serves ``rec``'s winner as CUDA-graph replays (:func:`~..runtime.replay.replayable`
+    on the record's device) but it was timed eagerly, every launch from Python (no ``env["launch"]``): its
+    speedup understates what dispatch serves."""
     from ..ops import get_op
+    from ..runtime.replay import replayable
 
     try:
-        replayed = rec.variant in get_op(rec.key.op).replayed
+        op = get_op(rec.key.op)
+        variant = op.variants[rec.variant]
     except KeyError:
         return False
-    eager = rec.env.get("timing", "eager") == "eager" and rec.key.gpu_model != "cpu"
-    return replayed and eager and rec.env.get("launch") != "replay"
+    eager = rec.env.get("timing", "eager") == "eager" and rec.env.get("launch") != "replay"
+    return eager and replayable(op, variant, rec.device_type)
 
 
 def variant_cell(rec: Any) -> str:
