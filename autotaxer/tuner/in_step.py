@@ -2,22 +2,29 @@
 
 A winner beat its key's fastest form (the best BSP form, or torch's fused op) in isolated trials. Inside
 a model the same kernel can still slow the step down: it holds SMs or host threads a neighbour needs,
-it absorbs the peers' host skew, its launch costs more than the call it replaces. After tuning,
-:func:`check_in_step` times ``step(*args)`` as it runs (eager or compiled) with a checked key served its
-winner, then its fastest form, every other key served what it is served now:
+it absorbs the peers' host skew, its launch costs more than the call it replaces. The same holds for a
+fastest form that is not plain BSP (torch's fused op at four GPUs: 1.11-1.18x BSP alone, a 0.84x
+training step under ``torch.compile``). What the user has without autotaxer is plain BSP, so that is the
+reference: after tuning, :func:`check_in_step` times ``step(*args)`` as it runs (eager or compiled) with
+a checked key served each of its *arms* in turn, every other key served what it is served now. The arms
+are the key's winner, its fastest form when that is neither the winner nor ``bsp``, and ``bsp``; a
+winner that is itself a form users have without autotaxer (torch's fused op, ``bsp_symm``) is checked
+against ``bsp`` alone.
 
-- ``rounds`` rounds, each one timed step with each of the two in a shuffled order (seeded: the same on
-  every rank); before each timed step an untimed one with the same form (its first call after the
-  switch agrees the decision with the other ranks; in the first round two: a CUDA-graph replayed
-  variant's first call is eager and its second captures, :mod:`autotaxer.runtime.replay`), then a
-  barrier (and on CUDA a device synchronisation); a sample is the wall time to the step's end
-  (synchronised on CUDA);
-- per form, the median and the interquartile range of its samples on each rank, then the largest of each
-  over the key's ranks (the slowest rank sets the step's pace);
-- the winner is kept when its median beats the fastest form's by more than noise: by more than the larger
-  of the two interquartile ranges, and by more than :data:`MIN_NOISE` of the fastest form's median.
-  Otherwise the key is served its fastest form from now on, and its record is stored again as that form
-  (default parameters, the form's isolated time), the isolated winner named in ``env["in_step_winner"]``.
+- ``rounds`` rounds (more, up to :data:`MAX_ROUNDS_FACTOR` times as many, while the time left covers them:
+  :func:`rounds_to_run`), each one timed step per arm in a shuffled order (seeded: the same on every
+  rank); before each timed step an untimed one with the same arm (its first call after the switch agrees
+  the decision with the other ranks; in the first round two: a CUDA-graph replayed variant's first call
+  is eager and its second captures, :mod:`autotaxer.runtime.replay`), then a barrier (and on CUDA a
+  device synchronisation); a sample is the wall time to the step's end (synchronised on CUDA), the
+  slowest of the key's ranks (the slowest rank sets the step's pace);
+- per arm and round the ratio of ``bsp``'s sample to the arm's (paired: a drift of the machine between
+  rounds cancels); the arm's gain is the median of its ratios, its noise how far below the gain the
+  one-sided 95% lower confidence bound of that median lies (an order statistic of the ratios);
+- an arm speeds the step up when its gain exceeds 1 + :data:`MIN_NOISE` and its lower bound exceeds 1. The
+  key is served the arm that does with the largest gain, else ``bsp``. When that is not the winner, the
+  key is served that arm from now on, and its record is stored again as that form (default parameters,
+  the form's isolated time), the isolated winner named in ``env["in_step_winner"]``.
 
 Keys are checked one at a time, in the order of their groups' and keys' names; a key is timed with the
 keys checked before it served what their checks decided. The check is collective over every rank of
@@ -31,12 +38,12 @@ that check decided, without timing. Every record it decides on is stamped
 rank 0 and served on every rank of the group from the key's next call.
 
 What is timed is ``step(*args)``: a step that replays a CUDA graph captured before the warm-up never
-reaches dispatch (both forms would replay the same graph): capture after the warm-up. Under
+reaches dispatch (all arms would replay the same graph): capture after the warm-up. Under
 ``torch.compile`` the first step of the check traces with the winners, which the graph holds as
-autotaxer's custom op; the check switches the key at run time through it, so where the fastest form is
-plain BSP its samples time BSP run by the custom op, not the collective and matmul inductor would have
-traced and scheduled around (this can favour the winner). A key served BSP after the check whose graph
-held the custom op has torch.compile's graphs reset, so the next call traces plain BSP.
+autotaxer's custom op; the check switches the key at run time through it, so the ``bsp`` arm times BSP
+run by the custom op, not the collective and matmul inductor would have traced and scheduled around
+(this can favour the other arms). A key served BSP after the check whose graph held the custom op has
+torch.compile's graphs reset, so the next call traces plain BSP.
 """
 
 from __future__ import annotations
@@ -55,20 +62,38 @@ from .._problem import ProblemKey
 from ..records import IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER, in_step_of
 from ..runtime.lookup import EXACT, Decision, fastest_form
 
-#: The smallest step-time difference, as a fraction of the fastest form's, that is not noise.
+#: The smallest step-time gain over ``bsp``'s, as a fraction, that is not noise.
 MIN_NOISE = 0.01
 #: At most this share of a warm-up's budget is held back from tuning for the check.
 CHECK_SHARE = 0.25
+#: The most arms a key's check times (winner, fastest form, ``bsp``).
+MAX_ARMS = 3
+#: The check runs up to this many times the rounds it is given while the time left covers them.
+MAX_ROUNDS_FACTOR = 3
+#: One-sided confidence of the lower bound an arm's median gain must keep above 1.
+CONFIDENCE = 0.95
 #: Seed of the rounds' order (fixed: every rank draws the same order).
 _ORDER_SEED = 20261127
 
 KEPT, REPLACED, UNCHECKED = "kept", "replaced", "unchecked"
 
 
-def steps_per_key(rounds: int) -> int:
-    """Calls of the step one key's check makes: an untimed and a timed one per form and round, and one more
-    untimed one per form in the first round."""
-    return 4 * rounds + 2
+def steps_per_key(rounds: int, arms: int = MAX_ARMS) -> int:
+    """Calls of the step one key's check makes: an untimed and a timed one per arm and round, and one more
+    untimed one per arm in the first round."""
+    return arms * (2 * rounds + 1)
+
+
+def rounds_to_run(rounds: int, left_s: float, keys: int, step_s: float) -> int:
+    """The rounds each of ``keys`` checks runs: ``rounds``, or more (up to :data:`MAX_ROUNDS_FACTOR` times
+    as many) while they take at most half of ``left_s`` shared by the keys, a step taking ``step_s``."""
+    if rounds == 0 or keys == 0:
+        return rounds
+    per_key = left_s / (2 * keys)
+    more = rounds
+    while more < MAX_ROUNDS_FACTOR * rounds and steps_per_key(more + 1) * step_s <= per_key:
+        more += 1
+    return more
 
 
 def reserve_s(budget_s: float, keys: int, step_s: float, rounds: int) -> float:
@@ -82,9 +107,10 @@ def reserve_s(budget_s: float, keys: int, step_s: float, rounds: int) -> float:
 
 @dataclass(frozen=True)
 class StepCheck:
-    """What the check decided for one key: ``status`` ``kept`` (its winner speeds the step up by more
-    than ``noise``), ``replaced`` (it does not: served ``form``) or ``unchecked`` (``note`` says why; its
-    winner is served). ``gain``: the step's time with ``form`` over its time with ``winner``."""
+    """What the check decided for one key: ``status`` ``kept`` (its winner speeds the step up over ``form``,
+    ``bsp``, by more than ``noise``), ``replaced`` (another arm does, or none: served ``form``) or
+    ``unchecked`` (``note`` says why; its winner is served). ``gain``: the step's time with ``form`` over
+    its time with ``winner`` (the median of the paired rounds' ratios)."""
 
     key: str
     winner: str
@@ -118,11 +144,11 @@ class StepCheck:
 
 def checkable(rt: Any, key: ProblemKey) -> Any:
     """The record ``rt`` serves ``key`` from when a check should look at it: an exact record whose winner
-    is not a form users have without autotaxer, and that no check kept or replaced yet; else None."""
+    is not the op's baseline (plain BSP), and that no check kept or replaced yet; else None."""
     from ..ops import get_op
 
     rec = rt.table.records.get(key)
-    if rec is None or rec.variant in get_op(key.op).fallback_forms():
+    if rec is None or rec.variant == get_op(key.op).baseline().name:
         return None
     decision = rt.decide_key(key)
     if decision.source != EXACT or decision.variant != rec.variant:
@@ -149,6 +175,21 @@ def form_decision(rt: Any, rec: Any) -> Decision:
     return Decision(variant.name, dict(params), EXACT, 0.0, rec.key)
 
 
+def arms_of(rt: Any, rec: Any) -> list[Decision]:
+    """The decisions ``rec``'s check times: its winner, its fastest form when that is neither the winner
+    nor the op's baseline, and the baseline (``bsp``, the reference) last."""
+    from ..ops import get_op
+
+    base = get_op(rec.key.op).baseline()
+    winner = rt.decide_key(rec.key)
+    arms = [winner]
+    form = form_decision(rt, rec)
+    if form.variant not in (winner.variant, base.name):
+        arms.append(form)
+    arms.append(Decision(base.name, dict(base.default_params(rec.key, rt.ctx.target)), EXACT, 0.0, rec.key))
+    return arms
+
+
 def check_in_step(
     step: Callable[..., Any],
     args: tuple,
@@ -161,13 +202,14 @@ def check_in_step(
     (see the module docstring); this rank's groups' results. Collective over the default group."""
     t0 = time.monotonic()
     world = _World()
-    own: dict[tuple[str, str], tuple[Any, Any]] = {}  # (group name, key text) -> (runtime, record)
+    own: dict[tuple[str, str], tuple[Any, Any, list[Decision]]] = {}  # (group, key): (runtime, record, arms)
     for rt, keys in candidates.items():
         for key in keys:
             rec = checkable(rt, key)
             if rec is not None:
-                own[(group_name(rt.group), key.text)] = (rt, rec)
-    everyone = world.gather((sorted(own), left_s))
+                own[(group_name(rt.group), key.text)] = (rt, rec, arms_of(rt, rec))
+    entries = sorted((g, k, len(arms)) for (g, k), (_, _, arms) in own.items())
+    everyone = world.gather((entries, left_s))
     schedule = sorted({tuple(e) for entries, _ in everyone for e in entries})
     if not schedule:
         return []
@@ -178,13 +220,16 @@ def check_in_step(
         step(*args)  # compiled code traces with the winners; every call's plan is made
         one = _timed(step, args, world)
         spent = world.gather((one, left_s - (time.monotonic() - t0)))
-        cost = steps_per_key(rounds) * max(s for s, _ in spent)
+        one = max(s for s, _ in spent)
         left = min(rest for _, rest in spent)
+        rounds = rounds_to_run(rounds, left, len(schedule), one)
+        cost = steps_per_key(rounds) * one
         say.header(len(schedule), rounds, left)
     results: list[StepCheck] = []
     retrace = False
-    for i, entry in enumerate(schedule):
-        mine = own.get(entry)
+    for i, (group, key_text, count) in enumerate(schedule):
+        found = own.get((group, key_text))
+        mine = found[:2] if found is not None else None
         lead = mine is not None and mine[0].ctx.rank == 0
         done = [r for r in world.gather(_checked_elsewhere(*mine) if lead else None) if r is not None]
         if done:  # another group or process checked the key meanwhile: served as it decided
@@ -196,73 +241,115 @@ def check_in_step(
                 results.append(_settle(*mine, _unchecked(mine, note), say, i, len(schedule)))
             continue
         t1 = time.monotonic()
-        decisions = (mine[0].decide_key(mine[1].key), form_decision(*mine)) if mine is not None else None
-        samples = _rounds(step, args, rounds, i, mine, decisions, world)
-        stats = [_spread(s) for s in samples] if mine is not None else None
-        form_us = _form_us(*mine, decisions[1].variant) if mine is not None else None
+        arms = found[2] if found is not None else None
+        samples = _rounds(step, args, rounds, i, mine, arms, count, world)
+        forms_us = {a.variant: _form_us(*mine, a.variant) for a in arms[1:]} if found is not None else None
         traced = mine is not None and mine[0].traced(mine[1].key)
-        everyone = world.gather((stats, form_us, traced, time.monotonic() - t1, left_s - (t1 - t0)))
+        mine_samples = samples if mine is not None else None
+        everyone = world.gather((mine_samples, forms_us, traced, time.monotonic() - t1, left_s - (t1 - t0)))
         cost = max(g[3] for g in everyone)
         left = min(g[4] for g in everyone) - cost
-        check = _verdict([g[0] for g in everyone if g[0] is not None])
-        retrace |= check is not None and check[0] == REPLACED and any(g[2] for g in everyone)
-        if mine is not None:
-            us = next(g[1] for g in everyone if g[1] is not None)
-            results.append(_settle(*mine, _checked(mine, decisions[1], check, us), say, i, len(schedule)))
+        verdict = _verdict([g[0] for g in everyone if g[0] is not None])
+        retrace |= verdict is not None and verdict.status == REPLACED and any(g[2] for g in everyone)
+        if found is not None:
+            us = next(g[1] for g in everyone if g[1] is not None and None not in g[1].values())
+            results.append(_settle(*mine, _checked(mine, arms, verdict, us), say, i, len(schedule)))
     _reset_graphs(retrace, say)
     return results
 
 
 # -- one key ---------------------------------------------------------------------------------------
 def _rounds(
-    step: Callable[..., Any], args: tuple, rounds: int, index: int, mine: Any, decisions: Any, world: _World
+    step: Callable[..., Any],
+    args: tuple,
+    rounds: int,
+    index: int,
+    mine: Any,
+    arms: Sequence[Decision] | None,
+    count: int,
+    world: _World,
 ) -> list[list[float]]:
-    """Per form (winner, fastest form), the step's seconds in each round; on ranks without the key the
-    same steps run unswitched."""
+    """Per arm, the step's seconds in each round; on ranks without the key the same ``count`` arms' steps
+    run unswitched."""
     rng = random.Random(_ORDER_SEED + index)
-    samples: list[list[float]] = [[], []]
+    samples: list[list[float]] = [[] for _ in range(count)]
     for r in range(rounds):
-        for arm in rng.sample((0, 1), 2):
+        for arm in rng.sample(range(count), count):
             if mine is not None:
-                mine[0].serve_decision(mine[1].key, decisions[arm])
+                mine[0].serve_decision(mine[1].key, arms[arm])
             for _ in range(2 if r == 0 else 1):  # untimed: the switch's first call agrees with the other
                 step(*args)  # ranks; in the first round a replayed variant's first call and its capture
             samples[arm].append(_timed(step, args, world))
     return samples
 
 
-def _spread(samples: Sequence[float]) -> tuple[float, float]:
-    """(median, interquartile range) of ``samples``."""
-    median = statistics.median(samples)
-    if len(samples) < 2:
-        return median, 0.0
-    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-    return median, q3 - q1
+def lower_bound(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
+    """A one-sided ``confidence`` lower bound of the median of ``values`` (distribution-free: the k-th
+    smallest, k the largest with P(Binomial(n, 1/2) < k) <= 1 - confidence); the smallest value when
+    there are too few for that confidence."""
+    ordered = sorted(values)
+    n, k, below = len(ordered), 0, 0.0
+    while k < n:
+        below += math.comb(n, k) / 2**n  # P(Binomial(n, 1/2) <= k)
+        if below > 1 - confidence:
+            break
+        k += 1
+    return ordered[max(k - 1, 0)]
 
 
-def _verdict(stats: list) -> tuple[str, float, float, float, float] | None:
-    """(status, gain, noise, winner's seconds, form's seconds) from every rank's (median, spread) per form:
-    the largest over the key's ranks."""
-    if not stats:
+@dataclass(frozen=True)
+class Verdict:
+    """What a key's samples decide: ``served`` (the index of the arm served from now on: 0 the winner, the
+    last ``bsp``), ``status``, and the winner against the arm it is compared with (``bsp`` when kept, the
+    served arm when replaced): the median ``gain`` of the paired ratios (that arm's time over the
+    winner's), its ``noise`` (how far below the gain its lower confidence bound lies, a fraction), both
+    medians in seconds."""
+
+    status: str
+    served: int
+    gain: float
+    noise: float
+    winner_s: float
+    form_s: float
+
+
+def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
+    """The verdict from every rank of the key's samples (per arm, per round; the last arm ``bsp``)."""
+    if not per_rank:
         return None
-    winner = max(s[0][0] for s in stats)
-    form = max(s[1][0] for s in stats)
-    spread = max(max(s[0][1], s[1][1]) for s in stats)
-    noise = max(MIN_NOISE, spread / form)
-    status = KEPT if winner < form * (1 - noise) else REPLACED
-    return status, form / winner, noise, winner, form
+    arms = [
+        [max(samples) for samples in zip(*(r[a] for r in per_rank), strict=True)]
+        for a in range(len(per_rank[0]))
+    ]
+    ref = len(arms) - 1
+
+    def ratios(num: int, den: int) -> list[float]:
+        return [x / y for x, y in zip(arms[num], arms[den], strict=True)]
+
+    gains = {a: (statistics.median(ratios(ref, a)), lower_bound(ratios(ref, a))) for a in range(ref)}
+    passing = [a for a, (gain, low) in gains.items() if gain > 1 + MIN_NOISE and low > 1]
+    served = max(passing, key=lambda a: gains[a][0]) if passing else ref
+    other = ref if served == 0 else served
+    paired = ratios(other, 0)
+    gain = statistics.median(paired)
+    noise = max(0.0, 1 - lower_bound(paired) / gain)
+    status = KEPT if served == 0 else REPLACED
+    return Verdict(status, served, gain, noise, statistics.median(arms[0]), statistics.median(arms[other]))
 
 
-def _checked(mine: Any, form: Decision, check: Any, form_us: float) -> tuple[StepCheck, Any]:
+def _checked(
+    mine: Any, arms: Sequence[Decision], verdict: Verdict, forms_us: dict[str, float]
+) -> tuple[StepCheck, Any]:
     """The check's result and the record to serve from now on."""
     from ..runtime.kernel_hash import kernel_source_hash
 
     _, rec = mine
-    status, gain, noise, winner_s, form_s = check
-    ms = (winner_s * 1e3, form_s * 1e3)
-    result = StepCheck(rec.key.text, rec.variant, form.variant, status, gain, noise, *ms)
-    env = {**rec.env, IN_STEP: status, IN_STEP_GAIN: f"{gain:.4f}"}
-    if status == KEPT:
+    form = arms[-1] if verdict.status == KEPT else arms[verdict.served]
+    ms = (verdict.winner_s * 1e3, verdict.form_s * 1e3)
+    how = (verdict.status, verdict.gain, verdict.noise, *ms)
+    result = StepCheck(rec.key.text, rec.variant, form.variant, *how)
+    env = {**rec.env, IN_STEP: verdict.status, IN_STEP_GAIN: f"{verdict.gain:.4f}"}
+    if verdict.status == KEPT:
         return result, dataclasses.replace(rec, env=env)
     env[IN_STEP_WINNER] = rec.variant
     try:
@@ -271,8 +358,9 @@ def _checked(mine: Any, form: Decision, check: Any, form_us: float) -> tuple[Ste
         kernel_hash = None
     params = dict(form.params)
     served = dataclasses.replace(
-        rec, variant=form.variant, params=params, median_us=form_us, env=env, kernel_hash=kernel_hash
-    )
+        rec, variant=form.variant, params=params, median_us=forms_us[form.variant], env=env,
+        kernel_hash=kernel_hash,
+    )  # fmt: skip
     return result, served
 
 
@@ -436,8 +524,8 @@ class _Say:
 
     def header(self, count: int, rounds: int, left: float) -> None:
         self.text(
-            f"autotaxer: checking {count} winner(s) in the step against their fastest forms ({rounds} "
-            f"round(s) each, {max(left, 0.0):.0f} s of the budget left)"
+            f"autotaxer: checking {count} winner(s) in the step against bsp and their fastest forms "
+            f"({rounds} round(s) each, {max(left, 0.0):.0f} s of the budget left)"
         )
 
     def line(self, rt: Any, result: StepCheck, index: int, count: int) -> None:

@@ -14,14 +14,16 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
 3. every rank serves the winners from the next call; a graph that ``torch.compile`` traced with one of
    those keys is dropped so the next call traces the winner;
 4. it checks each winner in the step itself (:mod:`.in_step`): ``step(*args)`` as it runs (eager or
-   compiled) timed with the key's winner against its fastest form, interleaved, on every rank; a winner
-   that does not make the step faster by more than noise is not served: the key is served its fastest
-   form, and its record is stored again as that form (``env["in_step"]``, ``env["in_step_gain"]``,
-   which ``autotaxer show`` prints). The check's time counts in ``budget_s`` (up to a quarter of it is
+   compiled) timed with the key's winner, its fastest form and plain BSP, interleaved, on every rank; a
+   winner (torch's fused op included) that does not make the step faster than plain BSP by more than
+   noise is not served: the key is served the arm that does (its fastest form), else plain BSP, and its
+   record is stored again as that form (``env["in_step"]``, ``env["in_step_gain"]``, which
+   ``autotaxer show`` prints). The check's time counts in ``budget_s`` (up to a quarter of it is
    held back from tuning for it); winners it has no time left for stay served, marked ``unchecked``, and
    a later warm-up on the same database checks them.
 
-The check runs the step twice, then ``4 * check_rounds + 2`` times per winner checked: pass a step whose
+The check runs the step twice, then up to ``3 * (2 * check_rounds + 1)`` times per winner checked (more
+rounds, up to three times ``check_rounds``, while the budget covers them): pass a step whose
 repeats you do not mind (a forward and backward without the optimizer's step, say), or ``check_rounds=0``.
 
 A second launch on the same database finds the winners in its table and tunes nothing. Collective: every
@@ -48,7 +50,8 @@ from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
 from .in_step import KEPT, REPLACED, UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
 
-#: Rounds of the in-step check per winner (each: one timed step with the winner, one with the fastest form).
+#: Rounds of the in-step check per winner at least (each: one timed step with the winner, its fastest form
+#: and plain BSP).
 CHECK_ROUNDS = 5
 
 

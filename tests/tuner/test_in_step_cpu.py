@@ -1,16 +1,20 @@
 """Warm-up's in-step check on 2 gloo ranks (CPU): a winner that makes the step slower is not served, one
-that speeds it up is kept, with the gain in the step stored; winners with no check (``check_rounds=0``)
-are marked unchecked and the next launch checks them; ``autotaxer show`` prints the gain.
+that speeds it up is kept, with the gain in the step stored; a fastest form other than plain BSP (torch's
+fused op, say) that slows the step is served neither as the winner nor in a winner's place: plain BSP is;
+winners with no check (``check_rounds=0``) are marked unchecked and the next launch checks them;
+``autotaxer show`` prints the gain.
 
 The planted winners compute what BSP computes, and BSP (the only form on CPU) is made slower by
 :data:`FORM_DELAY_S` a call, so each planted variant wins its isolated trials. One of them is slower
 still, but only inside the step (:data:`STEP_DELAY_S`), as a kernel that holds what its neighbours need
-is: its isolated trials cannot see it, the check in the step does.
+is: its isolated trials cannot see it, the check in the step does. A planted form users would have
+without autotaxer (:class:`FormSlowsStep`, as torch's fused op) beats BSP in isolation and slows the step.
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from typing import Any
 
@@ -54,11 +58,25 @@ class SlowsStep(SpeedsUp):
         return super().run(ws, inputs, ctx, out)
 
 
+class FormSlowsStep(BspVariant):
+    """A form users have without autotaxer (``fallback_form``, as torch's fused op), at every M: faster than
+    BSP in isolation (half its delay), slower inside the step."""
+
+    name = "planted_form"
+    is_baseline = False
+    fallback_form = True
+    device_types = frozenset({"cpu"})
+
+    def run(self, ws, inputs, ctx, out=None) -> Any:
+        time.sleep(STEP_DELAY_S if IN_STEP["on"] else FORM_DELAY_S / 2)
+        return super().run(ws, inputs, ctx, out)
+
+
 def _plant() -> None:
     from autotaxer.ops import get_op
 
     op = get_op("ag_gemm")
-    for variant in (SpeedsUp(), SlowsStep()):
+    for variant in (SpeedsUp(), SlowsStep(), FormSlowsStep()):
         op.register(variant)
     bsp = op.variants["bsp"]
     plain = bsp.run
@@ -117,11 +135,11 @@ def _ranks(ctx, tmp: str) -> dict:
     config = autotaxer.RuntimeConfig(db_url=url, **QUIET)
     variants = ("planted_speeds_up", "planted_slows_step")
     out: dict = {}
-    # 1. two winners, checked one at a time in a step that calls both keys
+    # 1. two winners and a form that wins alone, checked one at a time in a step that calls the three keys
     autotaxer.init(config)
-    step = _step(ws, rank, (16, 32))
+    step = _step(ws, rank, (16, 32, 80))
     report = autotaxer.warmup(
-        step, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False
+        step, budget_s=120, trials=6, variants=(*variants, "planted_form"), seed_nearby=False, progress=False
     )
     step()
     out["checked"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
@@ -226,9 +244,33 @@ def test_a_winner_that_speeds_the_step_up_stays_served_with_its_gain_stored(rank
     variant, env, speedup = first["db"][key]
     assert variant == "planted_speeds_up" and env["in_step"] == "kept" and speedup > 1
     check = _check(first["report"], key)
-    assert (check.status, check.served) == ("kept", "planted_speeds_up")
+    assert (check.status, check.served, check.form) == ("kept", "planted_speeds_up", "bsp")  # gain over bsp
     assert check.gain > 1 + check.noise
     assert float(env["in_step_gain"]) == pytest.approx(check.gain, rel=1e-3)
+
+
+def test_a_fastest_form_that_slows_the_step_is_not_served_in_a_winners_place(ranks) -> None:
+    """The winner at M=16 slows the step, and so does its fastest form (the planted one, faster than BSP
+    alone): plain BSP serves the key, not the form."""
+    key = _key(16)
+    first = ranks[0]["checked"]
+    variant, env, _ = first["db"][key]
+    assert env["fastest_form"] == "planted_form"  # the form the check used to fall back to
+    assert variant == "bsp" and first["report"].served(key) == "bsp"
+
+
+def test_a_form_that_won_alone_is_checked_against_bsp_in_the_step(ranks) -> None:
+    """At M=80 the planted form is the isolated winner (no planted winner runs there): a form users have
+    without autotaxer is checked against plain BSP as any winner is, and replaced when it slows the step."""
+    key = _key(80)
+    first = ranks[0]["checked"]
+    (result,) = [r for r in first["report"].results if r.key == key]
+    assert (result.status, result.variant) == ("tuned", "planted_form")
+    check = _check(first["report"], key)
+    assert (check.status, check.winner, check.form) == ("replaced", "planted_form", "bsp")
+    assert all(r["checked"]["served"][key] == ["bsp", "exact"] for r in ranks)
+    variant, env, _ = first["db"][key]
+    assert variant == "bsp" and env["in_step_winner"] == "planted_form"
 
 
 def test_a_compiled_step_is_checked_as_it_runs_compiled(ranks) -> None:
@@ -269,20 +311,50 @@ def test_winners_the_budget_leaves_no_time_to_check_stay_served_marked_unchecked
 
 
 # -- the rule and the budget, without ranks ----------------------------------------------------------
-def test_the_winner_must_beat_the_form_by_more_than_the_spread_and_one_percent() -> None:
+def test_an_arm_must_beat_bsp_in_paired_rounds_by_more_than_noise_and_one_percent() -> None:
     from autotaxer.tuner.in_step import _verdict
 
-    spread = lambda median, iqr: (median, iqr)  # noqa: E731
-    # rank 0 and rank 1: (winner, form) as (median, interquartile range) in seconds; the slowest rank counts
-    clear = [(spread(0.090, 0.001), spread(0.100, 0.001)), (spread(0.080, 0.002), spread(0.095, 0.001))]
-    status, gain, noise, winner, form = _verdict(clear)
-    assert (status, winner, form) == ("kept", 0.090, 0.100) and gain == pytest.approx(100 / 90)
-    assert noise == pytest.approx(0.02)  # the larger spread, 2 ms of the form's 100 ms
-    noisy = [(spread(0.090, 0.012), spread(0.100, 0.001))]  # 10% faster, within a 12% spread
-    assert _verdict(noisy)[0] == "replaced"
-    close = [(spread(0.0995, 0.0), spread(0.100, 0.0))]  # 0.5% faster: below the 1% floor
-    assert _verdict(close)[0] == "replaced"
+    # per rank, per arm (winner, form, bsp), the step's seconds in each of 5 rounds; the slowest rank counts
+    bsp = [0.100, 0.104, 0.098, 0.101, 0.100]
+    winner = [0.090, 0.093, 0.089, 0.091, 0.090]
+    form = [0.095, 0.099, 0.094, 0.096, 0.095]
+    fast_rank1 = [w - 0.005 for w in winner]
+    clear = _verdict([[winner, form, bsp], [fast_rank1, form, bsp]])
+    assert (clear.status, clear.served) == ("kept", 0)
+    assert clear.gain == pytest.approx(statistics.median(b / w for b, w in zip(bsp, winner, strict=True)))
+    assert clear.winner_s == pytest.approx(0.090) and clear.form_s == pytest.approx(0.100)
+    assert 0 <= clear.noise < clear.gain - 1
+    # the form beats bsp, the winner does not: the form is served in its place
+    slow = [b * 1.02 for b in bsp]
+    by_form = _verdict([[slow, form, bsp]])
+    assert (by_form.status, by_form.served) == ("replaced", 1) and by_form.gain < 1
+    # neither beats bsp: bsp is served (the last arm), even where the fastest form is not bsp
+    assert _verdict([[slow, [b * 1.05 for b in bsp], bsp]]).served == 2
+    # 10% faster in the median, but one round of five slower than bsp: not faster with 95% confidence
+    jumpy = [0.090, 0.091, 0.089, 0.120, 0.090]
+    assert _verdict([[jumpy, bsp]]).status == "replaced"
+    close = [b * 0.995 for b in bsp]  # 0.5% faster in every round: below the 1% floor
+    assert _verdict([[close, bsp]]).status == "replaced"
     assert _verdict([]) is None
+
+
+def test_the_lower_bound_is_an_order_statistic_of_the_median() -> None:
+    from autotaxer.tuner.in_step import lower_bound
+
+    values = list(range(1, 16))  # 15 values: P(Bin(15, 1/2) <= 3) = 1.8% <= 5% < P(<= 4) = 5.9%
+    assert lower_bound(values) == 4
+    assert lower_bound([3, 1, 2, 5, 4]) == 1  # 5 values: only the smallest has 95% confidence
+    assert lower_bound([2.0, 1.0]) == 1.0  # too few: the smallest
+
+
+def test_more_rounds_run_while_the_time_left_covers_them() -> None:
+    from autotaxer.tuner.in_step import MAX_ROUNDS_FACTOR, rounds_to_run, steps_per_key
+
+    assert rounds_to_run(5, 1000.0, 2, 0.01) == 5 * MAX_ROUNDS_FACTOR  # a cheap step: three times as many
+    assert rounds_to_run(5, 0.0, 2, 0.01) == 5  # never fewer than asked
+    assert rounds_to_run(0, 1000.0, 2, 0.01) == 0  # the check is off
+    some = rounds_to_run(5, 2 * 2 * steps_per_key(7) * 0.1, 2, 0.1)
+    assert some == 7  # half the time left, shared by the keys
 
 
 def test_a_checks_progress_line_names_winner_gain_times_and_verdict() -> None:
@@ -404,10 +476,10 @@ def test_each_form_runs_two_untimed_steps_before_its_first_timed_one(monkeypatch
 
     monkeypatch.setattr(in_step, "_timed", timed)
     mine = (Runtime(), types.SimpleNamespace(key="k"))
-    samples = in_step._rounds(step, (), 3, 0, mine, ("win", "form"), in_step._World())
-    assert [len(s) for s in samples] == [3, 3]
-    assert len(log) == in_step.steps_per_key(3)
-    for form in ("win", "form"):
+    samples = in_step._rounds(step, (), 3, 0, mine, ("win", "form", "bsp"), 3, in_step._World())
+    assert [len(s) for s in samples] == [3, 3, 3]
+    assert len(log) == in_step.steps_per_key(3, arms=3)
+    for form in ("win", "form", "bsp"):
         flags = [timed for served, timed in log if served == form]
         assert flags[:3] == [False, False, True]  # two untimed steps, then the first timed one
         assert flags[3:] == [False, True, False, True]
