@@ -1,7 +1,7 @@
 """The layer benchmark's model on gloo ranks (CPU, fp32): the sharded layer through autotaxer's layers,
 through its torch-signature functions and through PyTorch's functional collectives against the unsharded
 layer (output, loss, every gradient), eager and under ``torch.compile(fullgraph=True)`` with no graph
-break."""
+break; where dispatch serves BSP, the compiled layer runs the kernels the compiled plain layer runs."""
 
 from __future__ import annotations
 
@@ -112,3 +112,86 @@ def test_config_names_the_field_that_cannot_be_sharded() -> None:
         LlamaConfig(**SMALL).validate(world_size=4)  # 2 key/value heads over 4 ranks
     with pytest.raises(ValueError, match="heads"):
         LlamaConfig(**{**SMALL, "heads": 6, "kv_heads": 4}).validate()
+
+
+def _kernels(code: str) -> list[str]:
+    """The calls of inductor's ``call`` in ``code``, in order: each fused kernel as ``fused``, each extern
+    kernel or op by name with the sizes and strides of the strided views it is passed (a transposed
+    weight is a different cuBLAS call)."""
+    import re
+
+    calls = []
+    for line in code[code.index("def call(") :].splitlines():
+        m = re.match(
+            r"\s*(?:[\w, ]+ = )?((?:cpp_fused|triton_|extern_kernels\.|torch\.ops\.)[\w.]*)\((.*)", line
+        )
+        if m is None:
+            continue
+        name, rest = m.groups()
+        if name.startswith(("cpp_fused", "triton_")):
+            calls.append("fused")
+            continue
+        views = re.findall(r"reinterpret_tensor\(\w+, \(([^)]*)\), \(([^)]*)\)", rest)
+        strided = [v for v in views if not _contiguous(*v)]  # a contiguous view is the buffer itself
+        calls.append(f"{name} {strided}" if strided else name)
+    return calls
+
+
+def _contiguous(sizes: str, strides: str) -> bool:
+    """Whether a view of these sizes and strides (inductor's text) is row-major contiguous."""
+    dims = [int(d) for d in sizes.split(",") if d.strip()]
+    want, step = [], 1
+    for d in reversed(dims):
+        want.append(step)
+        step *= d
+    got = [int(d) for d in strides.split(",") if d.strip()]
+    return all(g == w or d == 1 for g, w, d in zip(got, reversed(want), dims, strict=True))
+
+
+def _compiled_kernels(ctx) -> dict:
+    """Per comm and step (forward under no_grad, forward and backward), the kernels inductor runs."""
+    import torch
+
+    import autotaxer
+    from autotaxer.models import LlamaConfig, LlamaLayer, TPLlamaLayer
+
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    from torch._inductor.utils import run_and_get_code
+
+    torch.manual_seed(0)
+    ref = LlamaLayer(LlamaConfig(**SMALL))
+    out = {}
+    for comm in ("plain", "autotaxer", "functions"):
+        for train in (False, True):
+            torch._dynamo.reset()
+            fn = torch.compile(
+                TPLlamaLayer.from_reference(ref, ctx.rank, ctx.world_size, comm), fullgraph=True
+            )
+            x = torch.randn(8, 2, SMALL["hidden"], requires_grad=train)
+
+            def step(fn=fn, x=x, train=train) -> None:
+                with torch.set_grad_enabled(train):
+                    y = fn(x)
+                    if train:
+                        y.sum().backward()
+
+            _, codes = run_and_get_code(step)
+            out[(comm, train)] = [_kernels(code) for code in codes]
+    return out
+
+
+@pytest.mark.slow
+def test_a_compiled_layer_served_bsp_runs_the_plain_layers_kernels() -> None:
+    """No record: dispatch serves ``bsp``, which a compiled graph holds as the plain collective and matmul
+    (:mod:`autotaxer.integrations.compiled`). Through autotaxer's layers and through the torch-signature
+    functions the compiled layer then runs what the compiled plain layer runs: the same collectives and
+    matmuls, on the same views, in the same order, and as many fused kernels (only views differ, which
+    inductor folds into its kernels)."""
+    results = run_ranks(_compiled_kernels, 2, "cpu", timeout=600)
+    for per_rank in results:
+        for train in (False, True):
+            plain = per_rank[("plain", train)]
+            assert any("all_gather_into_tensor" in c for code in plain for c in code)
+            assert any("reduce_scatter_tensor" in c for code in plain for c in code)
+            for comm in ("autotaxer", "functions"):
+                assert per_rank[(comm, train)] == plain, (comm, train)
