@@ -90,10 +90,11 @@ def confirmed_times(env: Any) -> dict[str, float]:
 
 
 #: ``env`` entries that ``autotaxer.warmup``'s in-step check stamps (:mod:`autotaxer.tuner.in_step`):
-#: ``in_step`` is ``kept`` (the winner made the user's step faster by more than noise), ``replaced`` (it
-#: did not: the record is the key's fastest form, ``in_step_winner`` names the isolated winner turned
-#: down) or ``unchecked`` (no budget left, or the check was off); ``in_step_gain`` is the step's time
-#: with the fastest form over its time with the winner (> 1: the winner speeds the step up).
+#: ``in_step`` is ``kept`` (the winner made the user's step faster than plain BSP by more than noise),
+#: ``replaced`` (it did not: the record is the arm served instead, the key's fastest form or ``bsp``;
+#: ``in_step_winner`` names the isolated winner turned down) or ``unchecked`` (no budget left, or the
+#: check was off); ``in_step_gain`` is the step's time with the compared arm (``bsp`` when kept, the
+#: arm served when replaced) over its time with the winner (> 1: the winner speeds the step up).
 IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER = "in_step", "in_step_gain", "in_step_winner"
 
 
