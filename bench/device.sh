@@ -17,6 +17,10 @@
 #   gpu          every GPU test but the emulated ones, at the visible GPUs' world size
 #   emulated     the N-rank emulation tests on one GPU (the fused kernels at 4 and 8 ranks, the copy-engine
 #                family of both ops at 2, 4 and 8; K selects tests with -k)
+#   ag-tests     tests/ops/test_ag_gemm_gpu.py alone (longer than one file's limit in `checks`/`tests`: it
+#                compiles every variant's kernels), K and TEST_LIMIT as for those; on 4 GPUs split it, e.g.
+#                CUDA_VISIBLE_DEVICES=0,1 K="not iris and not four" and CUDA_VISIBLE_DEVICES=2,3 K=iris
+#                (the four-GPU tests then need all four)
 #   cublas       the fused kernels' GEMM core against cuBLAS at one rank -> $OUT/gemm_vs_cublas.json
 #   example      examples/tp_block.py under torchrun: loss against the unsharded model, then the time per
 #                step of autotaxer against --plain (S=$SEQ, H=$HIDDEN, bf16)
@@ -103,11 +107,12 @@ PY
     echo "$f"
 }
 
-tests() {  # tests LIMIT_S FILE...: each file a step
-    local limit=$1
+tests() {  # tests LIMIT_S FILE...: each file a step ($TEST_LIMIT overrides LIMIT_S, $K selects with -k)
+    local limit=${TEST_LIMIT:-$1}
     shift
     for f in "$@"; do
-        step "tests_$(basename "$f" .py)" "$limit" python3 -P -m pytest -q -x -p no:cacheprovider -rs "$f"
+        step "tests_$(basename "$f" .py)" "$limit" python3 -P -m pytest -q -x -p no:cacheprovider -rs "$f" \
+            ${K:+-k "$K"}
     done
 }
 
@@ -158,6 +163,7 @@ for s in "$@"; do
         tests 280 tests/ops/test_ag_gemm_gpu.py tests/runtime/test_integration_gpu.py tests/ops/test_gemm_rs_gpu.py \
             tests/ops/test_bsp_symm_gpu.py tests/runtime/test_dispatch_gpu.py tests/ops/test_copy_engine_gpu.py
         ;;
+    ag-tests) tests 540 tests/ops/test_ag_gemm_gpu.py ;;
     gpu) step gpu "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs -m "gpu and not emulated" tests ;;
     emulated)
         step emulated "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs \
