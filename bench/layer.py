@@ -39,8 +39,9 @@ capture is listed), and per case how each replayed workspace's calls were launch
 captures and replays, or why its launcher turned eager; :mod:`autotaxer.runtime.replay`); ``--out`` writes
 every sample, the device, the versions and what dispatch served (per case and mode: ``served``).
 ``--warmup-budget S`` first runs ``autotaxer.warmup`` (S seconds) on each autotaxer mode's step of a
-case, so keys no table covers are tuned in the launch; with ``async_tp_autotaxer``, every fused-op call
-its compiled code made is then replayed alone, torch's kernel against autotaxer's (``--out``:
+case, so keys no table covers are tuned in the launch (``--check-graphs``: a graph case's in-step check
+times its forward as CUDA-graph replays, as the case runs it); with ``async_tp_autotaxer``, every
+fused-op call its compiled code made is then replayed alone, torch's kernel against autotaxer's (``--out``:
 ``async_tp_calls``).
 """
 
@@ -420,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="seconds of autotaxer.warmup per autotaxer mode and case",
     )
+    ap.add_argument(
+        "--check-graphs",
+        action="store_true",
+        help="graph cases: the warm-up's in-step check times the forward captured in a CUDA graph per arm",
+    )
     ap.add_argument("--db", default="", help="the runtime's database (warm-up trials and winners)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",")]
@@ -471,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         grad = torch.randn_like(x)
         steps = {m: _Step(fns[m], params, kind, x, grad, m == "async_tp_autotaxer") for m in modes}
         if args.warmup_budget > 0:
-            _warm_up(steps, args.warmup_budget, rank)
+            _warm_up(steps, args.warmup_budget, rank, args.check_graphs)
         if "async_tp_autotaxer" in modes:
             import autotaxer.async_tp as atp
 
@@ -509,19 +515,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _warm_up(steps: dict[str, _Step], budget_s: float, rank: int) -> None:
-    """``autotaxer.warmup`` on the step of each autotaxer mode (a ``graph`` case's as its forward)."""
+def _warm_up(steps: dict[str, _Step], budget_s: float, rank: int, check_graphs: bool = False) -> None:
+    """``autotaxer.warmup`` on the step of each autotaxer mode (a ``graph`` case's as its forward, checked
+    in CUDA graphs with ``check_graphs``)."""
     import autotaxer
 
     for mode in TUNED_MODES:
         step = steps.get(mode)
         if step is None:
             continue
+        graphs = check_graphs and step.kind == "graph"
         if step.kind == "graph":
             step = _Step(step.fn, step.params, "fwd", step.x, step.grad, step.serve_async_tp)
         step.prepare()
         t0 = time.perf_counter()
-        report = autotaxer.warmup(step, budget_s=budget_s, progress=rank == 0)
+        report = autotaxer.warmup(step, budget_s=budget_s, progress=rank == 0, check_graphs=graphs)
         if rank == 0:
             print(
                 f"warm-up of {mode}: {len(report.results)} key(s) in {time.perf_counter() - t0:.0f} s",

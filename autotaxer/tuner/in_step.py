@@ -38,7 +38,10 @@ that check decided, without timing. Every record it decides on is stamped
 rank 0 and served on every rank of the group from the key's next call.
 
 What is timed is ``step(*args)``: a step that replays a CUDA graph captured before the warm-up never
-reaches dispatch (all arms would replay the same graph): capture after the warm-up. Under
+reaches dispatch (all arms would replay the same graph): capture after the warm-up, and pass
+``check_graphs=True`` to :func:`autotaxer.warmup`: each arm's step is then captured in a CUDA graph of its
+own after its two eager steps and timed as replays, as the captured step will run (host time, which an
+eager step pays for every launch and a replay does not, no longer decides). Under
 ``torch.compile`` the first step of the check traces with the winners, which the graph holds as
 autotaxer's custom op; the check switches the key at run time through it, so the ``bsp`` arm times BSP
 run by the custom op, not the collective and matmul inductor would have traced and scheduled around
@@ -49,6 +52,7 @@ torch.compile's graphs reset, so the next call traces plain BSP.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 import statistics
@@ -197,9 +201,11 @@ def check_in_step(
     left_s: float,
     rounds: int,
     progress: bool,
+    graphs: bool = False,
 ) -> list[StepCheck]:
     """Check the winners of ``candidates`` (runtime -> keys) in ``step(*args)`` within ``left_s`` seconds
-    (see the module docstring); this rank's groups' results. Collective over the default group."""
+    (see the module docstring); this rank's groups' results. Collective over the default group.
+    ``graphs``: time each arm's step as CUDA-graph replays (:func:`_rounds`)."""
     t0 = time.monotonic()
     world = _World()
     own: dict[tuple[str, str], tuple[Any, Any, list[Decision]]] = {}  # (group, key): (runtime, record, arms)
@@ -242,7 +248,7 @@ def check_in_step(
             continue
         t1 = time.monotonic()
         arms = found[2] if found is not None else None
-        samples = _rounds(step, args, rounds, i, mine, arms, count, world)
+        samples = _rounds(step, args, rounds, i, mine, arms, count, world, graphs)
         forms_us = {a.variant: _form_us(*mine, a.variant) for a in arms[1:]} if found is not None else None
         traced = mine is not None and mine[0].traced(mine[1].key)
         mine_samples = samples if mine is not None else None
@@ -268,19 +274,48 @@ def _rounds(
     arms: Sequence[Decision] | None,
     count: int,
     world: _World,
+    graphs: bool = False,
 ) -> list[list[float]]:
     """Per arm, the step's seconds in each round; on ranks without the key the same ``count`` arms' steps
-    run unswitched."""
+    run unswitched. ``graphs``: each arm's step is captured in a CUDA graph after its first two (eager)
+    steps, and every later step of that arm replays the graph."""
     rng = random.Random(_ORDER_SEED + index)
     samples: list[list[float]] = [[] for _ in range(count)]
-    for r in range(rounds):
+    runs: dict[int, Callable[[], Any]] = {}
+    for _ in range(rounds):
         for arm in rng.sample(range(count), count):
             if mine is not None:
                 mine[0].serve_decision(mine[1].key, arms[arm])
-            for _ in range(2 if r == 0 else 1):  # untimed: the switch's first call agrees with the other
-                step(*args)  # ranks; in the first round a replayed variant's first call and its capture
-            samples[arm].append(_timed(step, args, world))
+            if arm not in runs:  # untimed: the switch's first call agrees with the other ranks; a
+                step(*args)  # replayed variant's first call is eager and its second captures
+                step(*args)
+                runs[arm] = _capture(step, args) if graphs else functools.partial(step, *args)
+            else:
+                runs[arm]()  # untimed: the switch's first call agrees with the other ranks
+            samples[arm].append(_timed(runs[arm], (), world))
+    if graphs:  # the graphs go with ``runs`` once their replays are done
+        _synchronize()
     return samples
+
+
+def _capture(step: Callable[..., Any], args: tuple) -> Callable[[], Any]:
+    """``step(*args)`` captured in a CUDA graph (every rank at once: its collectives are captured in the
+    same order); returns the graph's replay."""
+    import torch
+
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(*args)
+    torch.cuda.synchronize()
+    return graph.replay
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def lower_bound(values: Sequence[float], confidence: float = CONFIDENCE) -> float:

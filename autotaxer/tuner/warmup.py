@@ -110,6 +110,7 @@ def warmup(
     variants: tuple[str, ...] | None = None,
     progress: bool = True,
     check_rounds: int = CHECK_ROUNDS,
+    check_graphs: bool = False,
 ) -> WarmupReport:
     """Run ``step(*args)`` once and tune the keys it dispatched that have no tuned record; collective.
 
@@ -121,7 +122,9 @@ def warmup(
     ``seed_nearby``: start each search from the nearest tuned configurations; ``variants``: the variants
     to try besides the BSP forms (default: each op's default space); ``progress``: a line per key on
     rank 0 (stderr); ``check_rounds``: rounds of the in-step check per winner (0: winners served
-    unchecked). Returns the same report on every rank of a group.
+    unchecked); ``check_graphs``: the check times ``step(*args)`` captured in a CUDA graph per arm and
+    replayed, as a step the caller captures after the warm-up runs (CUDA only). Returns the same report
+    on every rank of a group.
     """
     budget = TuningBudget(
         budget_s, key_budget_s, trials, trial_timeout_s, fleet_wait_s, seed_nearby,
@@ -132,6 +135,8 @@ def warmup(
         raise ValueError(f"check_rounds: must be an integer >= 0, got {check_rounds!r}")
     if not callable(step):
         raise TypeError(f"step: expected a callable, got {type(step).__name__}")
+    if check_graphs and not _cuda():
+        raise ValueError("check_graphs: CUDA graphs need a CUDA device, and none is available")
     for rt in _ordered(RUNTIMES.values()):  # read (and then write) the database from the first call on
         rt.use_database(db_url or rt.config.tuning_db_url())
         rt.forget([k for k in rt.decided_keys() if _to_tune(rt, k)])  # decided again, and seen, in the step
@@ -171,7 +176,7 @@ def warmup(
         _retrace(rt, tuned, out)
     tuning_s = time.monotonic() - t0 - step_s
     left = max(0.0, budget.budget_s - tuning_s)
-    checks = check_in_step(step, args, candidates, left, check_rounds, progress)
+    checks = check_in_step(step, args, candidates, left, check_rounds, progress, check_graphs)
     check_s = time.monotonic() - t0 - step_s - tuning_s
     return WarmupReport(tuple(results), seen, step_s, tuning_s, tuple(checks), check_s)
 
@@ -260,6 +265,12 @@ def _to_tune(rt: Any, key: ProblemKey) -> bool:
     if in_step_of(rec.env)[0] in (KEPT, REPLACED):
         return False
     return is_partial(rec.env) and rt.table.origins.get(key) == rt.config.tuning_db_url()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _to_check_again(rt: Any, key: ProblemKey) -> bool:

@@ -483,3 +483,45 @@ def test_each_form_runs_two_untimed_steps_before_its_first_timed_one(monkeypatch
         flags = [timed for served, timed in log if served == form]
         assert flags[:3] == [False, False, True]  # two untimed steps, then the first timed one
         assert flags[3:] == [False, True, False, True]
+
+
+def test_with_check_graphs_each_arm_is_captured_once_and_timed_as_replays(monkeypatch) -> None:
+    """``check_graphs=True``: each arm runs its two eager steps, is captured once (a stand-in graph here:
+    CPUs have none), and every later step of that arm, timed or not, replays its own graph."""
+    import types
+
+    import autotaxer.tuner.in_step as in_step
+
+    serving: list[str] = []
+    log: list[tuple[str, str]] = []  # (arm, what ran: eager / capture / replay)
+
+    class Runtime:
+        def serve_decision(self, key, decision):
+            serving.append(decision)
+
+    def step():
+        log.append((serving[-1], "eager"))
+
+    def capture(step_fn, args):
+        arm = serving[-1]
+        log.append((arm, "capture"))
+        return lambda: log.append((arm, "replay"))
+
+    monkeypatch.setattr(in_step, "_capture", capture)
+    mine = (Runtime(), types.SimpleNamespace(key="k"))
+    samples = in_step._rounds(step, (), 3, 0, mine, ("win", "bsp"), 2, in_step._World(), graphs=True)
+    assert [len(s) for s in samples] == [3, 3]
+    for arm in ("win", "bsp"):
+        ran = [what for a, what in log if a == arm]
+        assert ran == ["eager", "eager", "capture", "replay", "replay", "replay", "replay", "replay"]
+
+
+def test_check_graphs_without_cuda_is_refused_before_the_step_runs(monkeypatch) -> None:
+    import autotaxer
+    import autotaxer.tuner.warmup as warmup
+
+    monkeypatch.setattr(warmup, "_cuda", lambda: False)
+    ran = []
+    with pytest.raises(ValueError, match="check_graphs"):
+        autotaxer.warmup(lambda: ran.append(1), budget_s=1, check_graphs=True, progress=False)
+    assert ran == []
