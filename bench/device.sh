@@ -47,7 +47,8 @@
 #                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
 #   pack         keep what comes back from $OUT within the device tool's limit: SQLite files checkpointed
 #                (no -wal/-shm file needed), the files named in $KEEP kept, the rest packed in misc.tgz
-# SHAPES may name several files (space-separated); they are concatenated into one. LIMIT overrides the tune
+# SHAPES may name several files (space-separated); they are concatenated into one. The keys a model calls
+# (the layer benchmark's training step, S = 256 ... 16384): SHAPES=examples/shapes_llama70b_layer_ws$WS.csv. LIMIT overrides the tune
 # steps' time limit (default 540 s), BENCH_LIMIT that of bench (default 540); GPU the model exported
 # (default nvidia-h200). Dry run on one GPU (2026-11-25, H100): WS=1 with a 2-row shapes file, tune to
 # bench in 190 s.

@@ -59,3 +59,17 @@ def test_every_option_has_help(monkeypatch) -> None:
     options = [a for a in seen[0]._actions if a.option_strings and a.dest != "help"]
     assert len(options) >= 17
     assert [a.option_strings[0] for a in options if not a.help] == []
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_the_shipped_layer_shapes_files_are_what_the_layer_calls(world_size: int, tmp_path) -> None:
+    """``examples/shapes_llama70b_layer_ws<N>.csv`` (the keys the shipped tables are tuned over) holds the
+    rows ``bench/layer.py --write-shapes`` writes for the layer's training step at S = 256 ... 16384."""
+    out = tmp_path / "shapes.csv"
+    cases = ",".join(f"train:{s}" for s in (256, 1024, 4096, 8192, 16384))
+    proc = _run("--write-shapes", str(out), "--world-size", str(world_size), "--cases", cases)
+    assert proc.returncode == 0, proc.stderr
+    shipped = SCRIPT.parents[1] / "examples" / f"shapes_llama70b_layer_ws{world_size}.csv"
+    rows = [line for line in shipped.read_text().splitlines() if not line.startswith("#")]
+    assert rows == out.read_text().splitlines()
+    assert len(rows) == 41  # the header and 8 problems per sequence length
