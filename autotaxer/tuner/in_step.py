@@ -24,7 +24,9 @@ against ``bsp`` alone.
 - an arm speeds the step up when its gain exceeds 1 + :data:`MIN_NOISE` and its lower bound exceeds 1. The
   key is served the arm that does with the largest gain, else ``bsp``. When that is not the winner, the
   key is served that arm from now on, and its record is stored again as that form (default parameters,
-  the form's isolated time), the isolated winner named in ``env["in_step_winner"]``.
+  the form's isolated time), the isolated winner named in ``env["in_step_winner"]``. The record's
+  ``env["fastest_form"]`` (what dispatch serves untuned keys near it) becomes the form that was fastest
+  in the step, the isolated one kept in ``env["fastest_form_isolated"]``.
 
 Keys are checked one at a time, in the order of their groups' and keys' names; a key is timed with the
 keys checked before it served what their checks decided. The check is collective over every rank of
@@ -338,7 +340,7 @@ class Verdict:
     last ``bsp``), ``status``, and the winner against the arm it is compared with (``bsp`` when kept, the
     served arm when replaced): the median ``gain`` of the paired ratios (that arm's time over the
     winner's), its ``noise`` (how far below the gain its lower confidence bound lies, a fraction), both
-    medians in seconds."""
+    medians in seconds; ``passing``: the arms that sped the step up over ``bsp``, by median gain."""
 
     status: str
     served: int
@@ -346,6 +348,7 @@ class Verdict:
     noise: float
     winner_s: float
     form_s: float
+    passing: tuple[tuple[int, float], ...] = ()
 
 
 def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
@@ -369,7 +372,8 @@ def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
     gain = statistics.median(paired)
     noise = max(0.0, 1 - lower_bound(paired) / gain)
     status = KEPT if served == 0 else REPLACED
-    return Verdict(status, served, gain, noise, statistics.median(arms[0]), statistics.median(arms[other]))
+    medians = (statistics.median(arms[0]), statistics.median(arms[other]))
+    return Verdict(status, served, gain, noise, *medians, tuple((a, gains[a][0]) for a in passing))
 
 
 def _checked(
@@ -384,6 +388,7 @@ def _checked(
     how = (verdict.status, verdict.gain, verdict.noise, *ms)
     result = StepCheck(rec.key.text, rec.variant, form.variant, *how)
     env = {**rec.env, IN_STEP: verdict.status, IN_STEP_GAIN: f"{verdict.gain:.4f}"}
+    env.update(_fastest_form_in_step(rec, arms, verdict))
     if verdict.status == KEPT:
         return result, dataclasses.replace(rec, env=env)
     env[IN_STEP_WINNER] = rec.variant
@@ -397,6 +402,22 @@ def _checked(
         kernel_hash=kernel_hash,
     )  # fmt: skip
     return result, served
+
+
+def _fastest_form_in_step(rec: Any, arms: Sequence[Decision], verdict: Verdict) -> dict[str, str]:
+    """``env["fastest_form"]`` as the step measured it: of the arms that are forms users have without
+    autotaxer (the fastest form, a winner that is one, ``bsp``), the one that sped the step up most over
+    ``bsp``, else ``bsp`` (dispatch serves it to untuned keys near this one); the isolated one, where it
+    differs, in ``env["fastest_form_isolated"]``. Empty when the record names none."""
+    from ..ops import get_op
+
+    forms = set(get_op(rec.key.op).fallback_forms())
+    passed = [(gain, arms[a].variant) for a, gain in verdict.passing if arms[a].variant in forms]
+    in_step = max(passed)[1] if passed else arms[-1].variant
+    isolated = rec.env.get("fastest_form") or (rec.variant if rec.variant in forms else None)
+    if isolated is None or isolated == in_step:
+        return {}
+    return {"fastest_form": in_step, "fastest_form_isolated": str(isolated)}
 
 
 def _unchecked(mine: Any, note: str) -> tuple[StepCheck, Any]:

@@ -255,8 +255,17 @@ def test_a_fastest_form_that_slows_the_step_is_not_served_in_a_winners_place(ran
     key = _key(16)
     first = ranks[0]["checked"]
     variant, env, _ = first["db"][key]
-    assert env["fastest_form"] == "planted_form"  # the form the check used to fall back to
+    assert env["fastest_form_isolated"] == "planted_form"  # the form the check used to fall back to
     assert variant == "bsp" and first["report"].served(key) == "bsp"
+
+
+def test_the_fastest_form_a_record_names_is_the_steps(ranks) -> None:
+    """What dispatch serves untuned keys near a checked one (``env["fastest_form"]``) is the form that was
+    fastest in the step: the planted form lost it at every key, so ``bsp``, kept winner or not."""
+    db = ranks[0]["checked"]["db"]
+    for m in (16, 32, 80):
+        _, env, _ = db[_key(m)]
+        assert (env["fastest_form"], env["fastest_form_isolated"]) == ("bsp", "planted_form"), m
 
 
 def test_a_form_that_won_alone_is_checked_against_bsp_in_the_step(ranks) -> None:
