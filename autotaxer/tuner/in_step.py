@@ -176,9 +176,13 @@ def form_decision(rt: Any, rec: Any) -> Decision:
     except ValueError:
         params = None
     if params is None:
-        variant = op.baseline()
-        params = variant.default_params(rec.key, rt.ctx.target)
+        return _default_decision(op.baseline(), rt, rec)
     return Decision(variant.name, dict(params), EXACT, 0.0, rec.key)
+
+
+def _default_decision(variant: Any, rt: Any, rec: Any) -> Decision:
+    """The decision serving ``rec``'s key ``variant`` with its default parameters."""
+    return Decision(variant.name, dict(variant.default_params(rec.key, rt.ctx.target)), EXACT, 0.0, rec.key)
 
 
 def arms_of(rt: Any, rec: Any) -> list[Decision]:
@@ -192,7 +196,7 @@ def arms_of(rt: Any, rec: Any) -> list[Decision]:
     form = form_decision(rt, rec)
     if form.variant not in (winner.variant, base.name):
         arms.append(form)
-    arms.append(Decision(base.name, dict(base.default_params(rec.key, rt.ctx.target)), EXACT, 0.0, rec.key))
+    arms.append(_default_decision(base, rt, rec))
     return arms
 
 
@@ -251,7 +255,7 @@ def check_in_step(
         t1 = time.monotonic()
         arms = found[2] if found is not None else None
         samples = _rounds(step, args, rounds, i, mine, arms, count, world, graphs)
-        forms_us = {a.variant: _form_us(*mine, a.variant) for a in arms[1:]} if found is not None else None
+        forms_us = _forms_us(*mine, [a.variant for a in arms[1:]]) if found is not None else None
         traced = mine is not None and mine[0].traced(mine[1].key)
         mine_samples = samples if mine is not None else None
         everyone = world.gather((mine_samples, forms_us, traced, time.monotonic() - t1, left_s - (t1 - t0)))
@@ -260,7 +264,7 @@ def check_in_step(
         verdict = _verdict([g[0] for g in everyone if g[0] is not None])
         retrace |= verdict is not None and verdict.status == REPLACED and any(g[2] for g in everyone)
         if found is not None:
-            us = next(g[1] for g in everyone if g[1] is not None and None not in g[1].values())
+            us = next(g[1] for g in everyone if g[1] is not None)
             results.append(_settle(*mine, _checked(mine, arms, verdict, us), say, i, len(schedule)))
     _reset_graphs(retrace, say)
     return results
@@ -314,6 +318,7 @@ def _capture(step: Callable[..., Any], args: tuple) -> Callable[[], Any]:
 
 
 def _synchronize() -> None:
+    """Wait for the device, where CUDA is in use."""
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -482,13 +487,14 @@ def _store(url: str, record: Any) -> None:
         warnings.warn(f"autotaxer: could not store the in-step check of {record.key.text}: {e}", stacklevel=3)
 
 
-def _form_us(rt: Any, rec: Any, form: str) -> float | None:
-    """The fastest form's isolated time (its best trial in the key's study; rank 0 of the group reads the
-    database), else the record's BSP time; None on the other ranks."""
+def _forms_us(rt: Any, rec: Any, forms: Sequence[str]) -> dict[str, float] | None:
+    """Each of ``forms``' isolated time (its best trial in the key's study, read once; rank 0 of the group
+    reads the database), else the record's BSP time; None on the other ranks."""
     if rt.ctx.rank != 0:
         return None
     from .study import best_trial
 
+    bests: dict[str, Any] = {}
     try:
         import optuna
 
@@ -496,10 +502,12 @@ def _form_us(rt: Any, rec: Any, form: str) -> float | None:
 
         with open_database(rt.config.tuning_db_url()) as db:
             study = optuna.load_study(study_name=rec.key.text, storage=db.optuna_storage())
-            best = best_trial(study, form)
+            bests = {form: best_trial(study, form) for form in forms}
     except Exception:  # no study here (the record came from another database): the BSP time
-        best = None
-    return float(best.value) if best is not None else float(rec.bsp_us)
+        bests = {}
+    return {
+        form: float(bests[form].value) if bests.get(form) is not None else float(rec.bsp_us) for form in forms
+    }
 
 
 def _reset_graphs(retrace: bool, say: _Say) -> None:
@@ -541,16 +549,11 @@ class _World:
 
 def _timed(step: Callable[..., Any], args: tuple, world: _World) -> float:
     """Seconds of one ``step(*args)`` after a barrier, to its end on the device."""
-    import torch
-
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    if cuda:
-        torch.cuda.synchronize()
+    _synchronize()
     world.barrier()
     t0 = time.perf_counter()
     step(*args)
-    if cuda:
-        torch.cuda.synchronize()
+    _synchronize()
     return time.perf_counter() - t0
 
 
