@@ -70,6 +70,7 @@ from .counts import CallCounts
 from .decisions import KeyDecisions, MissTuner, problem_key
 from .lookup import Decision
 from .misses import Miss, default_misses_path
+from .replay import saving_launcher
 from .table import Table
 from .workspaces import Workspaces
 
@@ -141,7 +142,7 @@ class Plan:
         self.opobj = opobj
         self.saving = saving if saving is not None else decision
         self.served: dict[tuple[str, str], int] = {}  # (path, variant) -> calls, beside the hot path's
-        self._saving: Any = None  # (variant, workspace) that hands out what backward needs
+        self._saving: Any = None  # (variant, workspace, run) that hands out what backward needs
 
     def count(self, path: str, variant: str) -> None:
         """Count one call of ``path`` served by ``variant`` (:func:`autotaxer.served`)."""
@@ -166,25 +167,29 @@ class Plan:
             tensors = self.opobj.canonical_inputs(tensors)
         if self._saving is None:
             self._saving = self._saving_form(self.saving)
-        variant, ws = self._saving
-        result = variant.run_for_backward(ws, tensors, self.ctx)
+        variant, ws, run = self._saving
+        result = run(ws, tensors, self.ctx)
         if result is None:  # a variant that declared it saves but could not this time: the baseline's
             base = self.opobj.baseline()
             params = base.default_params(self.key, self.ctx.target)
             self._saving = self._saving_form(Decision(base.name, params))
-            variant, ws = self._saving
-            result = variant.run_for_backward(ws, tensors, self.ctx)
+            variant, ws, run = self._saving
+            result = run(ws, tensors, self.ctx)
             if result is None:
                 raise NotImplementedError(f"{self.key.op}: no variant supports autograd")
         self.count(path, variant.name)
         return result
 
-    def _saving_form(self, decision: Decision) -> tuple[Any, Any]:
-        """``(variant, workspace)`` of ``decision`` (the winner's own workspace where it is the winner)."""
+    def _saving_form(self, decision: Decision) -> tuple[Any, Any, Any]:
+        """``(variant, workspace, run)`` of ``decision`` (the winner's own workspace where it is the winner;
+        ``run(ws, inputs, ctx) -> (output, saved)``, replayed where the variant's calls are)."""
         if decision.variant == self.decision.variant and dict(decision.params) == dict(self.decision.params):
-            return self.variant, self.workspace
-        variant = self.opobj.variants[decision.variant]
-        return variant, variant.prepare(self.key, dict(decision.params), self.ctx)
+            variant, ws = self.variant, self.workspace
+        else:
+            variant = self.opobj.variants[decision.variant]
+            ws = variant.prepare(self.key, dict(decision.params), self.ctx)
+        name = f"{self.key.text} {variant.name} (saving)"
+        return variant, ws, saving_launcher(self.opobj, variant, self.ctx.device, name=name)
 
 
 def _canonicalizing(run: Any, opobj: Any) -> Any:

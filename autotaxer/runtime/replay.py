@@ -25,6 +25,9 @@ capture (the user's graph records the eager launches), after a capture failed, a
 sets stop repeating (more than ``limit`` graphs evicted: addresses that change every call would
 capture every call); a run that is named (dispatch's are: key and variant) warns once when it turns
 eager. ``$AUTOTAXER_REPLAY=0`` launches every call eagerly.
+
+Calls that also hand out what backward keeps (``Variant.run_for_backward``: training's, ``return_A``) are
+replayed the same way where the variant writes both into an ``out=`` pair (:func:`saving_launcher`).
 """
 
 from __future__ import annotations
@@ -70,8 +73,60 @@ def launcher(opobj: Any, variant: Any, key: Any, device: Any, limit: int = DEFAU
     return ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, limit, name=name)
 
 
+def saving_launcher(opobj: Any, variant: Any, device: Any, limit: int = DEFAULT_LIMIT,
+                    name: str | None = None) -> Callable[[Any, tuple, Any], Any]:  # fmt: skip
+    """The callable that runs ``variant.run_for_backward(ws, inputs, ctx) -> (output, saved)``: replayed
+    like :func:`launcher` where :func:`replayable` and the variant writes both into an ``out=`` pair (the
+    pair's shapes learned from the first, eager call), else the variant's own method."""
+    if not (
+        replayable(opobj, variant, device)
+        and variant.saves_for_backward()
+        and _takes_out(variant.run_for_backward)
+    ):
+        return variant.run_for_backward
+
+    def run_saving(ws: Any, inputs: tuple, ctx: Any, out: Any = None) -> Any:
+        return variant.run_for_backward(ws, inputs, ctx, out=out)
+
+    return ReplayedRun(run_saving, None, None, limit, name=name)
+
+
+def _takes_out(method: Any) -> bool:
+    import inspect
+
+    return "out" in inspect.signature(method).parameters
+
+
 def _arg(t: Any) -> tuple:
+    if isinstance(t, tuple):  # an output pair (a saving call's)
+        return tuple(_arg(x) for x in t)
     return (t.data_ptr(), t.shape, t.stride(), t.dtype)
+
+
+def _spec(result: Any) -> tuple[Any, Any]:
+    """``(shape, dtype)`` of an output, or of each of an output tuple's tensors (tuples of them)."""
+    if isinstance(result, tuple):
+        specs = [_spec(x) for x in result]
+        return tuple(s for s, _ in specs), tuple(d for _, d in specs)
+    return tuple(result.shape), result.dtype
+
+
+def _empty(shape: Any, dtype: Any, device: Any) -> Any:
+    """A fresh output of ``shape`` and ``dtype`` (tuples of them: a tuple of outputs)."""
+    if isinstance(dtype, tuple):
+        return tuple(_empty(s, d, device) for s, d in zip(shape, dtype, strict=True))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _same(returned: Any, out: Any) -> bool:
+    """Whether the run returned its ``out`` argument (each tensor of an output tuple)."""
+    if isinstance(out, tuple):
+        return (
+            isinstance(returned, tuple)
+            and len(returned) == len(out)
+            and all(r is o for r, o in zip(returned, out, strict=True))
+        )
+    return returned is out
 
 
 class ReplayedRun:
@@ -80,7 +135,7 @@ class ReplayedRun:
     launches whose ``replay()`` repeats them (default: :func:`capture_cuda_graph`); tests pass their own,
     with the ``device_type`` whose calls are replayed (others are launched eagerly)."""
 
-    def __init__(self, run: Run, out_shape: tuple[int, ...], out_dtype: Any, limit: int = DEFAULT_LIMIT,
+    def __init__(self, run: Run, out_shape: Any, out_dtype: Any, limit: int = DEFAULT_LIMIT,
                  capture: Callable[[Callable[[], Any]], Any] | None = None,
                  device_type: str = "cuda", name: str | None = None) -> None:  # fmt: skip
         if limit < 1:
@@ -106,10 +161,14 @@ class ReplayedRun:
             return self.run(ws, inputs, ctx, out)
         if not self.warm:  # the first call: eager (compiles kernels, makes handles)
             self.warm = True
-            return self.run(ws, inputs, ctx, out)
+            result = self.run(ws, inputs, ctx, out)
+            if self.out_dtype is None and result is not None:  # the outputs' shapes learned here
+                self.out_shape, self.out_dtype = _spec(result)
+            return result
         if out is None:
-            first = inputs[0]
-            out = torch.empty(self.out_shape, dtype=self.out_dtype, device=first.device)
+            if self.out_dtype is None:  # nothing learned: no fresh output can be made for a capture
+                return self.run(ws, inputs, ctx, out)
+            out = _empty(self.out_shape, self.out_dtype, inputs[0].device)
         args = (id(ws), tuple(_arg(t) for t in inputs), _arg(out))
         entry = self.graphs.pop(args, None)
         if entry is None:
@@ -128,7 +187,7 @@ class ReplayedRun:
         except Exception as exc:  # noqa: BLE001 - any capture failure: launch eagerly (errors raise there)
             self.turn_off(f"capture failed: {type(exc).__name__}: {exc}")
             return None
-        if returned and returned[0] is not None and returned[0] is not out:
+        if returned and returned[0] is not None and not _same(returned[0], out):
             self.turn_off("the variant returned another tensor than its out= argument")
             return None
         self.captures += 1

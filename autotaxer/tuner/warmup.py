@@ -123,7 +123,8 @@ def warmup(
     to try besides the BSP forms (default: each op's default space); ``progress``: a line per key on
     rank 0 (stderr); ``check_rounds``: rounds of the in-step check per winner (0: winners served
     unchecked); ``check_graphs``: the check times ``step(*args)`` captured in a CUDA graph per arm and
-    replayed, as a step the caller captures after the warm-up runs (CUDA only). Returns the same report
+    replayed, as a step the caller captures after the warm-up runs (CUDA only; experimental: one of two
+    GPU runs crashed, ``docs/design.md``). Returns the same report
     on every rank of a group.
     """
     budget = TuningBudget(

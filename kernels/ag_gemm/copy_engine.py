@@ -162,13 +162,35 @@ def gemm_k_slices(ch: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out
         out.copy_(acc)
 
 
+def hand_out(plan: Plan, inbox: Any, a_shard: Any, gathered: Any, rank: int, world_size: int) -> None:
+    """Copy the gathered A of the call under way into ``gathered`` (``(M, K)``, contiguous): the peers'
+    shards from this rank's inbox, the local one from ``a_shard`` (``gather_first``: the inbox holds all).
+    On the caller's stream, after every flag was awaited and before the peers are told the inbox is free."""
+    n = plan.rows * plan.k_shard
+    slots = inbox[: world_size * n].view(world_size, plan.rows, plan.k_shard)
+    if plan.gather_dim == 0:
+        dst = gathered.view(world_size, plan.rows, plan.k_shard)
+    else:
+        dst = gathered.view(plan.rows, world_size, plan.k_shard).transpose(0, 1)
+    if plan.gather_first:
+        dst.copy_(slots)
+        return
+    dst[rank].copy_(a_shard)
+    if rank > 0:
+        dst[:rank].copy_(slots[:rank])
+    if rank < world_size - 1:
+        dst[rank + 1 :].copy_(slots[rank + 1 :])
+
+
 def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, out: Any, acc: Any = None,
-               watch: Any = None) -> Any:  # fmt: skip
+               watch: Any = None, gathered: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the copy-engine schedule; collective.
 
     ``inbox`` is the arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped workspace when
     ``plan.fp32_accumulate``; ``watch`` the watch slot bounding the flag waits (``kernels/common/watch.py``;
-    None: the process's slot for unnamed launches). Launches only: no host synchronisation, no allocation.
+    None: the process's slot for unnamed launches); ``gathered``: an ``(M, K)`` tensor that also receives
+    the gathered A (:func:`hand_out`; None: the schedule as it always was). Launches only: no host
+    synchronisation, no allocation.
     """
     ch, r = channel, channel.rank
     # fork_lanes' steps for its one lane, written out: this is every call's host path
@@ -194,5 +216,7 @@ def ag_gemm_ce(channel: Channel, plan: Plan, inbox: Any, a_shard: Any, b: Any, o
         gemm_peer_rows(ch, plan, inbox, b, out, flags, main)
     else:
         gemm_k_slices(ch, plan, inbox, a_shard, b, out, acc, flags, main)
+    if gathered is not None:
+        hand_out(plan, inbox, a_shard, gathered, r, ch.world_size)
     join_lanes(ch, plan.remote_done, main, ((ch.side, ch.join),))  # this rank consumed its inbox
     return out

@@ -2,7 +2,9 @@
 
 Each configuration is prepared once and called several times in a row (flags never reset) on fresh
 inputs with a NaN-poisoned output; then one call is captured in a CUDA graph and replayed on fresh
-inputs copied into the captured input buffers; then an eager call checks the epochs stayed in step.
+inputs copied into the captured input buffers; then an eager call checks the epochs stayed in step; then
+three calls that keep the gathered A (``run_for_backward`` through the saving launcher: replayed after
+the first), their outputs and gathered A checked once all three ran.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def _run_cases(ctx, cases) -> list[tuple[str, str, float]]:
     import torch
 
     from autotaxer.ops import get_op, relative_error
+    from autotaxer.runtime.replay import saving_launcher
 
     op = get_op("ag_gemm")
     variant = op.variants["copy_engine"]
@@ -78,6 +81,17 @@ def _run_cases(ctx, cases) -> list[tuple[str, str, float]]:
             (label, "eager after graph", relative_error(out, op.reference(key, ctx.rank, ctx.device, seed)))
         )
         del graph
+        # Calls that keep the gathered A, through the saving launcher (the first eager, then replays),
+        # every result kept until all ran.
+        saving = saving_launcher(op, variant, ctx.device)
+        kept = []
+        for _ in range(3):
+            seed += 1
+            kept.append((seed, saving(ws, op.make_inputs(key, ctx.rank, ctx.device, seed), ctx)))
+        for s, (c, gathered) in kept:
+            shards = [op.make_inputs(key, r, ctx.device, s)[0].float() for r in range(ctx.world_size)]
+            results.append((label, "saving", relative_error(c, op.reference(key, ctx.rank, ctx.device, s))))
+            results.append((label, "gathered", relative_error(gathered, torch.cat(shards, dim=gd))))
         results.append((label, "tol", tol))
     torch.cuda.synchronize()
     return results
@@ -99,3 +113,4 @@ def test_copy_engine_matches_reference(gather_dim: int) -> None:
                 bad.append(f"rank {rank} {label} {what}: {err}")
     assert not bad, "\n".join(bad[:40])
     assert sum(1 for _, what, _ in per_rank[0] if what == "graph") >= len(cases) * 3
+    assert sum(1 for _, what, _ in per_rank[0] if what == "gathered") == len(cases) * 3

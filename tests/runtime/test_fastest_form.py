@@ -98,22 +98,22 @@ def test_a_record_that_names_no_form_is_passed_over(symm_mem_here) -> None:
 
 
 def test_a_call_needing_the_gathered_a_gets_the_fastest_form_that_hands_it_out(symm_mem_here) -> None:
-    """A winner that cannot hand out the gathered A (copy_engine) is replaced, for calls that need it, by
+    """A winner that cannot hand out the gathered A (ce_fanout) is replaced, for calls that need it, by
     the fastest form its record (else the nearest record) measured that can; with nothing known, BSP."""
     from autotaxer.runtime.lookup import EXACT, Decision, saving_decision
 
     o = get_op("ag_gemm")
-    assert not o.variants["copy_engine"].saves_for_backward()
+    assert not any(o.variants[name].saves_for_backward() for name in ("ce_fanout", "ce_grouped"))
     assert o.variants["torch_fused"].saves_for_backward() and o.variants["push"].saves_for_backward()
     tuned, near, alone = _key("ag_gemm", 4096), _key("ag_gemm", 2048), _key("ag_gemm", 64)
     table = {
-        tuned: _record(tuned, "copy_engine", "torch_fused"),
-        near: _record(near, "copy_engine", None),
-        alone: _record(alone, "copy_engine", None),
+        tuned: _record(tuned, "ce_fanout", "torch_fused"),
+        near: _record(near, "ce_fanout", None),
+        alone: _record(alone, "ce_fanout", None),
     }
 
     def saving(key: ProblemKey) -> Decision:
-        return saving_decision(table, key, Decision("copy_engine", {}, EXACT, 0.0, key), o, H200)
+        return saving_decision(table, key, Decision("ce_fanout", {}, EXACT, 0.0, key), o, H200)
 
     d = saving(tuned)  # its own record measured torch's fused op the fastest form
     assert (d.variant, d.source, d.tuned_key) == ("torch_fused", FALLBACK, tuned)
@@ -125,3 +125,6 @@ def test_a_call_needing_the_gathered_a_gets_the_fastest_form_that_hands_it_out(s
     assert saving(tuned).variant == "bsp"
     push = Decision("push", {"BLOCK_M": 128}, EXACT, 0.0, tuned)
     assert saving_decision(table, tuned, push, o, H200) is push  # a winner that saves serves every call
+    ce = Decision("copy_engine", {}, EXACT, 0.0, tuned)
+    assert o.variants["copy_engine"].saves_for_backward()  # its inbox holds every shard: it hands A out
+    assert saving_decision(table, tuned, ce, o, H200) is ce

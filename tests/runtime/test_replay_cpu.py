@@ -278,3 +278,115 @@ def test_a_key_switched_between_forms_keeps_each_workspaces_graphs(monkeypatch):
         assert all(row["captures"] == 1 and row["off"] is None for row in stats.values())
     finally:
         dispatch_mod.shutdown()
+
+
+def _pair_run(ws, inputs, ctx, out=None):
+    """A saving call's stand-in: ``(a @ b, a)``, into ``out`` (a pair) when given."""
+    a, b = inputs
+    if out is None:
+        out = (torch.empty(a.shape[0], b.shape[1]), torch.empty_like(a))
+    c, saved = out
+    torch.matmul(a, b, out=c)
+    saved.copy_(a)
+    return c, saved
+
+
+def test_an_output_pair_is_learned_from_the_first_call_and_each_call_gets_its_own():
+    run = ReplayedRun(_pair_run, None, None, 8, capture=_capture_host, device_type="cpu")
+    a0, b = _inputs(20)
+    c, saved = run("ws", (a0, b), None)  # eager: the pair's shapes and dtypes learned
+    assert (run.out_shape, run.out_dtype) == (((4, 3), (4, 5)), (torch.float32, torch.float32))
+    kept = []
+    for i in range(3):  # every result kept: fresh pairs, each captured once
+        a = _inputs(21 + i)[0]
+        kept.append((a, run("ws", (a, b), None)))
+    for a, (c, saved) in kept:
+        torch.testing.assert_close(c, a @ b)
+        torch.testing.assert_close(saved, a)
+    assert len({c.data_ptr() for _, (c, _) in kept}) == 3 and run.captures == 3
+    pair, a = (torch.empty(4, 3), torch.empty(4, 5)), torch.empty(4, 5)
+    for i in range(3):  # one pair and input reused, new values: captured once, then replayed
+        a.copy_(_inputs(30 + i)[0])
+        got = run("ws", (a, b), None, pair)
+        assert got[0] is pair[0] and got[1] is pair[1]
+        torch.testing.assert_close(pair[0], a @ b)
+        torch.testing.assert_close(pair[1], a)
+    assert run.captures == 4 and run.replays == 6 and run.off is None
+
+
+def test_a_pair_run_returning_other_tensors_is_not_replayed():
+    def fresh_pair(ws, inputs, ctx, out=None):
+        return _pair_run(ws, inputs, ctx, None)  # ignores out=
+
+    run = ReplayedRun(fresh_pair, None, None, 8, capture=_capture_host, device_type="cpu")
+    a, b = _inputs(40)
+    run("ws", (a, b), None)
+    c, saved = run("ws", (a, b), None)
+    torch.testing.assert_close(c, a @ b)
+    assert run.off is not None and run.replays == 0
+
+
+def test_the_saving_launcher_replays_only_variants_that_hand_out_into_a_pair(monkeypatch):
+    from autotaxer.ops import get_op
+    from autotaxer.runtime.replay import saving_launcher
+
+    op = get_op("ag_gemm")
+    ce, fanout, bsp = op.variants["copy_engine"], op.variants["ce_fanout"], op.variants["bsp"]
+    cuda = torch.device("cuda")
+    run = saving_launcher(op, ce, cuda, name="k copy_engine (saving)")
+    assert isinstance(run, ReplayedRun) and run.out_dtype is None and run.name.endswith("(saving)")
+    assert saving_launcher(op, bsp, cuda) == bsp.run_for_backward  # not replayed
+    assert saving_launcher(op, fanout, cuda) == fanout.run_for_backward  # replayed, but hands nothing out
+    assert saving_launcher(op, ce, torch.device("cpu")) == ce.run_for_backward
+    monkeypatch.setenv(replay.REPLAY_ENV, "0")
+    assert saving_launcher(op, ce, cuda) == ce.run_for_backward
+
+
+class _RecordedSaving:
+    """A stand-in for :func:`saving_launcher` replaying every variant's saving calls on CPU (its
+    ``run_for_backward`` copied into the pair a replay writes)."""
+
+    def __init__(self) -> None:
+        self.made: list[ReplayedRun] = []
+
+    def __call__(self, opobj, variant, device, limit=8, name=None):
+        def run_pair(ws, inputs, ctx, out=None):
+            c, saved = variant.run_for_backward(ws, inputs, ctx)
+            if out is None:
+                return c, saved
+            out[0].copy_(c)
+            out[1].copy_(saved)
+            return out
+
+        run = ReplayedRun(run_pair, None, None, limit, capture=_capture_host, device_type="cpu", name=name)
+        self.made.append(run)
+        return run
+
+
+def test_calls_that_keep_the_gathered_a_are_served_through_the_saving_launcher(monkeypatch):
+    """Training steps (B requires grad: the gathered A saved for its gradient) go through the saving
+    launcher: replayed from the second step on, gradients plain PyTorch's, two forwards kept alive too."""
+    import autotaxer
+    import autotaxer.runtime.dispatch as dispatch_mod
+
+    recorded = _RecordedSaving()
+    monkeypatch.setattr(dispatch_mod, "saving_launcher", recorded)
+    autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    try:
+        a = torch.randn(8, 6)
+        w = torch.randn(6, 5, requires_grad=True)
+        for _ in range(3):
+            w.grad = None
+            autotaxer.dispatch("ag_gemm", a, w, gather_dim=0).square().sum().backward()
+            torch.testing.assert_close(w.grad, a.t() @ (2 * (a @ w.detach())))
+        (run,) = recorded.made
+        assert run.replays >= 1 and run.name.endswith("(saving)")
+        w.grad = None
+        a2 = torch.randn(8, 6)
+        first = autotaxer.dispatch("ag_gemm", a, w, gather_dim=0)
+        second = autotaxer.dispatch("ag_gemm", a2, w, gather_dim=0)
+        (first.sum() + 2 * second.sum()).backward()
+        ones = torch.ones(8, 5)
+        torch.testing.assert_close(w.grad, a.t() @ ones + 2 * a2.t() @ ones)
+    finally:
+        dispatch_mod.shutdown()

@@ -1,5 +1,5 @@
 """What is served is what was tuned, on every call path (issue 46): a winner that cannot hand out the
-gathered A (``cpu_chunked`` here, as ``copy_engine`` on GPUs) serves every call that does not need it
+gathered A (``cpu_chunked`` here, as ``ce_fanout`` on GPUs) serves every call that does not need it
 (``return_A=False``, ``no_grad``, only A requiring grad), eager and under ``torch.compile``; calls that
 need it (``return_A=True``, B requiring grad) get the fastest form that can; :func:`autotaxer.served`
 says which variant served how many calls per key and path; gradients stay plain PyTorch's."""

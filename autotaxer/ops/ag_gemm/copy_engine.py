@@ -9,6 +9,10 @@ schedule.
 Parameters: ``signal`` (``triton`` | ``memop``), ``chunks`` per peer shard, ``gather_first`` (wait for
 all, then one GEMM: small M, ``gather_dim=0`` only), ``accumulate`` (``gather_dim=1``: ``out`` adds
 into the output, ``fp32`` into an fp32 workspace converted at the end) and ``order`` of the peers.
+
+Calls that keep the gathered A (training: saved for the weight's gradient; ``return_A``) get it from
+:meth:`CopyEngineVariant.run_for_backward`: the inbox's peer shards copied out at the end of the call
+(2026-11-27; before, such calls were served the fastest form that could hand A out).
 """
 
 from __future__ import annotations
@@ -82,6 +86,32 @@ class CopyEngineVariant(CopyEngineBase):
         return Workspace(key, dict(params), buffers)
 
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        return self._launch(ws, inputs, out)
+
+    def saves_for_backward(self) -> bool:
+        """True for this schedule (its inbox holds every peer's shard); the schedules built on it that
+        name another launcher (``ce_fanout``, ``ce_grouped``) do not hand the gathered A out."""
+        return type(self).launcher is CopyEngineVariant.launcher
+
+    def run_for_backward(
+        self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None
+    ) -> Any:
+        """``(C, gathered A)`` as fresh tensors (``out``: a ``(C, A)`` pair written in place, the form a
+        replayed call takes): the call copies the peers' shards out of its inbox before it tells them the
+        inbox is free (:func:`autotaxer.kernels.ag_gemm.copy_engine.hand_out`). None where
+        :meth:`saves_for_backward` is False."""
+        import torch
+
+        if not self.saves_for_backward():
+            return None
+        if out is None:
+            a_shard = inputs[0]
+            m, k = ws.key["M"], ws.key["K"]
+            out = (None, torch.empty((m, k), dtype=a_shard.dtype, device=a_shard.device))
+        c, gathered = out
+        return self._launch(ws, inputs, c, gathered), gathered
+
+    def _launch(self, ws: Workspace, inputs: tuple[Any, ...], out: Any, gathered: Any = None) -> Any:
         import torch
 
         a_shard, b = inputs
@@ -92,7 +122,9 @@ class CopyEngineVariant(CopyEngineBase):
             raise ValueError(f"{self.name}: out must be contiguous")
         buf = ws.buffers
         args = (buf["channel"], buf["plan"], buf["inbox"], a_shard, b, out, buf.get("acc"))
-        return self.launcher()(*args, watch=buf["watch"].tensor)
+        if gathered is None:  # the call as it always was (its records' launches)
+            return self.launcher()(*args, watch=buf["watch"].tensor)
+        return self.launcher()(*args, watch=buf["watch"].tensor, gathered=gathered)
 
 
 VARIANTS = [CopyEngineVariant()]
