@@ -21,6 +21,9 @@
 #                compiles every variant's kernels), K and TEST_LIMIT as for those; on 4 GPUs split it, e.g.
 #                CUDA_VISIBLE_DEVICES=0,1 K="not iris and not four" and CUDA_VISIBLE_DEVICES=2,3 K=iris
 #                (the four-GPU tests then need all four)
+#   par-tests    every GPU test file but the emulated one at once, each a pytest process of its own on the
+#                visible GPUs (test_ag_gemm_gpu.py split in five): on 2xH200 (2026-11-27) the longest took
+#                306 s where the files one after another never finished in a call; TEST_LIMIT per process
 #   cublas       the fused kernels' GEMM core against cuBLAS at one rank -> $OUT/gemm_vs_cublas.json
 #   example      examples/tp_block.py under torchrun: loss against the unsharded model, then the time per
 #                step of autotaxer against --plain (S=$SEQ, H=$HIDDEN, bf16)
@@ -117,6 +120,43 @@ tests() {  # tests LIMIT_S FILE...: each file a step ($TEST_LIMIT overrides LIMI
     done
 }
 
+# par_tests LIMIT_S: every GPU test file but the N-rank emulation as a pytest process of its own, all at once on
+# the visible GPUs (correctness only: sharing the GPUs slows them, it does not change what they check), with
+# tests/ops/test_ag_gemm_gpu.py split in five; "par_NAME rc=.. seconds | pytest's last line" a process in
+# the summary, the logs packed in $OUT/par_tests_logs.tgz (one file: the device tool returns few).
+par_tests() {
+    local limit=$1 spec name file k m
+    local specs=(
+        "ag_every_bf16|tests/ops/test_ag_gemm_gpu.py|every_variant and bf16"
+        "ag_every_fp16|tests/ops/test_ag_gemm_gpu.py|every_variant and fp16"
+        "ag_iris_bf16|tests/ops/test_ag_gemm_gpu.py|iris_fused and bf16"
+        "ag_iris_fp16|tests/ops/test_ag_gemm_gpu.py|iris_fused and fp16"
+        "ag_rest|tests/ops/test_ag_gemm_gpu.py|not every_variant and not iris_fused"
+    )
+    for file in $(find tests -name "*_gpu.py" | sort); do
+        case "$file" in */test_ag_gemm_gpu.py | */test_emulated_ranks_gpu.py) continue ;; esac
+        specs+=("$(basename "$file" .py)|$file|")
+    done
+    specs+=("test_measure|tests/tuner/test_measure.py||gpu")  # its GPU tests (-m gpu)
+    mkdir -p "$OUT/par"
+    for spec in "${specs[@]}"; do
+        IFS='|' read -r name file k m <<< "$spec"
+        (
+            t0=$SECONDS
+            mkdir -p "/tmp/par_home/$name"
+            HOME="/tmp/par_home/$name" timeout -s INT -k 20 "$limit" python3 -P -m pytest -q -p no:cacheprovider \
+                -rs "$file" ${k:+-k "$k"} ${m:+-m "$m"} > "$OUT/par/$name.log" 2>&1
+            echo "par_$name rc=$? $((SECONDS - t0))s | $(tail -n 1 "$OUT/par/$name.log")" > "$OUT/par/$name.sum"
+        ) &
+    done
+    wait
+    for spec in "${specs[@]}"; do
+        IFS='|' read -r name _ <<< "$spec"
+        summary+=("$(cat "$OUT/par/$name.sum")")
+    done
+    tar czf "$OUT/par_tests_logs.tgz" -C "$OUT/par" . && rm -rf "$OUT/par"
+}
+
 tune_ws() {  # tune_ws NAME TIMING DB
     step "$1" "${LIMIT:-540}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$(shapes_file)" \
         --trials "${TRIALS:-24}" --sampled "${SAMPLED:-16}" --db "$3" --jsonl --trial-timeout 60 --seed 0 \
@@ -165,6 +205,7 @@ for s in "$@"; do
             tests/ops/test_bsp_symm_gpu.py tests/runtime/test_dispatch_gpu.py tests/ops/test_copy_engine_gpu.py
         ;;
     ag-tests) tests 540 tests/ops/test_ag_gemm_gpu.py ;;
+    par-tests) par_tests "${TEST_LIMIT:-540}" ;;
     gpu) step gpu "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs -m "gpu and not emulated" tests ;;
     emulated)
         step emulated "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs \

@@ -114,6 +114,7 @@ class CallCounts:
         self._hot.clear()
         self._workspaces.clear()
         self._launchers.clear()
+        self._saving_launchers.clear()
         self._decisions.clear()
         self._closed = True
         atexit.unregister(self._persist_misses)

@@ -54,6 +54,7 @@ that gave up raises :class:`~autotaxer.ops._peer_wait.PeerTimeoutError` at the n
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 from typing import Any
 
@@ -70,7 +71,6 @@ from .counts import CallCounts
 from .decisions import KeyDecisions, MissTuner, problem_key
 from .lookup import Decision
 from .misses import Miss, default_misses_path
-from .replay import saving_launcher
 from .table import Table
 from .workspaces import Workspaces
 
@@ -115,7 +115,7 @@ class Plan:
 
     __slots__ = (
         "run", "workspace", "ctx", "key", "decision", "layout", "calls", "last_used", "variant", "opobj",
-        "saving", "served", "_saving",
+        "saving", "served", "_saving", "forms",
     )  # fmt: skip
 
     def __init__(
@@ -129,6 +129,7 @@ class Plan:
         variant: Any = None,
         opobj: Any = None,
         saving: Decision | None = None,
+        forms: Any = None,
     ) -> None:
         self.run = run
         self.workspace = workspace
@@ -143,6 +144,7 @@ class Plan:
         self.saving = saving if saving is not None else decision
         self.served: dict[tuple[str, str], int] = {}  # (path, variant) -> calls, beside the hot path's
         self._saving: Any = None  # (variant, workspace, run) that hands out what backward needs
+        self.forms = forms  # decision -> (variant, workspace, run): Workspaces._saving_form for this key
 
     def count(self, path: str, variant: str) -> None:
         """Count one call of ``path`` served by ``variant`` (:func:`autotaxer.served`)."""
@@ -181,15 +183,10 @@ class Plan:
         return result
 
     def _saving_form(self, decision: Decision) -> tuple[Any, Any, Any]:
-        """``(variant, workspace, run)`` of ``decision`` (the winner's own workspace where it is the winner;
-        ``run(ws, inputs, ctx) -> (output, saved)``, replayed where the variant's calls are)."""
-        if decision.variant == self.decision.variant and dict(decision.params) == dict(self.decision.params):
-            variant, ws = self.variant, self.workspace
-        else:
-            variant = self.opobj.variants[decision.variant]
-            ws = variant.prepare(self.key, dict(decision.params), self.ctx)
-        name = f"{self.key.text} {variant.name} (saving)"
-        return variant, ws, saving_launcher(self.opobj, variant, self.ctx.device, name=name)
+        """``(variant, workspace, run)`` of ``decision`` (``forms``: the runtime's, the workspace and its
+        launcher kept across plans); ``run(ws, inputs, ctx) -> (output, saved)``, replayed where the
+        variant's calls are."""
+        return self.forms(decision)
 
 
 def _canonicalizing(run: Any, opobj: Any) -> Any:
@@ -228,6 +225,7 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         self._clock = itertools.count(1)
         self._workspaces: dict[tuple, Any] = {}
         self._launchers: dict[tuple, tuple[Any, Any]] = {}  # workspace key -> (workspace, launcher)
+        self._saving_launchers: dict[tuple, tuple[Any, Any]] = {}  # the same for the saving calls
         self._decisions: dict[ProblemKey, Decision] = {}  # agreed by every rank; one per key
         self._misses: dict[ProblemKey, Miss] = {}
         self._warned: set[str] = set()
@@ -305,7 +303,8 @@ class Runtime(RuntimeSetup, RankAgreement, KeyDecisions, Workspaces, CallCounts)
         if opobj.needs_canonical(tensors):
             run = _canonicalizing(run, opobj)
         saving = self._saving_decision(opobj, key, decision)
-        plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj, saving)
+        plan = Plan(run, ws, self.ctx, key, decision, layout, variant, opobj, saving,
+                    functools.partial(self._saving_form, opobj, key))  # fmt: skip
         plan.last_used = next(self._clock)  # newest: never the one evicted to make room for itself
         self._plans[sig] = plan
         self._evict()

@@ -1,9 +1,11 @@
 """A runtime's workspaces: each variant's ``prepare`` runs once per (key, variant, parameters), its
 workspace is shared by the plans that use it and freed with the last of them (least recently used plans
 beyond ``RuntimeConfig.workspace_cache`` are dropped) or when its key is forgotten or its waits on peers
-gave up (:class:`Workspaces`). Each workspace's launcher (:func:`~.replay.launcher`: its CUDA-graph
-replays, where its variant is replayed) lives as long as the workspace, so a key switched between its
-winner and its fastest form (the in-step check) replays the graphs it captured before.
+gave up (:class:`Workspaces`). Each workspace's launchers (:func:`~.replay.launcher`, and
+:func:`~.replay.saving_launcher` for the calls that keep what backward needs: their CUDA-graph replays,
+where the variant is replayed) live as long as the workspace, so a key switched between its winner and its
+fastest form (the in-step check) replays the graphs it captured before. (Until 2026-11-28 the saving calls'
+launcher lived in the plan, which a switch drops: the check timed a capture in each round's step.)
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from typing import Any
 
 from .._problem import ProblemKey
 from .lookup import Decision
-from .replay import launcher
+from .replay import launcher, saving_launcher
 
 
 class Workspaces:
     """The plan and workspace cache of :class:`~autotaxer.runtime.dispatch.Runtime` (whose ``__init__``
     makes the state): ``_workspaces`` maps (key, variant, parameters as JSON) to a workspace, ``_plans``
     a call's full signature to its plan and ``_hot`` a call's op, shapes, strides and dtypes to one of
-    those plans (the hot path's index); ``_launchers`` a workspace's key to ``(workspace, launcher)``."""
+    those plans (the hot path's index); ``_launchers`` a workspace's key to ``(workspace, launcher)``, and
+    ``_saving_launchers`` to ``(workspace, launcher)`` of the calls that keep what backward needs."""
 
     config: Any
     ctx: Any
@@ -28,6 +31,7 @@ class Workspaces:
     _hot: dict[tuple, Any]
     _workspaces: dict[tuple, Any]
     _launchers: dict[tuple, tuple[Any, Any]]
+    _saving_launchers: dict[tuple, tuple[Any, Any]]
 
     def _workspace(self, variant: Any, key: ProblemKey, decision: Decision) -> Any:
         """The workspace of ``variant`` with ``decision``'s parameters for ``key``: prepared on first use,
@@ -49,22 +53,41 @@ class Workspaces:
             held = self._launchers[wkey] = (ws, run)
         return held[1]
 
+    def _saving_form(self, opobj: Any, key: ProblemKey, decision: Decision) -> tuple[Any, Any, Any]:
+        """``(variant, workspace, run)`` serving ``decision``'s calls of ``key`` that keep what backward
+        needs (``run(ws, inputs, ctx) -> (output, saved)``: :func:`~.replay.saving_launcher`). The workspace
+        and the launcher are kept per workspace like the plain calls', so a key switched between forms (the
+        in-step check) replays the graphs its saving calls captured before."""
+        variant = opobj.variants[decision.variant]
+        ws = self._workspace(variant, key, decision)
+        self._prune_launchers()
+        wkey = _wkey(variant, key, decision)
+        held = self._saving_launchers.get(wkey)
+        if held is None or held[0] is not ws:
+            run = saving_launcher(opobj, variant, self.ctx.device, name=f"{key.text} {variant.name} (saving)")
+            held = self._saving_launchers[wkey] = (ws, run)
+        return variant, ws, held[1]
+
     def launch_stats(self) -> list[dict[str, Any]]:
-        """Per kept workspace whose calls are CUDA-graph replays: its key and variant, and its launcher's
-        captures, replays, evictions, graphs held and why it turned eager (None: it did not)."""
+        """Per kept workspace whose calls are CUDA-graph replays: its key and variant (``(saving)`` after
+        it for the calls that keep what backward needs), and its launcher's captures, replays, evictions,
+        graphs held and why it turned eager (None: it did not)."""
         from .replay import ReplayedRun
 
         self._prune_launchers()
         rows = []
-        for (key, variant, params), (_, run) in sorted(self._launchers.items(), key=lambda kv: kv[0][0].text):
-            if isinstance(run, ReplayedRun):
-                rows.append({"key": key.text, "variant": variant, "params": params, **run.stats()})
+        for launchers, suffix in ((self._launchers, ""), (self._saving_launchers, " (saving)")):
+            for (key, variant, params), (_, run) in sorted(launchers.items(), key=lambda kv: kv[0][0].text):
+                if isinstance(run, ReplayedRun):
+                    row = {"key": key.text, "variant": variant + suffix, "params": params}
+                    rows.append({**row, **run.stats()})
         return rows
 
     def _prune_launchers(self) -> None:
         """Drop the launchers of workspaces no longer kept (their graphs with them)."""
-        for wkey in [w for w, (ws, _) in self._launchers.items() if self._workspaces.get(w) is not ws]:
-            del self._launchers[wkey]
+        for launchers in (self._launchers, self._saving_launchers):
+            for wkey in [w for w, (ws, _) in launchers.items() if self._workspaces.get(w) is not ws]:
+                del launchers[wkey]
 
     def _evict(self) -> None:
         """Drop the least recently used plans beyond ``workspace_cache``, and their workspaces where no

@@ -368,9 +368,10 @@ def test_calls_that_keep_the_gathered_a_are_served_through_the_saving_launcher(m
     launcher: replayed from the second step on, gradients plain PyTorch's, two forwards kept alive too."""
     import autotaxer
     import autotaxer.runtime.dispatch as dispatch_mod
+    import autotaxer.runtime.workspaces as workspaces_mod
 
     recorded = _RecordedSaving()
-    monkeypatch.setattr(dispatch_mod, "saving_launcher", recorded)
+    monkeypatch.setattr(workspaces_mod, "saving_launcher", recorded)
     autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
     try:
         a = torch.randn(8, 6)
@@ -388,5 +389,42 @@ def test_calls_that_keep_the_gathered_a_are_served_through_the_saving_launcher(m
         (first.sum() + 2 * second.sum()).backward()
         ones = torch.ones(8, 5)
         torch.testing.assert_close(w.grad, a.t() @ ones + 2 * a2.t() @ ones)
+    finally:
+        dispatch_mod.shutdown()
+
+
+def test_a_key_switched_between_forms_keeps_its_saving_calls_graphs(monkeypatch):
+    """The in-step check switches a key between forms step after step; its training calls' launcher is kept
+    per workspace like the plain calls', so a switch back replays what was captured (a launcher made anew
+    per switch would run its first call eagerly and capture the next inside the timed step)."""
+    import autotaxer
+    import autotaxer.runtime.dispatch as dispatch_mod
+    import autotaxer.runtime.workspaces as workspaces_mod
+    from autotaxer.ops import get_op
+    from autotaxer.runtime.lookup import EXACT, Decision
+
+    recorded = _RecordedSaving()
+    monkeypatch.setattr(workspaces_mod, "saving_launcher", recorded)
+    rt = autotaxer.init(autotaxer.RuntimeConfig(env_tables=False, shipped_tables=False, persist_misses=False))
+    try:
+        a = torch.randn(8, 6)
+        w = torch.randn(6, 5, requires_grad=True)
+        autotaxer.dispatch("ag_gemm", a, w.detach(), gather_dim=0)
+        key = rt.plan("ag_gemm", a, w.detach(), gather_dim=0).key
+        op = get_op("ag_gemm")
+        forms = {}
+        for name in ("cpu_chunked", "bsp"):  # cpu_chunked hands nothing out: its training calls run bsp's
+            params = op.variants[name].default_params(key, rt.ctx.target)
+            forms[name] = Decision(name, params, EXACT, 0.0, key)
+        for _ in range(3):
+            for name in ("cpu_chunked", "bsp"):
+                rt.serve_decision(key, forms[name])
+                w.grad = None
+                autotaxer.dispatch("ag_gemm", a, w, gather_dim=0).sum().backward()
+                torch.testing.assert_close(w.grad, a.t() @ torch.ones(8, 5))
+        (run,) = recorded.made  # one launcher for bsp's saving calls, across six switches
+        assert run.replays == 5  # only the very first call eager (CPU addresses vary: captures may too)
+        stats = {row["variant"]: row for row in rt.launch_stats()}  # what a benchmark prints
+        assert stats["bsp (saving)"]["replays"] == 5 and stats["bsp (saving)"]["key"] == key.text
     finally:
         dispatch_mod.shutdown()

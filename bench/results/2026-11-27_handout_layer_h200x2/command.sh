@@ -1,6 +1,7 @@
 # The four device calls of this run (scripts in raw.tar.xz: tests_par.sh, call2.sh, call3.sh, call4.sh), from
 # the repository root on nvidia-h100-x2 (2×H200 came), carry .whl, after `source bench/device.sh`.
-# 1 (main 473734c): GPU tests as parallel pytest processes on the same two GPUs (correctness only)
+# 1 (main 473734c): GPU tests as parallel pytest processes on the same two GPUs (correctness only; since
+# then `bash bench/device.sh par-tests` runs every GPU test file this way)
 GROUPS_SPEC="ev_bf16|tests/ops/test_ag_gemm_gpu.py|every_variant and bf16;ev_fp16|tests/ops/test_ag_gemm_gpu.py|every_variant and fp16;if_bf16|tests/ops/test_ag_gemm_gpu.py|iris_fused and bf16;if_fp16|tests/ops/test_ag_gemm_gpu.py|iris_fused and fp16;misc|tests/ops/test_ag_gemm_gpu.py|ce_persistent or launch_cache or tma_variant;integ|tests/runtime/test_integration_gpu.py|;gemmrs|tests/ops/test_gemm_rs_gpu.py|;async|tests/test_async_tp_gpu.py|" \
   bash devrun/tests_par.sh
 # 2 (the hand-out change): its GPU tests the same way, then the TP2 training layer
