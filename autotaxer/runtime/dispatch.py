@@ -108,9 +108,9 @@ class Plan:
     into a layout the variants read first where the signature needs it. ``saving`` is the decision that
     serves calls needing what backward keeps (:func:`~.lookup.saving_decision`: the winner itself when it
     hands that out, else the fastest form that does); ``run_saving(inputs)`` returns ``(output, saved)``
-    through it (its workspace prepared on first use). Calls are counted per path and variant for
-    :func:`autotaxer.served`: ``calls`` counts the hot path's (plain dispatch without grad, the winner),
-    ``served`` every other call by ``(path, variant)``.
+    through it (its workspace and launcher from the runtime's ``forms``, kept across plans). Calls are
+    counted per path and variant for :func:`autotaxer.served`: ``calls`` counts the hot path's (plain
+    dispatch without grad, the winner), ``served`` every other call by ``(path, variant)``.
     """
 
     __slots__ = (
@@ -144,7 +144,9 @@ class Plan:
         self.saving = saving if saving is not None else decision
         self.served: dict[tuple[str, str], int] = {}  # (path, variant) -> calls, beside the hot path's
         self._saving: Any = None  # (variant, workspace, run) that hands out what backward needs
-        self.forms = forms  # decision -> (variant, workspace, run): Workspaces._saving_form for this key
+        #: decision -> ``(variant, workspace, run)`` of the calls that keep what backward needs
+        #: (``Workspaces._saving_form`` for this key: workspace and launcher kept across plans)
+        self.forms = forms
 
     def count(self, path: str, variant: str) -> None:
         """Count one call of ``path`` served by ``variant`` (:func:`autotaxer.served`)."""
@@ -168,25 +170,19 @@ class Plan:
         if self.opobj is not None and self.opobj.needs_canonical(tensors):
             tensors = self.opobj.canonical_inputs(tensors)
         if self._saving is None:
-            self._saving = self._saving_form(self.saving)
+            self._saving = self.forms(self.saving)
         variant, ws, run = self._saving
         result = run(ws, tensors, self.ctx)
         if result is None:  # a variant that declared it saves but could not this time: the baseline's
             base = self.opobj.baseline()
             params = base.default_params(self.key, self.ctx.target)
-            self._saving = self._saving_form(Decision(base.name, params))
+            self._saving = self.forms(Decision(base.name, params))
             variant, ws, run = self._saving
             result = run(ws, tensors, self.ctx)
             if result is None:
                 raise NotImplementedError(f"{self.key.op}: no variant supports autograd")
         self.count(path, variant.name)
         return result
-
-    def _saving_form(self, decision: Decision) -> tuple[Any, Any, Any]:
-        """``(variant, workspace, run)`` of ``decision`` (``forms``: the runtime's, the workspace and its
-        launcher kept across plans); ``run(ws, inputs, ctx) -> (output, saved)``, replayed where the
-        variant's calls are."""
-        return self.forms(decision)
 
 
 def _canonicalizing(run: Any, opobj: Any) -> Any:

@@ -45,13 +45,9 @@ class Workspaces:
 
     def _launcher(self, opobj: Any, variant: Any, key: ProblemKey, decision: Decision, ws: Any) -> Any:
         """How the plans of workspace ``ws`` run ``variant`` (one launcher a workspace, graphs and all)."""
-        self._prune_launchers()
-        wkey = _wkey(variant, key, decision)
-        held = self._launchers.get(wkey)
-        if held is None or held[0] is not ws:
-            run = launcher(opobj, variant, key, self.ctx.device, name=f"{key.text} {variant.name}")
-            held = self._launchers[wkey] = (ws, run)
-        return held[1]
+        name = f"{key.text} {variant.name}"
+        return self._kept(self._launchers, variant, key, decision, ws,
+                          lambda: launcher(opobj, variant, key, self.ctx.device, name=name))  # fmt: skip
 
     def _saving_form(self, opobj: Any, key: ProblemKey, decision: Decision) -> tuple[Any, Any, Any]:
         """``(variant, workspace, run)`` serving ``decision``'s calls of ``key`` that keep what backward
@@ -60,13 +56,21 @@ class Workspaces:
         in-step check) replays the graphs its saving calls captured before."""
         variant = opobj.variants[decision.variant]
         ws = self._workspace(variant, key, decision)
+        name = f"{key.text} {variant.name} (saving)"
+        run = self._kept(self._saving_launchers, variant, key, decision, ws,
+                         lambda: saving_launcher(opobj, variant, self.ctx.device, name=name))  # fmt: skip
+        return variant, ws, run
+
+    def _kept(self, launchers: dict[tuple, tuple[Any, Any]], variant: Any, key: ProblemKey,
+              decision: Decision, ws: Any, make: Any) -> Any:  # fmt: skip
+        """The launcher ``launchers`` holds for workspace ``ws``, made by ``make()`` on first use (or when
+        the workspace it was made for is gone)."""
         self._prune_launchers()
         wkey = _wkey(variant, key, decision)
-        held = self._saving_launchers.get(wkey)
+        held = launchers.get(wkey)
         if held is None or held[0] is not ws:
-            run = saving_launcher(opobj, variant, self.ctx.device, name=f"{key.text} {variant.name} (saving)")
-            held = self._saving_launchers[wkey] = (ws, run)
-        return variant, ws, held[1]
+            held = launchers[wkey] = (ws, make())
+        return held[1]
 
     def launch_stats(self) -> list[dict[str, Any]]:
         """Per kept workspace whose calls are CUDA-graph replays: its key and variant (``(saving)`` after
