@@ -94,8 +94,11 @@ def confirmed_times(env: Any) -> dict[str, float]:
 #: ``replaced`` (it did not: the record is the arm served instead, the key's fastest form or ``bsp``;
 #: ``in_step_winner`` names the isolated winner turned down) or ``unchecked`` (no budget left, or the
 #: check was off); ``in_step_gain`` is the step's time with the compared arm (``bsp`` when kept, the
-#: arm served when replaced) over its time with the winner (> 1: the winner speeds the step up).
+#: arm served when replaced) over its time with the winner (> 1: the winner speeds the step up);
+#: ``in_step_joint``, on a winner kept because it and the check's other near misses together sped the step
+#: up (:mod:`autotaxer.tuner.in_step_joint`), their joint gain.
 IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER = "in_step", "in_step_gain", "in_step_winner"
+IN_STEP_JOINT = "in_step_joint"
 
 
 def in_step_of(env: Any) -> tuple[str | None, float | None]:

@@ -28,6 +28,10 @@ against ``bsp`` alone.
   ``env["fastest_form"]`` (what dispatch serves untuned keys near it) becomes the form that was fastest
   in the step, the isolated one kept in ``env["fastest_form_isolated"]``.
 
+Keys turned down to ``bsp`` whose winner still had a median gain above 1 (near misses: each below the
+1% floor) are then timed together, all served their winners against all served ``bsp``, and kept together
+when that passes the same verdict (:mod:`.in_step_joint`).
+
 Keys are checked one at a time, in the order of their groups' and keys' names; a key is timed with the
 keys checked before it served what their checks decided. The check is collective over every rank of
 the default process group (a step may span several groups): ranks whose groups do not have a key run the
@@ -127,6 +131,7 @@ class StepCheck:
     winner_ms: float | None = None
     form_ms: float | None = None
     note: str = ""
+    joint: float | None = None  # kept by the joint check (:mod:`.in_step_joint`): the near misses' gain
 
     @property
     def served(self) -> str:
@@ -145,6 +150,9 @@ class StepCheck:
         how = self.note
         if self.winner_ms is not None and self.form_ms is not None and self.noise is not None:
             how = f"{self.winner_ms:.3g} vs {self.form_ms:.3g} ms, noise {100 * self.noise:.1f}%"
+        if self.joint is not None:
+            together = f"{self.joint:.2f}× together with the other near misses"
+            return head + f"{gain} the step with {self.form} alone, {together} ({how}): kept"
         return head + f"{gain} the step with {self.form} ({how}): {verdict}"
 
 
@@ -226,7 +234,8 @@ def check_in_step(
     if not schedule:
         return []
     say = _Say(progress, world.rank == 0)
-    cost, left = math.inf, min(rest for _, rest in everyone)
+    one = cost = math.inf
+    left = min(rest for _, rest in everyone)
     note = "the check is off (check_rounds=0)" if rounds == 0 else "budget spent"
     if rounds > 0 and left > 0:
         step(*args)  # compiled code traces with the winners; every call's plan is made
@@ -237,8 +246,9 @@ def check_in_step(
         rounds = rounds_to_run(rounds, left, len(schedule), one)
         cost = steps_per_key(rounds) * one
         say.header(len(schedule), rounds, left)
-    results: list[StepCheck] = []
-    retrace = False
+    results: dict[int, StepCheck] = {}  # this rank's, by the key's place in the schedule
+    checked: list[tuple[int, str, str, Verdict]] = []  # every rank: (index, group, key, verdict)
+    retraced: set[tuple[str, str]] = set()  # keys replaced whose graph holds the custom op
     for i, (group, key_text, count) in enumerate(schedule):
         found = own.get((group, key_text))
         mine = found[:2] if found is not None else None
@@ -246,11 +256,11 @@ def check_in_step(
         done = [r for r in world.gather(_checked_elsewhere(*mine) if lead else None) if r is not None]
         if done:  # another group or process checked the key meanwhile: served as it decided
             if mine is not None:
-                results.append(_settle(*mine, _adopted(mine, done[0]), say, i, len(schedule), store=False))
+                results[i] = _settle(*mine, _adopted(mine, done[0]), say, i, len(schedule), store=False)
             continue
         if not left >= cost:
             if mine is not None:
-                results.append(_settle(*mine, _unchecked(mine, note), say, i, len(schedule)))
+                results[i] = _settle(*mine, _unchecked(mine, note), say, i, len(schedule))
             continue
         t1 = time.monotonic()
         arms = found[2] if found is not None else None
@@ -262,12 +272,22 @@ def check_in_step(
         cost = max(g[3] for g in everyone)
         left = min(g[4] for g in everyone) - cost
         verdict = _verdict([g[0] for g in everyone if g[0] is not None])
-        retrace |= verdict is not None and verdict.status == REPLACED and any(g[2] for g in everyone)
+        if verdict is not None:
+            checked.append((i, group, key_text, verdict))
+            if verdict.status == REPLACED and any(g[2] for g in everyone):
+                retraced.add((group, key_text))
         if found is not None:
             us = next(g[1] for g in everyone if g[1] is not None)
-            results.append(_settle(*mine, _checked(mine, arms, verdict, us), say, i, len(schedule)))
-    _reset_graphs(retrace, say)
-    return results
+            results[i] = _settle(*mine, _checked(mine, arms, verdict, us), say, i, len(schedule))
+    if rounds > 0 and math.isfinite(one):
+        from .in_step_joint import check_near_misses
+
+        budget = (rounds, one, left)
+        joint = check_near_misses(step, args, budget, checked, own, world, graphs, say, len(schedule))
+        retraced -= {(group, key_text) for i, group, key_text, _ in checked if i in joint}
+        results = {**results, **joint}
+    _reset_graphs(bool(retraced), say)
+    return [results[i] for i in sorted(results)]
 
 
 # -- one key ---------------------------------------------------------------------------------------
@@ -285,13 +305,33 @@ def _rounds(
     """Per arm, the step's seconds in each round; on ranks without the key the same ``count`` arms' steps
     run unswitched. ``graphs``: each arm's step is captured in a CUDA graph after its first two (eager)
     steps, and every later step of that arm replays the graph."""
+
+    def switch(arm: int) -> None:
+        if mine is not None:
+            mine[0].serve_decision(mine[1].key, arms[arm])
+
+    return switched_rounds(step, args, rounds, index, switch, count, world, graphs)
+
+
+def switched_rounds(
+    step: Callable[..., Any],
+    args: tuple,
+    rounds: int,
+    index: int,
+    switch: Callable[[int], None],
+    count: int,
+    world: _World,
+    graphs: bool = False,
+) -> list[list[float]]:
+    """Per arm, the step's seconds in each round, ``switch(arm)`` serving an arm before its steps (what
+    :func:`_rounds` times for one key; the joint check's arms switch several keys at once); the rounds'
+    order is seeded by ``index`` (the same on every rank)."""
     rng = random.Random(_ORDER_SEED + index)
     samples: list[list[float]] = [[] for _ in range(count)]
     runs: dict[int, Callable[[], Any]] = {}
     for _ in range(rounds):
         for arm in rng.sample(range(count), count):
-            if mine is not None:
-                mine[0].serve_decision(mine[1].key, arms[arm])
+            switch(arm)
             if arm not in runs:  # untimed: the switch's first call agrees with the other ranks; a
                 step(*args)  # replayed variant's first call is eager and its second captures
                 step(*args)
@@ -345,7 +385,8 @@ class Verdict:
     last ``bsp``), ``status``, and the winner against the arm it is compared with (``bsp`` when kept, the
     served arm when replaced): the median ``gain`` of the paired ratios (that arm's time over the
     winner's), its ``noise`` (how far below the gain its lower confidence bound lies, a fraction), both
-    medians in seconds; ``passing``: the arms that sped the step up over ``bsp``, by median gain."""
+    medians in seconds; ``passing``: the arms that sped the step up over ``bsp``, by median gain;
+    ``winner_gain``: the winner's median gain over ``bsp``, passing or not; ``to_bsp``: ``bsp`` is served."""
 
     status: str
     served: int
@@ -354,6 +395,8 @@ class Verdict:
     winner_s: float
     form_s: float
     passing: tuple[tuple[int, float], ...] = ()
+    winner_gain: float = 1.0
+    to_bsp: bool = False
 
 
 def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
@@ -378,7 +421,8 @@ def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
     noise = max(0.0, 1 - lower_bound(paired) / gain)
     status = KEPT if served == 0 else REPLACED
     medians = (statistics.median(arms[0]), statistics.median(arms[other]))
-    return Verdict(status, served, gain, noise, *medians, tuple((a, gains[a][0]) for a in passing))
+    passed = tuple((a, gains[a][0]) for a in passing)
+    return Verdict(status, served, gain, noise, *medians, passed, gains[0][0], served == ref)
 
 
 def _checked(
