@@ -305,6 +305,56 @@ def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
 
 
 @pytest.mark.parametrize(
+    ("world_size", "gather_dim", "streams", "chunks"),
+    [(2, 0, 1, 1), (3, 0, 2, 2), (4, 0, 1, 1), (4, 0, 4, 2), (8, 0, 2, 1), (8, 0, 8, 4), (4, 1, 2, 1),
+     (8, 1, 8, 2)],
+)  # fmt: skip
+def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
+    monkeypatch, world_size: int, gather_dim: int, streams: int, chunks: int
+) -> None:
+    """Three calls of ``ce_pull`` on threads as ranks: every output right, and after each run every ready
+    flag taken and every ``done`` token handed back (a rank may publish its next shard)."""
+    import autotaxer.kernels.ag_gemm.experimental.ce_pull as pull
+
+    _patch_transport(monkeypatch, pull)
+    monkeypatch.setattr(pull, "_new_events", lambda n: [_Nothing() for _ in range(n)])
+    made: list = []
+
+    def make_plan(ch, m: int, k: int):
+        plan = pull.make_pull_plan(
+            ch, m=m, k=k, gather_dim=gather_dim, elem=4, chunks=chunks, streams=streams, fp32_accumulate=False
+        )
+        made.append((ch, plan))
+        return plan
+
+    _gathers_on_a_heap(world_size, gather_dim, make_plan, pull.ag_gemm_ce_pull)
+    for ch, plan in made:
+        assert len(plan.lanes) == min(streams, world_size - 1)
+        assert sorted(plan.events) == [(p, c) for p in sorted(plan.base.peers) for c in range(chunks)]
+        assert ch.data.count_nonzero().item() == 0, f"rank {ch.rank}: a ready flag was never taken"
+        assert ch.done.tolist() == [1] * world_size, f"rank {ch.rank}: done tokens {ch.done.tolist()}"
+
+
+def test_ce_pull_prunes_its_space_and_seeds_one_lane_first(monkeypatch) -> None:
+    import autotaxer.kernels.common.signal as sig
+
+    monkeypatch.setattr(sig, "memop_available", lambda: None)  # as on an NVIDIA GPU
+    v = get_op("ag_gemm").variants["ce_pull"]
+    ok = {"streams": 2, "signal": "memop", "chunks": 1, "accumulate": "out"}
+    assert v.check(_key(4, 0), H200, ok) is None and v.experimental
+    assert "at least 2 ranks" in v.check(_key(1, 0), H200, ok)
+    assert "already gives each its own" in v.check(_key(2, 0), H200, {**ok, "streams": 2})
+    assert "accumulate" in v.check(_key(4, 0), H200, {**ok, "accumulate": "fp32"})
+    assert v.check(_key(4, 1), H200, {**ok, "accumulate": "fp32"}) is None
+    assert "missing" in v.check(_key(4, 0), H200, {"streams": 1})
+    for ws in (2, 4, 8):
+        seeds = v.seeds_of(_key(ws, 0))
+        assert seeds[0]["streams"] == 1 and all(v.check(_key(ws, 0), H200, s) is None for s in seeds)
+        assert len({s["streams"] for s in seeds}) == len(seeds)
+    assert not get_op("ag_gemm").in_default_space("ce_pull", 8)  # opt-in
+
+
+@pytest.mark.parametrize(
     ("world_size", "scatter_dim", "streams", "b_layout"),
     [(2, 0, 1, "kn"), (3, 1, 2, "nk"), (4, 0, 2, "nk"), (8, 0, 4, "kn"), (8, 1, 8, "kn")],
 )  # fmt: skip

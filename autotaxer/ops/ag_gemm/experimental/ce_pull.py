@@ -1,0 +1,74 @@
+"""``ce_pull``: the copy-engine all-gather by pulls: each rank publishes its shard in its own inbox slot
+once, every rank reads the peers' slots on its own lanes, and the GEMMs wait on CUDA events behind the
+pulled chunks (no spin kernel on the caller's stream). Issue 47's answer to torch's fused op winning at
+four GPUs (pulls on two streams) where the push schedules did not.
+
+Parameters: ``streams`` (lanes the peers are dealt to, at most one per peer counts), ``signal`` (``memop``
+| ``triton``: the ready flags and ``done`` tokens), ``chunks`` per pulled shard and ``accumulate``
+(``gather_dim=1``). Experimental and opt-in (``--variants ce_pull``) until measured on GPUs; NVIDIA only
+(``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_pull``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...._problem import ProblemKey, Target
+from ..._base import Params
+from .._space import CE_FANOUT_CHUNKS, CE_SIGNALS, CE_STREAMS, _stream_counts
+from ..copy_engine import CopyEngineVariant
+
+
+# Here rather than in ``.._space`` (whose source the shipped records of every variant there are hashed
+# with): a new variant's space must not make their records stale.
+def ce_pull_space(key: ProblemKey) -> dict[str, tuple[Any, ...]]:
+    """``ce_pull``'s space: lanes pulling the peers' shards, the flags' back end, chunks per pulled shard
+    and (gather_dim=1) the accumulation."""
+    accumulate = ("out",) if key["gather_dim"] == 0 else ("out", "fp32")
+    return {"streams": CE_STREAMS, "signal": CE_SIGNALS, "chunks": CE_FANOUT_CHUNKS, "accumulate": accumulate}
+
+
+def ce_pull_seeds(key: ProblemKey) -> list[dict[str, Any]]:
+    """One lane (pulls one peer after another, rank-rotated: each source serves one reader at a time),
+    then a lane per peer and two lanes (torch's fused op alternates two streams); one copy per peer,
+    stream memops."""
+    base = {"signal": "memop", "chunks": 1, "accumulate": "out"}
+    counts = _stream_counts(key)
+    return [{"streams": s, **base} for s in dict.fromkeys((1, counts[0], 2)) if s in counts]
+
+
+class CePullVariant(CopyEngineVariant):
+    name = "ce_pull"
+    experimental = True
+    space_of = staticmethod(ce_pull_space)
+    seeds_of = staticmethod(ce_pull_seeds)
+
+    def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
+        from autotaxer.kernels.common.lanes import _streams_reason
+
+        missing = {"streams", "signal", "chunks", "accumulate"} - set(params)
+        if missing:
+            return f"missing parameters: {', '.join(sorted(missing))}"
+        if key.world_size < 2:
+            return "ce_pull needs at least 2 ranks"
+        reason = _streams_reason(params["streams"], key.world_size - 1)
+        if reason is not None:
+            return reason
+        # signal, chunks, accumulate and dtype mean what they mean for copy_engine (the same channel)
+        return super().check(key, target, {**params, "gather_first": False, "order": "rotated"})
+
+    def plan(self, channel: Any, elem: int, key: ProblemKey, params: Params) -> Any:
+        from autotaxer.kernels.ag_gemm.experimental.ce_pull import make_pull_plan
+
+        return make_pull_plan(
+            channel, m=key["M"], k=key["K"], gather_dim=key["gather_dim"], elem=elem, chunks=params["chunks"],
+            streams=params["streams"], fp32_accumulate=params["accumulate"] == "fp32",
+        )  # fmt: skip
+
+    def launcher(self) -> Any:
+        from autotaxer.kernels.ag_gemm.experimental.ce_pull import ag_gemm_ce_pull
+
+        return ag_gemm_ce_pull
+
+
+VARIANTS = [CePullVariant()]
