@@ -327,7 +327,26 @@ def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
         made.append((ch, plan))
         return plan
 
-    _gathers_on_a_heap(world_size, gather_dim, make_plan, pull.ag_gemm_ce_pull)
+    handed: list = []
+
+    def launch(ch, plan, inbox, a_shard, b, out) -> None:  # every call also hands the gathered A out
+        import torch
+
+        m, k = out.shape[0], b.shape[0]
+        gathered = torch.full((m, k), float("nan"))
+        pull.ag_gemm_ce_pull(ch, plan, inbox, a_shard, b, out, gathered=gathered)
+        rows, ks = plan.base.rows, plan.base.k_shard
+        r = ch.rank
+        own = gathered[r * rows : (r + 1) * rows] if gather_dim == 0 else gathered[:, r * ks : (r + 1) * ks]
+        assert torch.equal(own, a_shard), f"rank {r}: its own shard differs in the gathered A"
+        err = ((gathered.double() @ b.double() - out.double()).norm() / out.double().norm()).item()
+        handed.append(err)
+
+    _gathers_on_a_heap(world_size, gather_dim, make_plan, launch)
+    assert len(handed) == 3 * world_size and max(handed) < 1e-5, (
+        handed
+    )  # the gathered A is what was multiplied
+    assert get_op("ag_gemm").variants["ce_pull"].saves_for_backward()
     for ch, plan in made:
         assert len(plan.lanes) == min(streams, world_size - 1)
         assert sorted(plan.events) == [(p, c) for p in sorted(plan.base.peers) for c in range(chunks)]

@@ -114,12 +114,14 @@ def _pull_lane(ch: Channel, plan: PullPlan, a_shard: Any, peers: tuple[int, ...]
 
 
 def ag_gemm_ce_pull(channel: Channel, plan: PullPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
-                    acc: Any = None, watch: Any = None) -> Any:  # fmt: skip
+                    acc: Any = None, watch: Any = None, gathered: Any = None) -> Any:  # fmt: skip
     """Compute ``out = all_gather(a_shard) @ b`` with the pull schedule; collective.
 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped
     workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag and token
-    waits (as in ``copy_engine.ag_gemm_ce``). Launches only: no host synchronisation, no allocation.
+    waits (as in ``copy_engine.ag_gemm_ce``); ``gathered``: an ``(M, K)`` tensor that also receives the
+    gathered A (copied from the inbox once every lane joined: the pulled slots are this rank's own, no
+    peer writes them). Launches only: no host synchronisation, no allocation.
     """
     ch, r, base = channel, channel.rank, plan.base
     main, lanes = fork_lanes(ch, plan.lanes, watch, _pull_lane, ch, plan, a_shard)
@@ -153,4 +155,6 @@ def ag_gemm_ce_pull(channel: Channel, plan: PullPlan, inbox: Any, a_shard: Any, 
             out.copy_(acc)
     for _, join in lanes:
         main.wait_event(join)
+    if gathered is not None:
+        ce.hand_out(base, inbox, a_shard, gathered, r, ch.world_size)
     return out

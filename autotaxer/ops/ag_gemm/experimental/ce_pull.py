@@ -70,5 +70,10 @@ class CePullVariant(CopyEngineVariant):
 
         return ag_gemm_ce_pull
 
+    def saves_for_backward(self) -> bool:
+        """True: the inbox holds every shard once the lanes joined, so training calls and ``return_A`` get
+        the gathered A from :meth:`run_for_backward` (copied out at the end of the call)."""
+        return True
+
 
 VARIANTS = [CePullVariant()]
