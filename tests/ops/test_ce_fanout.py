@@ -354,6 +354,38 @@ def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
         assert ch.done.tolist() == [1] * world_size, f"rank {ch.rank}: done tokens {ch.done.tolist()}"
 
 
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_ce_pull_and_a_push_schedule_alternate_on_one_channel(monkeypatch, world_size: int) -> None:
+    """Different keys of one model may be served ``ce_pull`` and a push schedule (``ce_fanout``, one chunk
+    per peer) on the same channel: calls alternating between them stay right and leave every flag taken
+    and every ``done`` token handed back."""
+    import autotaxer.kernels.ag_gemm.experimental.ce_fanout as fan
+    import autotaxer.kernels.ag_gemm.experimental.ce_pull as pull
+
+    _patch_transport(monkeypatch, pull, fan)
+    monkeypatch.setattr(pull, "_new_events", lambda n: [_Nothing() for _ in range(n)])
+    made: list = []
+    calls: dict = {}
+
+    def make_plan(ch, m: int, k: int):
+        kw = {"m": m, "k": k, "gather_dim": 0, "elem": 4, "chunks": 1, "streams": 2, "fp32_accumulate": False}
+        plans = (pull.make_pull_plan(ch, **kw), fan.make_fanout_plan(ch, **kw, gemms="peer"))
+        made.append(ch)
+        return plans
+
+    def launch(ch, plans, inbox, a_shard, b, out) -> None:
+        turn = calls[ch.rank] = calls.get(ch.rank, -1) + 1
+        if turn % 2 == 0:
+            pull.ag_gemm_ce_pull(ch, plans[0], inbox, a_shard, b, out)
+        else:
+            fan.ag_gemm_ce_fanout(ch, plans[1], inbox, a_shard, b, out)
+
+    _gathers_on_a_heap(world_size, 0, make_plan, launch)
+    assert sorted(calls.values()) == [2] * world_size  # three calls each: pull, push, pull
+    for ch in made:
+        assert ch.data.count_nonzero().item() == 0 and ch.done.tolist() == [1] * world_size
+
+
 def test_ce_pull_prunes_its_space_and_seeds_one_lane_first(monkeypatch) -> None:
     import autotaxer.kernels.common.signal as sig
 

@@ -13,17 +13,21 @@ peer-raised flags with 1-program spin kernels) and :mod:`.ce_fanout` (pushes on 
   copies ``A_r`` into its own inbox slot ``r`` (a local copy-engine copy) and raises a *ready* flag at
   every peer (``data[r, 0]`` there: the flag slot a push of ``r`` would raise);
 * the lanes (the peers dealt round robin, rank-rotated ``r+1, r+2, ...``, lane 0 after publishing) *pull*:
-  for each peer ``p`` wait for ``p``'s ready flag, copy ``p``'s slot ``p`` of its inbox into slot ``p``
-  of ``r``'s own, chunk by chunk, each chunk followed by an event, then tell ``p`` that its slot was read
-  (``done[r]`` at ``p``): ``p`` may publish its next call's shard over it;
+  for each peer ``p`` wait for ``p``'s ready flag and copy ``p``'s slot ``p`` of its inbox into slot
+  ``p`` of ``r``'s own, chunk by chunk, each chunk followed by an event;
 * the caller's stream runs the local shard's GEMM (from the user's tensor: no wait), then each peer
   chunk's once its event has fired (``gather_dim=0``: its rows of ``C``; ``gather_dim=1``: ``C[rows] +=
-  A_p[rows] @ B[p's K rows]``), and joins the lanes.
+  A_p[rows] @ B[p's K rows]``), hands the gathered A out when asked, then tells every peer that it is done
+  with its data (``done[r]`` at ``p``) and joins the lanes (:func:`..common.channel.join_lanes`).
 
-Each rank's own slot is single-buffered (the ``done`` tokens keep a peer one call ahead from overwriting
-what is still read); the slots the rank pulls into are read by this call's GEMMs only, which the next
-call's lanes follow in stream order (they fork from the caller's stream). Flags, tokens, epoch, arena and
-lanes are the copy-engine family's channel (:mod:`..common.channel`), either back end. Nothing the host
+``done`` means what it means for the push schedules (``r`` no longer reads anything of ``p``'s from this
+call: ``p``'s slot, and ``r``'s own slot ``p``), so calls of this schedule and of ``copy_engine`` /
+``ce_fanout`` may follow one another on one channel, as different keys of one model do: a push into
+``r``'s slot ``p`` waits for it as a publish over ``p``'s own slot does. Raised on the caller's stream
+after the GEMMs, not behind each pull: a push of the next call must not land in a slot this call's GEMM
+still reads. Each rank's own slot is single-buffered (the tokens keep a peer one call ahead from
+overwriting what is still read). Flags, tokens, epoch, arena and lanes are the copy-engine family's
+channel (:mod:`..common.channel`), either back end. Nothing the host
 passes changes between calls, so a CUDA graph replays it (events recorded and awaited inside a capture
 become graph edges). Checked on ranks emulated as threads (2, 3, 4 and 8); not yet run on GPUs.
 """
@@ -95,13 +99,12 @@ def _publish(ch: Channel, plan: PullPlan, a_shard: Any, stream: Any) -> None:
 
 def _pull_lane(ch: Channel, plan: PullPlan, a_shard: Any, peers: tuple[int, ...], stream: Any) -> None:
     """On ``stream`` (the current stream): lane 0 publishes first; then each of ``peers``' shards is
-    pulled into this rank's inbox chunk by chunk, an event behind each chunk, and the peer told its slot
-    was read."""
+    pulled into this rank's inbox chunk by chunk, an event behind each chunk."""
     base = plan.base
     if peers == plan.lanes[0]:
         _publish(ch, plan, a_shard, stream)
     flags = ch.data.view(ch.world_size, MAX_CHUNKS)
-    slot_of, done_of = dict(plan.remote_slot), dict(base.remote_done)
+    slot_of = dict(plan.remote_slot)
     row_bytes = base.k_shard * base.elem
     for p in peers:
         chan._await(ch, flags[p, 0:1], stream)  # p's shard is in its own slot
@@ -110,7 +113,6 @@ def _pull_lane(ch: Channel, plan: PullPlan, a_shard: Any, peers: tuple[int, ...]
             off = first * row_bytes
             sig.memcpy_async(dst + off, slot_of[p] + off, n * row_bytes, stream)
             plan.events[(p, c)].record(stream)
-        chan._raise(ch, done_of[p], stream)  # p may overwrite its slot (its next call's shard)
 
 
 def ag_gemm_ce_pull(channel: Channel, plan: PullPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
@@ -120,8 +122,8 @@ def ag_gemm_ce_pull(channel: Channel, plan: PullPlan, inbox: Any, a_shard: Any, 
     ``inbox`` is the channel's arena viewed as ``a_shard``'s dtype; ``acc`` an fp32 ``out``-shaped
     workspace when ``plan.base.fp32_accumulate``; ``watch`` the watch slot bounding the flag and token
     waits (as in ``copy_engine.ag_gemm_ce``); ``gathered``: an ``(M, K)`` tensor that also receives the
-    gathered A (copied from the inbox once every lane joined: the pulled slots are this rank's own, no
-    peer writes them). Launches only: no host synchronisation, no allocation.
+    gathered A (copied from the inbox after the last event, before the peers are told this rank is done
+    with their data). Launches only: no host synchronisation, no allocation.
     """
     ch, r, base = channel, channel.rank, plan.base
     main, lanes = fork_lanes(ch, plan.lanes, watch, _pull_lane, ch, plan, a_shard)
@@ -153,8 +155,7 @@ def ag_gemm_ce_pull(channel: Channel, plan: PullPlan, inbox: Any, a_shard: Any, 
                     t.addmm_(a_p[first : first + n], b_p)
         if base.fp32_accumulate:
             out.copy_(acc)
-    for _, join in lanes:
-        main.wait_event(join)
-    if gathered is not None:
+    if gathered is not None:  # before the peers are told: a push of theirs may land in these slots next
         ce.hand_out(base, inbox, a_shard, gathered, r, ch.world_size)
+    chan.join_lanes(ch, base.remote_done, main, lanes)  # done with every peer's data: they may go on
     return out
