@@ -340,6 +340,33 @@ def _table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def paired(base: list[float], mine: list[float]) -> tuple[float, float, float] | None:
+    """The per-repetition ratios ``base / mine`` of two modes timed in the same repetitions (interleaved:
+    a drift of the machine cancels): their median and quartiles; None without samples."""
+    ratios = sorted(b / m for b, m in zip(base, mine, strict=True) if m > 0)
+    if not ratios:
+        return None
+    n = len(ratios)
+    return statistics.median(ratios), ratios[(n - 1) // 4], ratios[(3 * (n - 1) + 3) // 4]
+
+
+def _paired_table(results: dict[str, dict[str, Any]], modes: list[str]) -> str:
+    """Per mode and case, the paired ratio to ``plain_compile``: median [first quartile, third quartile]
+    of the repetitions' ratios (the spread says whether a few percent is a gain or noise)."""
+    cols = list(results)
+    lines = ["x torch.compile, paired: median [q1, q3]".ljust(20) + "".join(c.rjust(24) for c in cols)]
+    for mode in modes:
+        if mode == "plain_compile":
+            continue
+        row = mode.ljust(20)
+        for c in cols:
+            base, mine = results[c].get("plain_compile", {}), results[c].get(mode, {})
+            got = paired(base.get("samples_ms", []), mine.get("samples_ms", [])) if "ms" in mine else None
+            row += (f"{got[0]:.2f} [{got[1]:.2f}, {got[2]:.2f}]" if got else "-").rjust(24)
+        lines.append(row)
+    return "\n".join(lines)
+
+
 def layer_options(ap: argparse.ArgumentParser) -> None:
     """The layer's sizes (Llama-3-70B's by default), the timing and the device."""
     ap.add_argument("--batch", type=int, default=1, help="sequences a step (default 1)")
@@ -500,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.out:
             _write(args, results, modes, ws)
         print(_table({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
+        if "plain_compile" in modes:
+            print(_paired_table({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
         print(_served_lines({c: r for c, r in results.items() if c != "async_tp_calls"}, modes))
         print(_launch_lines({c: r for c, r in results.items() if c != "async_tp_calls"}))
         for c in calls or ():

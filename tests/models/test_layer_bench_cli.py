@@ -73,3 +73,28 @@ def test_the_shipped_layer_shapes_files_are_what_the_layer_calls(world_size: int
     rows = [line for line in shipped.read_text().splitlines() if not line.startswith("#")]
     assert rows == out.read_text().splitlines()
     assert len(rows) == 41  # the header and 8 problems per sequence length
+
+
+def _layer_module():
+    spec = importlib.util.spec_from_file_location("layer_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_ratios_cancel_a_drift_the_medians_keep() -> None:
+    """Two modes timed in the same repetitions while the machine drifts 2x: each mode's median mixes the
+    drift in, the paired ratios do not (a 10% gain stays 1.10 in every repetition)."""
+    layer = _layer_module()
+    drift = [1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 2.0]
+    base = [3.3 * d for d in drift]
+    mine = [3.0 * d for d in drift]
+    mine[2] = 3.0  # one repetition where only the mode's step ran fast
+    median, q1, q3 = layer.paired(base, mine)
+    assert median == pytest.approx(1.10) and q1 == pytest.approx(1.10) and q3 == pytest.approx(1.10)
+    assert layer.paired([], []) is None
+    modes = {"plain_compile": {"ms": 3.3, "samples_ms": base}, "x": {"ms": 3.0, "samples_ms": mine}}
+    results = {"fwd:64": modes}
+    table = layer._paired_table(results, ["plain_compile", "x"])
+    assert "x torch.compile, paired" in table and "1.10 [1.10, 1.10]" in table
+    assert "plain_compile " not in table.splitlines()[-1]  # no row of the reference against itself
