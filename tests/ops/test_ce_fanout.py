@@ -161,9 +161,11 @@ class _Nothing:
         pass
 
 
-def _gathers_on_a_heap(world_size: int, gather_dim: int, make_plan, launch) -> None:
+def _gathers_on_a_heap(world_size: int, gather_dim: int, make_plan, launch, b_layout: str = "kn") -> None:
     """Three calls of an all-gather schedule on every rank's thread: ``make_plan(channel, m, k)`` and
-    ``launch(channel, plan, inbox, a_shard, b, out)``; every rank's ``out`` against the fp64 product."""
+    ``launch(channel, plan, inbox, a_shard, b, out)``; every rank's ``out`` against the fp64 product.
+    Fresh inputs every call (``b_layout="nk"``: B the transpose of an ``(N, K)`` tensor), outputs and
+    inboxes poisoned with NaN before it."""
     import torch
 
     m, n, k = 8 * world_size, 24, 16 * world_size
@@ -172,9 +174,12 @@ def _gathers_on_a_heap(world_size: int, gather_dim: int, make_plan, launch) -> N
     plans = [make_plan(ch, m, k) for ch in ranks]
     for call in range(3):  # the tokens carry over from call to call
         gen = torch.Generator().manual_seed(call)
-        a, b = torch.randn(m, k, generator=gen), torch.randn(k, n, generator=gen)
+        a = torch.randn(m, k, generator=gen)
+        b = torch.randn(k, n, generator=gen) if b_layout == "kn" else torch.randn(n, k, generator=gen).t()
         shards = a.split(rows, 0) if gather_dim == 0 else a.split(ks, 1)
         outs = [torch.full((m, n), float("nan")) for _ in ranks]
+        for ch in ranks:
+            ch.arena(0).view(torch.float32).fill_(float("nan"))
 
         def rank_call(r: int, shards=shards, b=b, outs=outs) -> None:
             inbox = ranks[r].arena(0).view(torch.float32)
@@ -305,12 +310,12 @@ def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
 
 
 @pytest.mark.parametrize(
-    ("world_size", "gather_dim", "streams", "chunks"),
-    [(2, 0, 1, 1), (3, 0, 2, 2), (4, 0, 1, 1), (4, 0, 4, 2), (8, 0, 2, 1), (8, 0, 8, 4), (4, 1, 2, 1),
-     (8, 1, 8, 2)],
+    ("world_size", "gather_dim", "streams", "chunks", "b_layout"),
+    [(2, 0, 1, 1, "kn"), (3, 0, 2, 2, "nk"), (4, 0, 1, 1, "nk"), (4, 0, 4, 2, "kn"), (8, 0, 2, 1, "nk"),
+     (8, 0, 8, 4, "kn"), (4, 1, 2, 1, "nk"), (8, 1, 8, 2, "kn")],
 )  # fmt: skip
 def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
-    monkeypatch, world_size: int, gather_dim: int, streams: int, chunks: int
+    monkeypatch, world_size: int, gather_dim: int, streams: int, chunks: int, b_layout: str
 ) -> None:
     """Three calls of ``ce_pull`` on threads as ranks: every output right, and after each run every ready
     flag taken and every ``done`` token handed back (a rank may publish its next shard)."""
@@ -342,7 +347,7 @@ def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
         err = ((gathered.double() @ b.double() - out.double()).norm() / out.double().norm()).item()
         handed.append(err)
 
-    _gathers_on_a_heap(world_size, gather_dim, make_plan, launch)
+    _gathers_on_a_heap(world_size, gather_dim, make_plan, launch, b_layout)
     assert len(handed) == 3 * world_size and max(handed) < 1e-5, (
         handed
     )  # the gathered A is what was multiplied
