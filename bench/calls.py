@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -92,39 +91,20 @@ def host_us(fn: Any, iters: int, on_cuda: bool) -> float:
 
 def served_vs_trial(args: argparse.Namespace) -> int:
     """The ``served-vs-trial`` table (every rank runs it; rank 0 prints and writes ``--json-out``)."""
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
     import torch.distributed as dist
 
-    import autotaxer
     import autotaxer.async_tp as atp
     from autotaxer._problem import ProblemKey
     from autotaxer.integrations.autograd import serve
     from autotaxer.measure import Chain, maxes_over_ranks, time_interleaved
     from autotaxer.ops import get_op
-    from autotaxer.runtime.dispatch import runtime_for
     from autotaxer.runtime.lookup import EXACT, Decision
     from autotaxer.runtime.replay import launcher
+    from autotaxer.tools.bench_ranks import join_ranks
 
-    on_cuda = torch.cuda.is_available()
-    if on_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1")
-        if on_cuda:
-            dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-        else:
-            dist.init_process_group("gloo")
+    rt, on_cuda = join_ranks(29533)
     group = dist.group.WORLD
-    if on_cuda:
-        import torch.distributed._symmetric_memory as symm_mem
-
-        symm_mem.enable_symm_mem_for_group(group.group_name)
-    autotaxer.init(autotaxer.RuntimeConfig(shipped_tables=False, env_tables=False, persist_misses=False))
-    rt = runtime_for(None)
-    rt.load(torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu"))
     ctx, ws_n = rt.ctx, dist.get_world_size()
     dtype = "fp32" if not on_cuda and args.dtype == "bf16" else args.dtype
     layout = {"scatter_dim": 0} if args.op == "gemm_rs" else {"gather_dim": 0}

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -155,35 +154,16 @@ def _traced(fn: Any, calls: int, on_cuda: bool) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     """Trace every entry on every rank; rank 0 prints the slowest rank's summaries and writes the JSON."""
-    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     import torch
     import torch.distributed as dist
 
-    import autotaxer
     from autotaxer._problem import ProblemKey
     from autotaxer.measure import Chain
     from autotaxer.ops import get_op
-    from autotaxer.runtime.dispatch import runtime_for
     from autotaxer.runtime.replay import launcher
+    from autotaxer.tools.bench_ranks import join_ranks
 
-    on_cuda = torch.cuda.is_available()
-    if on_cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    if not dist.is_initialized():
-        if "MASTER_ADDR" not in os.environ:
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29534", RANK="0", WORLD_SIZE="1")
-        if on_cuda:
-            dist.init_process_group("nccl", device_id=torch.device("cuda", torch.cuda.current_device()))
-        else:
-            dist.init_process_group("gloo")
-    if on_cuda:
-        import torch.distributed._symmetric_memory as symm_mem
-
-        symm_mem.enable_symm_mem_for_group(dist.group.WORLD.group_name)
-    autotaxer.init(autotaxer.RuntimeConfig(shipped_tables=False, env_tables=False, persist_misses=False))
-    rt = runtime_for(None)
-    rt.load(torch.device("cuda", torch.cuda.current_device()) if on_cuda else torch.device("cpu"))
+    rt, on_cuda = join_ranks(29534)
     ctx = rt.ctx
     dtype = "fp32" if not on_cuda and args.dtype == "bf16" else args.dtype
     layout = {"scatter_dim": 0} if args.op == "gemm_rs" else {"gather_dim": args.gather_dim}
