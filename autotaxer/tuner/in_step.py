@@ -30,7 +30,7 @@ against ``bsp`` alone.
 
 Keys turned down to ``bsp`` whose winner still had a median gain above 1 (near misses: each below the
 1% floor) are then timed together, all served their winners against all served ``bsp``, and kept together
-when that passes the same verdict (:mod:`.in_step_joint`).
+when that passes the same verdict (:mod:`.in_step_joint`, which ``autotaxer.warmup`` hands the check).
 
 Keys are checked one at a time, in the order of their groups' and keys' names; a key is timed with the
 keys checked before it served what their checks decided. The check is collective over every rank of
@@ -216,10 +216,13 @@ def check_in_step(
     rounds: int,
     progress: bool,
     graphs: bool = False,
+    together: Callable[..., dict[int, StepCheck]] | None = None,
 ) -> list[StepCheck]:
     """Check the winners of ``candidates`` (runtime -> keys) in ``step(*args)`` within ``left_s`` seconds
     (see the module docstring); this rank's groups' results. Collective over the default group.
-    ``graphs``: time each arm's step as CUDA-graph replays (:func:`_rounds`)."""
+    ``graphs``: time each arm's step as CUDA-graph replays (:func:`_rounds`); ``together``: the check of
+    the near misses (:func:`.in_step_joint.check_near_misses`, what ``autotaxer.warmup`` passes), run
+    after the keys' own checks; None: none."""
     t0 = time.monotonic()
     world = _World()
     own: dict[tuple[str, str], tuple[Any, Any, list[Decision]]] = {}  # (group, key): (runtime, record, arms)
@@ -279,11 +282,9 @@ def check_in_step(
         if found is not None:
             us = next(g[1] for g in everyone if g[1] is not None)
             results[i] = _settle(*mine, _checked(mine, arms, verdict, us), say, i, len(schedule))
-    if rounds > 0 and math.isfinite(one):
-        from .in_step_joint import check_near_misses
-
+    if together is not None and rounds > 0 and math.isfinite(one):
         budget = (rounds, one, left)
-        joint = check_near_misses(step, args, budget, checked, own, world, graphs, say, len(schedule))
+        joint = together(step, args, budget, checked, own, world, graphs, say, len(schedule))
         retraced -= {(group, key_text) for i, group, key_text, _ in checked if i in joint}
         results = {**results, **joint}
     _reset_graphs(bool(retraced), say)

@@ -49,6 +49,7 @@ from ..runtime._runtimes import RUNTIMES, set_recorder
 from ..runtime.lookup import FALLBACK, Decision
 from .in_group import KeyResult, TuningBudget, tune_in_group
 from .in_step import KEPT, REPLACED, UNCHECKED, StepCheck, check_in_step, checkable, group_name, reserve_s
+from .in_step_joint import check_near_misses
 
 #: Rounds of the in-step check per winner at least (each: one timed step with the winner, its fastest form
 #: and plain BSP).
@@ -177,7 +178,9 @@ def warmup(
         _retrace(rt, tuned, out)
     tuning_s = time.monotonic() - t0 - step_s
     left = max(0.0, budget.budget_s - tuning_s)
-    checks = check_in_step(step, args, candidates, left, check_rounds, progress, check_graphs)
+    checks = check_in_step(
+        step, args, candidates, left, check_rounds, progress, check_graphs, together=check_near_misses
+    )
     check_s = time.monotonic() - t0 - step_s - tuning_s
     return WarmupReport(tuple(results), seen, step_s, tuning_s, tuple(checks), check_s)
 
