@@ -106,11 +106,22 @@ def in_step_of(env: Any) -> tuple[str | None, float | None]:
     for a record no warm-up checked; the gain is None when unchecked or unreadable)."""
     if not isinstance(env, Mapping) or env.get(IN_STEP) is None:
         return None, None
+    return str(env[IN_STEP]), _finite(env, IN_STEP_GAIN)
+
+
+def in_step_joint_of(env: Any) -> float | None:
+    """The joint gain a winner was kept with by warm-up's check of near misses (``env["in_step_joint"]``);
+    None when it was kept alone, not kept, or the value is unreadable."""
+    return _finite(env, IN_STEP_JOINT) if isinstance(env, Mapping) else None
+
+
+def _finite(env: Mapping, name: str) -> float | None:
+    """``env[name]`` as a finite float; None when absent or unreadable."""
     try:
-        gain = float(env[IN_STEP_GAIN]) if env.get(IN_STEP_GAIN) is not None else None
+        value = float(env[name]) if env.get(name) is not None else None
     except ValueError:
-        gain = None
-    return str(env[IN_STEP]), gain if gain is None or math.isfinite(gain) else None
+        value = None
+    return value if value is None or math.isfinite(value) else None
 
 
 def _utc_now() -> datetime:

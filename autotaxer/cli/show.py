@@ -3,7 +3,6 @@ warm-up checked it, visible) or JSON."""
 
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
@@ -199,7 +198,7 @@ def in_step_text(rec: Any) -> str:
     """What warm-up's in-step check found for ``rec``: its winner's gain in the user's step (``1.08×``;
     kept with other near misses: ``1.01× (together 1.04×)``), the winner it turned down and that one's
     gain (``push 0.93×``), ``unchecked``, or ``-``."""
-    from ..records import IN_STEP_JOINT, IN_STEP_WINNER
+    from ..records import IN_STEP_WINNER, in_step_joint_of
 
     status, gain = in_step_of(rec.env)
     if status is None:
@@ -208,11 +207,8 @@ def in_step_text(rec: Any) -> str:
         return status
     if status == "replaced":
         return f"{rec.env.get(IN_STEP_WINNER) or '?'} {gain:.2f}×"
-    try:
-        joint = float(rec.env.get(IN_STEP_JOINT) or "nan")
-    except (TypeError, ValueError):
-        joint = math.nan
-    return f"{gain:.2f}× (together {joint:.2f}×)" if math.isfinite(joint) else f"{gain:.2f}×"
+    joint = in_step_joint_of(rec.env)
+    return f"{gain:.2f}× (together {joint:.2f}×)" if joint is not None else f"{gain:.2f}×"
 
 
 def _json_row(rec: Any) -> dict[str, Any]:
