@@ -26,7 +26,6 @@ from typing import Any
 from ..records import IN_STEP, IN_STEP_GAIN, IN_STEP_JOINT
 from .in_step import (
     KEPT,
-    REPLACED,
     StepCheck,
     Verdict,
     _fastest_form_in_step,
@@ -46,7 +45,7 @@ Checked = tuple[int, str, str, Verdict]  # (place in the schedule, group, key, i
 
 def near_misses(checked: Sequence[Checked]) -> list[Checked]:
     """The checked keys served ``bsp`` instead of a winner whose median gain in the step was above 1."""
-    return [c for c in checked if c[3].status == REPLACED and c[3].to_bsp and c[3].winner_gain > 1]
+    return [c for c in checked if c[3].to_bsp and c[3].winner_gain > 1]  # to bsp: the winner was replaced
 
 
 def check_near_misses(
