@@ -41,6 +41,11 @@
 #   layer        bench/layer.py at TP$WS with the warm-up in the launch and no shipped table ($CASES,
 #                default fwd:4096,graph:1024; $MODES; $BUDGET s a mode and case, default 50)
 #                -> $OUT/layer.json, its database $OUT/layer.sqlite
+#   layer-check  the re-tuned eager table judged in the model's step (issue 51): bench/layer.py's warm-up on
+#                $STATE/ws$WS.db over the training cases S = 256 ... 16384 checks each winner `autotaxer tune`
+#                stored (kept, or stored again as its fastest form) and tunes what is missing ($CASES, $MODES,
+#                $BUDGET s a mode and case, default 120) -> $OUT/layer-check.json; run `export` after it
+#   layer-check-graph  the same for the graph-timed table ($STATE/ws${WS}_graph.db) over the graph cases
 #   agreement    bench/calls.py agreement over that run -> $OUT/agreement.json
 #   served       bench/calls.py served-vs-trial on $WS GPUs (default gemm_rs M=4096 N=K=8192 copy_engine;
 #                $SERVED_ARGS adds its options, e.g. --op ag_gemm --N 5120 --params '{...}')
@@ -243,6 +248,15 @@ for s in "$@"; do
             --modes "${MODES:-plain_compile,autotaxer_compile,functions_compile,async_tp,async_tp_autotaxer,ceiling}" \
             --no-shipped --warmup-budget "${BUDGET:-50}" --db "sqlite:///$OUT/layer.sqlite" --reps 10 \
             --out "$OUT/layer.json"
+        ;;
+    layer-check | layer-check-graph)
+        # the re-tuned table judged in the model's step before export (issue 51): the layer's warm-up on the
+        # tuning database checks every winner `autotaxer tune` stored there (and tunes what is missing)
+        if [ "$s" = layer-check ]; then db=$DB cases=train:256,train:1024,train:4096,train:8192,train:16384
+        else db=$DB_GRAPH cases=graph:256,graph:1024,graph:4096,graph:8192,graph:16384; fi
+        step "$s" "${LIMIT:-540}" torchrun --nproc-per-node "$WS" bench/layer.py --cases "${CASES:-$cases}" \
+            --modes "${MODES:-plain_compile,autotaxer_compile}" --no-shipped --warmup-budget "${BUDGET:-120}" \
+            --db "$db" --reps 5 --out "$OUT/$s.json"
         ;;
     agreement)
         step agreement 60 python3 -P bench/calls.py agreement --layer "$OUT/layer.json" \

@@ -42,6 +42,10 @@ class TrialEvent:
     bsp_us: float | None = None
     wall_ms: float = 0.0
     overhead_ms: float | None = None
+    #: of the overhead, the slowest rank's workspace set-up, and its first call (compiling a new
+    #: configuration) with the reference check
+    prepare_ms: float | None = None
+    check_ms: float | None = None
 
 
 @dataclass(frozen=True)

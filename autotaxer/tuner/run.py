@@ -132,6 +132,8 @@ class _Outcome:
     median_us: float | None = None
     rel_err: float = math.nan
     timing_s: float = 0.0
+    prepare_s: float = 0.0  # the slowest rank's workspace set-up
+    check_s: float = 0.0  # the slowest rank's first call and reference check
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,13 @@ def _combine(replies: list[RankReply]) -> _Outcome:
     medians = [r.median_us for r in replies if r.median_us is not None]
     if len(medians) != len(replies) or not all(math.isfinite(m) and m > 0 for m in medians):
         return _Outcome(failure=f"timing failed: medians {medians}", rel_err=rel, timing_s=timing)
-    return _Outcome(median_us=max(medians), rel_err=rel, timing_s=timing)
+    return _Outcome(
+        median_us=max(medians),
+        rel_err=rel,
+        timing_s=timing,
+        prepare_s=max(r.prepare_s for r in replies),
+        check_s=max(r.check_s for r in replies),
+    )
 
 
 class _ShapeTuner:
@@ -424,6 +432,9 @@ class _ShapeTuner:
             if not math.isnan(outcome.rel_err):
                 trial.set_user_attr("rel_err", outcome.rel_err)
             trial.set_user_attr("overhead_ms", overhead_ms)
+            if outcome.failure is None:
+                trial.set_user_attr("prepare_ms", outcome.prepare_s * 1e3)
+                trial.set_user_attr("check_ms", outcome.check_s * 1e3)
             try:
                 if outcome.failure is None:
                     trial.set_user_attr("median_us", outcome.median_us)
@@ -482,6 +493,8 @@ class _ShapeTuner:
                 bsp_us=bsp.value if bsp is not None else None,
                 wall_ms=(time.perf_counter() - t0) * 1e3,
                 overhead_ms=overhead_ms,
+                prepare_ms=outcome.prepare_s * 1e3 if outcome.failure is None else None,
+                check_ms=outcome.check_s * 1e3 if outcome.failure is None else None,
             )
         )
 

@@ -20,7 +20,8 @@ dispatch serves BSP. A warm-up closes that loop inside the model's own launch:
    record is stored again as that form (``env["in_step"]``, ``env["in_step_gain"]``, which
    ``autotaxer show`` prints). The check's time counts in ``budget_s`` (up to a quarter of it is
    held back from tuning for it); winners it has no time left for stay served, marked ``unchecked``, and
-   a later warm-up on the same database checks them.
+   a later warm-up on the same database checks them, as it checks the winners ``autotaxer tune`` stored
+   in that database (tuned alone: a re-tuned table is judged in the step before it is exported).
 
 The check runs the step twice, then up to ``3 * (2 * check_rounds + 1)`` times per winner checked (more
 rounds, up to three times ``check_rounds``, while the budget covers them): pass a step whose
@@ -278,13 +279,17 @@ def _cuda() -> bool:
 
 
 def _to_check_again(rt: Any, key: ProblemKey) -> bool:
-    """A key served a winner from this runtime's database that an earlier warm-up had no time to check."""
+    """A key served a winner from this runtime's database that no in-step check judged: one an earlier
+    warm-up had no time to check, or one ``autotaxer tune`` stored there (tuned alone, never in the step:
+    a table re-tuned on the CLI is checked in the model's step by the first warm-up on its database, and
+    exported with the verdicts). Records of other sources (shipped tables, ``AUTOTAXER_TABLE``) are
+    served as they are."""
     from ..records import in_step_of
 
     rec = checkable(rt, key)
     return (
         rec is not None
-        and in_step_of(rec.env)[0] == UNCHECKED
+        and in_step_of(rec.env)[0] in (None, UNCHECKED)
         and rt.table.origins.get(key) == rt.config.tuning_db_url()
     )
 

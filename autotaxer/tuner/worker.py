@@ -60,6 +60,10 @@ class RankReply:
     median_us: float | None = None
     timing_s: float = 0.0
     elapsed_s: float = 0.0
+    #: seconds of the workspace's set-up, and of the reference check (the first call: a new configuration
+    #: compiles there)
+    prepare_s: float = 0.0
+    check_s: float = 0.0
     error: str | None = None
     detail: str = ""
     fatal: bool = False
@@ -102,14 +106,18 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
     ctx = state.ctx
     t0 = time.perf_counter()
     raised: tuple[Exception, str] | None = None
+    t_prepared = t_checked = t0
     try:
         op = get_op(req.op)
         variant = op.variants[req.variant]
         ws = state.workspace(variant, req.key, req.params)
         run = launcher(op, variant, req.key, ctx.device)  # as dispatch serves it: graph replays or not
+        t_prepared = time.perf_counter()
         err = check_variant(op, variant, req.key, req.params, ctx, req.seed, ws=ws, run=run)
+        t_checked = time.perf_counter()
     except Exception as exc:  # reported after the ranks agreed (below)
         raised, err = (exc, traceback.format_exc()), math.inf
+    phases = {"prepare_s": t_prepared - t0, "check_s": max(0.0, t_checked - t_prepared)}
     try:
         gave_up = peer_timeout(ctx)  # a kernel's wait on a peer that gave up (check_variant synchronised)
         err, any_raised = maxes_over_ranks([math.inf if gave_up else err, float(raised is not None)], ctx)
@@ -157,6 +165,7 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
             median_us=median,
             timing_s=t_end - t_timing,
             elapsed_s=t_end - t0,
+            **phases,
         )
     except Exception as exc:  # a failed trial, reported to the tuner; the worker lives on
         state.cached.clear()

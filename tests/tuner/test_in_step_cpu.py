@@ -40,7 +40,7 @@ class SpeedsUp(BspVariant):
     name = "planted_speeds_up"
     is_baseline = False
     device_types = frozenset({"cpu"})
-    at_m: tuple[int, ...] = (32, 48, 64)
+    at_m: tuple[int, ...] = (32, 48, 64, 96)
 
     def check(self, key, target, params) -> str | None:
         return None if key["M"] in self.at_m else f"M: {self.name} is planted at M={self.at_m}"
@@ -165,7 +165,41 @@ def _ranks(ctx, tmp: str) -> dict:
     out["short"] = {"report": report, "served": _served(), "db": _winners(url) if rank == 0 else None}
     # 4. scenario 1 compiled (a database of its own): the check switches the keys inside the graph
     out["compiled"] = _compiled(ws, rank, f"sqlite:///{tmp}/compiled.sqlite", variants)
+    # 5. a winner as `autotaxer tune` stores it (no in-step stamp) in the warm-up's database: checked
+    autotaxer.init(config)
+    step96 = _step(ws, rank, (96,))
+    autotaxer.warmup(
+        step96, budget_s=120, trials=2, variants=variants, seed_nearby=False, progress=False, check_rounds=0
+    )
+    if rank == 0:
+        _unstamp(url, _key(96))
+    _barrier()
+    autotaxer.init(config)
+    before = _winners(url) if rank == 0 else None
+    report = autotaxer.warmup(step96, budget_s=120, variants=variants, progress=False)
+    step96()
+    after = _winners(url) if rank == 0 else None
+    out["cli"] = {"before": before, "report": report, "served": _served(), "db": after}
     return out
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def _unstamp(url: str, key: str) -> None:
+    """Store ``key``'s record again without warm-up's stamps, as ``autotaxer tune`` leaves a record."""
+    import dataclasses
+
+    from autotaxer.records import IN_STEP
+    from autotaxer.storage import open_database
+
+    with open_database(url) as db:
+        (rec,) = [w for w in db.winners() if w.key.text == key]
+        env = {k: v for k, v in rec.env.items() if k != IN_STEP}
+        db.upsert_winners([dataclasses.replace(rec, env=env)], replace=True)
 
 
 def _compiled(ws: int, rank: int, url: str, variants: tuple[str, ...]) -> dict:
@@ -290,7 +324,7 @@ def test_a_compiled_step_is_checked_as_it_runs_compiled(ranks) -> None:
 
 
 def test_ranks_agree_on_every_check(ranks) -> None:
-    for scenario in ("checked", "off", "next", "short", "compiled"):
+    for scenario in ("checked", "off", "next", "short", "compiled", "cli"):
         assert ranks[1][scenario]["report"].checks == ranks[0][scenario]["report"].checks
         assert ranks[1][scenario]["served"] == ranks[0][scenario]["served"]
 
@@ -306,6 +340,16 @@ def test_unchecked_winners_are_marked_and_checked_by_the_next_launch(ranks) -> N
     assert nxt["report"].results == ()  # nothing tuned again
     check = _check(nxt["report"], key)
     assert check.status == "kept" and nxt["db"][key][1]["in_step"] == "kept"
+
+
+def test_winners_autotaxer_tune_stored_in_the_warm_ups_database_are_checked_in_the_step(ranks) -> None:
+    key = _key(96)
+    cli = ranks[0]["cli"]
+    assert cli["before"][key][0] == "planted_speeds_up" and "in_step" not in cli["before"][key][1]
+    assert cli["report"].results == ()  # tuned already: checked, not tuned again
+    check = _check(cli["report"], key)
+    assert check.status == "kept" and check.gain is not None and check.gain > 1
+    assert cli["db"][key][1]["in_step"] == "kept" and cli["served"][key] == ["planted_speeds_up", "exact"]
 
 
 def test_winners_the_budget_leaves_no_time_to_check_stay_served_marked_unchecked(ranks) -> None:

@@ -128,6 +128,8 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
     assert events[0] == {"event": "note", "message": f"database: {url}"}  # where the results go
     first = next(e for e in events if e["event"] == "shape_start")
     assert [e["trial"] for e in events if e["event"] == "trial" and e["key"] == first["key"]][-1] == 8
+    ran = [e for e in events if e["event"] == "trial" and e["state"] == "COMPLETE"]
+    assert ran and all(e["check_ms"] > 0 and e["prepare_ms"] >= 0 for e in ran)
     winners = {w.key: w for w in _winners(url)}
     for key in (_key(2, 32, 16, 16, 0), _key(2, 16, 8, 16, 1)):
         trials = _trials(url, key)
@@ -136,6 +138,10 @@ def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None
         assert trials[0].params == {"variant": "bsp"}  # the baseline is measured first
         assert all(t.state.name == "COMPLETE" and t.user_attrs["rel_err"] < 1e-5 for t in finished)
         assert all(t.user_attrs["overhead_ms"] > 0 for t in finished)
+        # where the overhead went: the workspace's set-up and the first call with the reference check
+        for t in finished:
+            phases = t.user_attrs["prepare_ms"], t.user_attrs["check_ms"]
+            assert all(p >= 0 for p in phases) and t.user_attrs["check_ms"] > 0
         assert winners[key].variant in ("bsp", "cpu_chunked") and winners[key].trials == 8
         assert winners[key].speedup == pytest.approx(winners[key].bsp_us / winners[key].median_us)
         assert winners[key].env["timing"] == "eager" and winners[key].env["torch"]  # how it was measured

@@ -7,6 +7,10 @@ Parameters: ``streams`` (lanes the peers are dealt to, at most one per peer coun
 | ``triton``: the ready flags and ``done`` tokens), ``chunks`` per pulled shard and ``accumulate``
 (``gather_dim=1``). Experimental and opt-in (``--variants ce_pull``) until measured on GPUs; NVIDIA only
 (``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_pull``.
+
+Measured: 2×H200 (2026-11-28), correct (bf16/fp16, both B layouts, graph replays) and no faster than
+``copy_engine`` at one peer (within 3% at 3 of the TP2 layer's 8 ``ag_gemm`` keys at M 1024/4096, 5-32%
+slower at the rest: ``bench/results/2026-11-28_tune_layer_ws2_h200x2/``); not yet at 4 or 8 GPUs.
 """
 
 from __future__ import annotations
