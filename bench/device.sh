@@ -51,7 +51,7 @@
 #                $SERVED_ARGS adds its options, e.g. --op ag_gemm --N 5120 --params '{...}')
 #                -> $OUT/served_vs_trial.json
 #   timeline     bench/timeline.py on $WS GPUs: the device timeline of bsp, torch_fused and the copy-engine
-#                variants (ag: copy_engine, ce_pull, ce_fanout from 3 GPUs) at the TP4 layer's M=4096 keys (ag N=2560 and 14336, rs K=8192
+#                variants (ag: copy_engine, ce_pull, ce_persistent, ce_fanout from 3 GPUs) at the TP4 layer's M=4096 keys (ag N=2560 and 14336, rs K=8192
 #                and 28672) -> $OUT/timeline_*.json (issue 47: which stream waits on what)
 #   overhead     bench/dispatch_overhead.py at world size $WS (5000 calls) -> $OUT/overhead.json
 #   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
@@ -271,7 +271,7 @@ for s in "$@"; do
         fan=$([ "$WS" -ge 3 ] && echo ,ce_fanout)
         for nk in 2560 14336; do
             step "timeline_ag_n$nk" 120 torchrun --nproc-per-node "$WS" bench/timeline.py --op ag_gemm --M 4096 \
-                --N "$nk" --K 8192 --entries "bsp,torch_fused,copy_engine,ce_pull$fan" --json-out "$OUT/timeline_ag_n$nk.json"
+                --N "$nk" --K 8192 --entries "bsp,torch_fused,copy_engine,ce_pull,ce_persistent$fan" --json-out "$OUT/timeline_ag_n$nk.json"
         done
         for k in 8192 28672; do
             step "timeline_rs_k$k" 120 torchrun --nproc-per-node "$WS" bench/timeline.py --op gemm_rs --M 4096 \
