@@ -25,6 +25,7 @@ Every function here is collective: all ranks of ``ctx.group`` call it with the s
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -48,6 +49,13 @@ _SECOND_SEED_OFFSET = 7919
 #: Seconds the once-per-process warm-up runs at least, per device type: long enough for lazy thread
 #: pools, allocator pools, communicator buffers and clocks to settle, short beside a group's launch.
 PROCESS_WARMUP_S = {"cpu": 0.2, "cuda": 1.0}
+
+#: A tuner trial's timed calls per sample (eager) or per captured graph: at most ``iters``, fewer where
+#: that many would run past about this many µs (a 12 ms GEMM needs no 20 calls a sample to be timed to
+#: a fraction of a percent, and 140 of them were most of a large key's trial), and never fewer than
+#: :data:`MIN_CALLS_PER_SAMPLE`. The benchmark and the confirmation time the ``iters`` they are given.
+TRIAL_SAMPLE_US = 10_000.0
+MIN_CALLS_PER_SAMPLE = 3
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,7 @@ def time_variant(
     mode: str = "eager",
     samples: int = 7,
     chain: Chain | None = None,
+    sample_us: float | None = None,
 ) -> float:
     """Median time of one call of ``fn`` in microseconds, MAX over ranks (collective).
 
@@ -178,13 +187,20 @@ def time_variant(
     GPU ``graph``: ``iters`` calls captured in one CUDA graph, each sample one replay. CPU:
     ``time.perf_counter`` around ``iters`` calls after a barrier (``graph`` is refused). With ``chain``
     each call waits for the previous one's output, and the link's own median (timed alone the same way,
-    MAX over ranks) is subtracted; without it the calls run back to back.
+    MAX over ranks) is subtracted; without it the calls run back to back. ``sample_us`` (GPU): fewer
+    calls a sample where ``iters`` of the slowest rank's call would take longer
+    (:func:`calls_per_sample`; then an eager sample starts behind one untimed call; the link keeps
+    ``iters``).
     """
     TimingConfig(mode=mode, warmup=warmup, iters=iters, samples=samples).validate()
     warm_up(ctx)
     timed = fn if chain is None else chain.wrap(fn)
-    sampler = _prepare(timed, ctx, mode, warmup, iters)
-    per_call = [_sample_us(sampler, ctx) for _ in range(samples)]
+    calls = iters
+    if sample_us is not None and ctx.target.device_type == "cuda":
+        calls = calls_per_sample(_max_over_ranks(_one_call_us(timed, ctx, warmup), ctx), iters, sample_us)
+    sampler = _prepare(timed, ctx, mode, warmup, calls)
+    # fewer calls: each eager sample starts behind an untimed one (no idle GPU at its first launch)
+    per_call = [_sample_us(sampler, ctx, lead_in=calls < iters) for _ in range(samples)]
     del sampler  # a captured graph goes before the next one is made
     raw = _max_over_ranks(statistics.median(per_call), ctx)
     if chain is None:
@@ -193,6 +209,32 @@ def time_variant(
     link_us = _max_over_ranks(statistics.median(_sample_us(link_sampler, ctx) for _ in range(samples)), ctx)
     del link_sampler
     return less_link(raw, link_us)
+
+
+def calls_per_sample(call_us: float, iters: int, sample_us: float) -> int:
+    """Timed calls a sample for a call of about ``call_us``: ``iters``, or fewer where they would take
+    more than ``sample_us`` in all, never below :data:`MIN_CALLS_PER_SAMPLE` (nor above ``iters``); an
+    unknown duration (not finite, not positive) keeps ``iters``."""
+    if not (math.isfinite(call_us) and call_us > 0):
+        return iters
+    return max(min(MIN_CALLS_PER_SAMPLE, iters), min(iters, math.ceil(sample_us / call_us)))
+
+
+def _one_call_us(fn: Callable[[], Any], ctx: RunContext, warmup: int) -> float:
+    """The fastest of ``max(warmup, 1)`` single calls of ``fn`` on this rank (CUDA events, each call
+    synchronised; the first may compile or allocate, so the fastest, not the mean), in µs."""
+    import torch
+
+    best = math.inf
+    for _ in range(max(warmup, 1)):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e3)
+    return best
 
 
 def less_link(raw_us: float, link_us: float) -> float:

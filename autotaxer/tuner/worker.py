@@ -3,7 +3,8 @@
 A trial on a rank: prepare (or reuse) the variant's workspace, validate against the reference on two fresh
 seeds, agree on the worst error over all ranks (so every rank takes the same branch and no rank waits
 alone in a collective), then time with :func:`autotaxer.measure.time_variant` (each call waiting for the
-previous one's output unless the timing says ``back-to-back``). A :class:`ConfirmRequest` (the end of a
+previous one's output unless the timing says ``back-to-back``; a call of milliseconds is timed with fewer
+calls a sample, :data:`autotaxer.measure.TRIAL_SAMPLE_US`). A :class:`ConfirmRequest` (the end of a
 key's search) times the winner and the forms it is compared with side by side on fresh inputs
 (:func:`autotaxer.measure.time_interleaved`). Exceptions become an error reply; on CUDA, an error that
 leaves the device unusable (illegal address, ...) also ends the process so that the group is relaunched.
@@ -97,7 +98,7 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
     only) still takes part, so its peers leave the trial with it instead of waiting for it in the next
     collective, and every rank takes the same branch.
     """
-    from ..measure import Chain, check_variant, maxes_over_ranks, time_variant
+    from ..measure import TRIAL_SAMPLE_US, Chain, check_variant, maxes_over_ranks, time_variant
     from ..ops import get_op
     from ..runtime.replay import launcher
 
@@ -151,6 +152,7 @@ def execute_trial(state: WorkerState, req: TrialRequest | ConfirmRequest) -> Ran
             mode=req.timing.mode,
             samples=req.timing.samples,
             chain=Chain(inputs[0], out) if req.timing.chain == "dependent" else None,
+            sample_us=TRIAL_SAMPLE_US,  # a long call: fewer calls a sample (the confirmation keeps iters)
         )
         t_end = time.perf_counter()
         gave_up = peer_timeout(ctx)  # time_variant synchronised

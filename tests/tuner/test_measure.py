@@ -308,3 +308,65 @@ def test_chained_timing_on_a_gpu_keeps_the_inputs_and_times_the_link(mode: str) 
     assert t.get(f"{mode}_error") is None, t[f"{mode}_error"]
     assert t[mode] > 0 and t[f"{mode}_link"] > 0
     assert torch.equal(a.view(torch.int16), before.view(torch.int16))
+
+
+def test_a_long_call_is_timed_with_fewer_calls_a_sample_never_below_the_floor() -> None:
+    from autotaxer.measure import MIN_CALLS_PER_SAMPLE, calls_per_sample
+
+    assert calls_per_sample(100.0, 20, 10_000.0) == 20  # short: the configured iters
+    assert calls_per_sample(1_000.0, 20, 10_000.0) == 10
+    assert calls_per_sample(12_000.0, 20, 10_000.0) == MIN_CALLS_PER_SAMPLE  # 3 calls of 12 ms, not 20
+    assert calls_per_sample(12_000.0, 2, 10_000.0) == 2  # never above iters
+    for unknown in (math.inf, math.nan, 0.0, -1.0):
+        assert calls_per_sample(unknown, 20, 10_000.0) == 20
+
+
+def test_time_variant_on_cpu_times_the_iters_it_is_given_whatever_sample_us(monkeypatch) -> None:
+    """``sample_us`` is a GPU rule: on CPU every sample still runs ``iters`` calls."""
+    from types import SimpleNamespace
+
+    from autotaxer import measure
+
+    monkeypatch.setattr(measure, "warm_up", lambda ctx: None)
+    monkeypatch.setattr(measure, "_barrier", lambda ctx: None)
+    monkeypatch.setattr(measure, "_max_over_ranks", lambda value, ctx: value)
+    ctx = SimpleNamespace(target=SimpleNamespace(device_type="cpu"))
+    calls: list[int] = []
+    measure.time_variant(lambda: calls.append(1), ctx, warmup=1, iters=4, samples=3, sample_us=1.0)
+    assert len(calls) == 1 + 3 * 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_a_trial_of_a_long_call_on_a_gpu_times_fewer_calls_a_sample(mode: str) -> None:
+    """A ~6 ms call with ``sample_us`` of 10 ms: 3 calls a sample (captured: 3 calls in the graph) instead
+    of 20 (any call above 3.4 ms gets the floor of 3)."""
+    import torch
+
+    from autotaxer._target import cuda_target
+    from autotaxer.measure import time_variant
+    from autotaxer.ops import RunContext
+
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cuda", 0), target=cuda_target(0))
+    calls: list[int] = []
+    torch.cuda._sleep(1_000_000)  # the clock up before sizing the sleep
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(1_000_000)
+    end.record()
+    end.synchronize()
+    cycles = int(1_000_000 * 6.0 / start.elapsed_time(end))  # about 6 ms
+
+    def long_call() -> None:
+        calls.append(1)
+        torch.cuda._sleep(cycles)
+
+    t = time_variant(long_call, ctx, warmup=2, iters=20, mode=mode, samples=3, sample_us=10_000.0)
+    adaptive = len(calls)
+    calls.clear()
+    time_variant(long_call, ctx, warmup=2, iters=20, mode=mode, samples=3)
+    # eager: 2 sizing + 2 warm-up + 3 samples of (1 untimed lead-in + 3); graph: 2 + 2 + 3 captured
+    assert adaptive == (2 + 2 + 3 * 4 if mode == "eager" else 2 + 2 + 3), adaptive
+    assert len(calls) == (2 + 60 if mode == "eager" else 2 + 20)
+    assert math.isfinite(t) and t > 0
