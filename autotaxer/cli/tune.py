@@ -58,6 +58,14 @@ def tune_command(
             "budget is at least those plus this many (default: 8 on GPUs, 0 on CPU).",
         ),
     ] = None,
+    reach: Annotated[
+        float | None,
+        typer.Option(
+            "--reach",
+            help="Prune a sampler draw of a variant whose fastest trial is this many times the shape's "
+            "fastest (its seeds ran; 0: never; default: 1.25 on GPUs, 0 on CPU).",
+        ),
+    ] = None,
     retune: Annotated[bool, flag("--retune", help="Delete the studies and winners first.")] = False,
     quiet: Annotated[
         bool, flag("--quiet", "-q", help="Plain log lines instead of the live display.")
@@ -127,9 +135,9 @@ def tune_command(
     )
     output = (quiet, jsonl, wide)
     if launch is None:
-        _tune_spawned(keys_rows, world_size, device, db, config, sampled, output, yes)
+        _tune_spawned(keys_rows, world_size, device, db, config, (sampled, reach), output, yes)
     else:
-        _tune_launched(keys_rows, launch, device, db, config, sampled, output)
+        _tune_launched(keys_rows, launch, device, db, config, (sampled, reach), output)
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -166,8 +174,9 @@ def _warm_start(paths: list[Path]) -> dict[str, tuple[tuple[str, dict], ...]]:
     return {k: tuple(v) for k, v in warm.items()}
 
 
-def _for_device(config: Any, sampled: int | None, device_type: str) -> Any:
-    """``config`` with the device's timing defaults and ``--sampled`` (default: 8 on GPUs, 0 on CPU),
+def _for_device(config: Any, chosen: tuple[int | None, float | None], device_type: str) -> Any:
+    """``config`` with the device's timing defaults, ``--sampled`` and ``--reach`` (``chosen``; defaults:
+    8 and 1.25 on GPUs, 0 and 0 on CPU, where a trial costs no compilation and the CPU tests count draws),
     validated."""
     from dataclasses import replace
 
@@ -176,10 +185,15 @@ def _for_device(config: Any, sampled: int | None, device_type: str) -> Any:
     mode = config.timing.mode
     if device_type == "cpu" and mode == "graph":
         _fail("--timing graph needs CUDA; use --timing eager on CPU")
+    from ..tuner.study import GPU_REACH
+
+    sampled, reach = chosen
     if sampled is None:
         sampled = 8 if device_type == "cuda" else 0
+    if reach is None:
+        reach = GPU_REACH if device_type == "cuda" else 0.0
     timing = TimingConfig.for_device(device_type, mode, config.timing.chain)
-    config = replace(config, sampled=sampled, timing=timing)
+    config = replace(config, sampled=sampled, reach=reach, timing=timing)
     try:
         config.validate()
     except ValueError as e:
@@ -268,7 +282,7 @@ def _run(keys: list[Any], target: Any, database: Any, config: Any, executor: Any
         _fail(f"no winner stored for {len(missing)} shape(s): {', '.join(missing)}", code=1)
 
 
-def _tune_spawned(rows, world_size, device, db_url, config, sampled, output, yes: bool) -> None:
+def _tune_spawned(rows, world_size, device, db_url, config, chosen, output, yes: bool) -> None:
     from .._target import detect_target, visible_gpus
     from ..tuner import SpawnedGroup
     from ._estimate import tune_verdict
@@ -283,7 +297,7 @@ def _tune_spawned(rows, world_size, device, db_url, config, sampled, output, yes
         target = detect_target(device, world_size)
     except (RuntimeError, ValueError) as e:
         _fail(str(e))
-    config = _for_device(config, sampled, target.device_type)
+    config = _for_device(config, chosen, target.device_type)
     keys = _keys(rows, target, world_size, config)
     found = tune_verdict(keys, config.trials, world_size, yes) if target.device_type == "cpu" else None
     if found is not None and found[0] == "refuse":
@@ -306,7 +320,7 @@ def _tune_spawned(rows, world_size, device, db_url, config, sampled, output, yes
         database.close()
 
 
-def _tune_launched(rows, launch, device, db_url, config, sampled, output) -> None:
+def _tune_launched(rows, launch, device, db_url, config, chosen, output) -> None:
     import torch
 
     from ..tuner.distributed import LaunchedGroup, follow, init_launched
@@ -319,7 +333,7 @@ def _tune_launched(rows, launch, device, db_url, config, sampled, output) -> Non
     if launch.rank != 0:
         follow(ctx)
         return
-    config = _for_device(config, sampled, device)
+    config = _for_device(config, chosen, device)
     keys = _keys(rows, ctx.target, launch.world_size, config)
     reporter = _reporter(*output)
     database = _open_db(db_url)

@@ -10,6 +10,8 @@ which every spawned rank and worker inherits); otherwise nothing here is ever tu
 - ``planted_raise``: rank 1 raises ``RuntimeError`` inside ``run`` (a candidate failing on one rank).
 - ``planted_never_signal``: rank 0 (the only rank at world size 1) records in its watch slot what a kernel
   whose wait on rank 1's flag gave up records (``kernels/common/watch.py``), as if rank 1 never signalled.
+- ``planted_slow``: right, and 20-25 ms slower a call than BSP at every point of its six-point space (two
+  seeds): a variant no draw can bring back (the tuner's ``--reach``).
 """
 
 from __future__ import annotations
@@ -96,4 +98,25 @@ class PlantedNeverSignal(_Planted):
         return None
 
 
-VARIANTS = [PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedRaise(), PlantedNeverSignal()]
+class PlantedSlow(_Planted):
+    name = "planted_slow"
+
+    def search_space(self, key: ProblemKey, target: Target) -> dict[str, tuple[Any, ...]]:
+        return {"delay_ms": (20, 21, 22, 23, 24, 25)}
+
+    def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
+        return [{"delay_ms": 20}, {"delay_ms": 21}]
+
+    def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
+        import time
+
+        from ..ops.ag_gemm.bsp import BspVariant
+
+        time.sleep(ws.params["delay_ms"] / 1000)
+        bsp = BspVariant()
+        return bsp.run(bsp.prepare(ws.key, {}, ctx), inputs, ctx, out)
+
+
+VARIANTS = [
+    PlantedHang(), PlantedCrash(), PlantedWrong(), PlantedRaise(), PlantedNeverSignal(), PlantedSlow()
+]  # fmt: skip

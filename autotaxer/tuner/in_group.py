@@ -253,13 +253,14 @@ class _Lead:
     def _tune(self, db: Any, executor: Any, key: ProblemKey, share: float) -> tuple[Any, str]:
         """Run the key's study for at most ``share`` seconds; (its ShapeResult or None, a note)."""
         from . import TuneConfig, tune
-        from .study import StudyError
+        from .study import GPU_REACH, StudyError
 
         op_variants = self._variants(key)
         warm = self._seeds(db, key, op_variants) if self.budget.seed_nearby else ()
         config = TuneConfig(
             trials=self.budget.trials,
             sampled=8 if self.rt.ctx.target.device_type == "cuda" else 0,
+            reach=GPU_REACH if self.rt.ctx.target.device_type == "cuda" else 0.0,
             timeout_s=share,
             trial_timeout_s=self.budget.trial_timeout_s,
             variants=op_variants,

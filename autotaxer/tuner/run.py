@@ -44,9 +44,11 @@ from .study import (
     fail_stale_trials,
     fastest_form,
     finished,
+    is_queued,
     make_sampler,
     mark_interrupted,
     open_study,
+    out_of_reach,
     owner_tag,
     queued_points,
     requeue_interrupted,
@@ -85,6 +87,8 @@ class TuneConfig:
     # sampler trials after the queued ones (BSP forms, warm starts, seeds): the budget is at least those
     sampled: int = 0
     timeout_s: float | None = None  # per shape
+    # a sampler draw of a variant whose fastest trial is this many times the key's fastest is pruned (0: off)
+    reach: float = 0.0
     trial_timeout_s: float = 120.0
     seed: int | None = 0
     sampler: str = "tpe"
@@ -100,6 +104,8 @@ class TuneConfig:
             raise ValueError(f"--trials: must be >= 1, got {self.trials}")
         if self.sampled < 0:
             raise ValueError(f"--sampled: must be >= 0, got {self.sampled}")
+        if not (self.reach == 0 or 1 < self.reach < math.inf):  # NaN fails too
+            raise ValueError(f"--reach: must be 0 (off) or a finite ratio > 1, got {self.reach}")
         if self.timeout_s is not None and not 0 < self.timeout_s < math.inf:  # NaN fails too
             raise ValueError(f"--timeout: must be a finite number of seconds > 0, got {self.timeout_s}")
         if not 0 < self.trial_timeout_s < math.inf:  # NaN or inf would turn the watchdog off
@@ -267,7 +273,7 @@ class _ShapeTuner:
                 cut_short = True
                 break
             if asks >= max_asks:
-                note = f"stopped after {asks} asks: most of the space is invalid"
+                note = f"stopped after {asks} asks: what is left is invalid, repeated or out of reach"
                 break
             asks += 1
             self._one_trial(study, target, TrialState)
@@ -401,6 +407,8 @@ class _ShapeTuner:
             dup = duplicate_of(study, trial.params, trial.number) if reason is None else None
             if dup is not None:
                 reason = f"duplicate of trial {dup}"
+            if reason is None and self.config.reach and not is_queued(study, trial):
+                reason = out_of_reach(study, name, self.config.reach)
             if reason is not None:
                 trial.set_user_attr("pruned", reason)
                 study.tell(trial, state=TrialState.PRUNED)

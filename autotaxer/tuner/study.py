@@ -467,3 +467,42 @@ def best_trial(study: Any, variant: str | None = None) -> Any:
         if best is None or t.value < best.value:
             best = t
     return best
+
+
+#: Complete trials a variant needs before :func:`out_of_reach` may judge it (its seeds, usually).
+REACH_TRIALS = 2
+#: ``--reach`` on GPUs (and warm-up's there): draws of a variant 25% behind at its best are not launched.
+GPU_REACH = 1.25
+
+
+def is_queued(study: Any, trial: Any) -> bool:
+    """Whether ``trial`` runs a configuration the study was given (BSP forms, warm starts, seeds), not a
+    sampler draw."""
+    return "fixed_params" in study._storage.get_trial_system_attrs(trial._trial_id)
+
+
+def out_of_reach(study: Any, variant: str, reach: float) -> str | None:
+    """Why a sampler draw of ``variant`` is not worth launching: its fastest of at least
+    :data:`REACH_TRIALS` complete trials is ``reach`` times the key's fastest trial or slower; None
+    otherwise, and always with ``reach`` 0 (off). A draw costs what a trial costs (a new configuration of
+    a Triton variant compiles: ~1 s on 2xH200), and a variant whose seeds all trail by that much has not
+    come back within 2% of the best on the keys measured (bench/results/2026-11-28_tune_layer_ws2_h200x2)."""
+    from optuna.trial import TrialState
+
+    if reach <= 0:
+        return None
+    mine = [
+        t.value
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.params.get("variant") == variant
+    ]
+    best = best_trial(study)
+    if len(mine) < REACH_TRIALS or best is None:
+        return None
+    ratio = min(mine) / best.value
+    if ratio < reach:
+        return None
+    return (
+        f"out of reach: {variant}'s fastest trial ({min(mine):.1f} µs) is {ratio:.2f}× the key's fastest "
+        f"({best.value:.1f} µs), past --reach {reach:g}"
+    )

@@ -115,6 +115,43 @@ def test_a_kernel_wait_that_gave_up_is_a_failed_trial_naming_the_silent_peer(tmp
 
 
 @pytest.mark.slow
+def test_sampler_draws_of_a_variant_far_behind_are_not_launched_with_reach(tmp_path: Path) -> None:
+    """``--reach 1.25``: once ``planted_slow``'s two seeds ran (20-21 ms behind BSP), no draw of it runs;
+    each is pruned naming the ratio. ``--reach 0`` (CPU's default) launches the draws."""
+    from autotaxer.tuner.study import split_params
+
+    key = _key(2, 16, 8, 8, 0)
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
+    runs = {}
+    for reach in ("1.25", "0"):
+        url = f"sqlite:///{tmp_path}/reach{reach}.sqlite"
+        args = [*_run_args(shapes, url), "--variants", "planted_slow", "--trials", "6", "--reach", reach]
+        args.append("-q")
+        proc = _tune(args, env=PLANTED)
+        assert proc.returncode == 0, proc.stderr
+        runs[reach] = _trials(url, key)
+    slow = {r: [t for t in ts if t.params.get("variant") == "planted_slow"] for r, ts in runs.items()}
+    ran = {r: [t for t in ts if t.state.name == "COMPLETE"] for r, ts in slow.items()}
+    assert sorted(split_params(t.params)[1]["delay_ms"] for t in ran["1.25"]) == [20, 21]  # its seeds
+    reasons = [t.user_attrs.get("pruned", "") for t in slow["1.25"] if t.state.name == "PRUNED"]
+    out = [r for r in reasons if r.startswith("out of reach: planted_slow's fastest trial")]
+    assert out and "past --reach 1.25" in out[0]
+    assert all(r in out or r.startswith("duplicate of trial") for r in reasons)  # a seed drawn again
+    assert len(ran["0"]) == 5  # 6 trials: BSP and five of its points
+
+
+def test_reach_must_be_off_or_a_ratio_above_one(tmp_path: Path) -> None:
+    shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
+    for bad in ("1", "0.5", "-1", "nan", "inf"):
+        proc = _tune([*_run_args(shapes, f"sqlite:///{tmp_path}/r.sqlite"), "--reach", bad])
+        assert proc.returncode == 2 and "--reach: must be 0 (off) or a finite ratio > 1" in proc.stderr, (
+            bad,
+            proc.stderr,
+        )
+        assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
 def test_tune_world_size_2_tpe_stores_trials_and_winners(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/t.sqlite"
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n32,16,16,fp32,0\n16,8,16,fp32,1\n")
