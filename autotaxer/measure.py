@@ -221,20 +221,10 @@ def calls_per_sample(call_us: float, iters: int, sample_us: float) -> int:
 
 
 def _one_call_us(fn: Callable[[], Any], ctx: RunContext, warmup: int) -> float:
-    """The fastest of ``max(warmup, 1)`` single calls of ``fn`` on this rank (CUDA events, each call
-    synchronised; the first may compile or allocate, so the fastest, not the mean), in µs."""
-    import torch
-
-    best = math.inf
-    for _ in range(max(warmup, 1)):
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) * 1e3)
-    return best
+    """The fastest of ``max(warmup, 1)`` one-call samples of ``fn`` on this rank (:func:`_sample_us`; the
+    first call may compile or allocate, so the fastest, not the mean), in µs (collective)."""
+    one = _Sampler(fn, 1, on_cuda=True)
+    return min(_sample_us(one, ctx) for _ in range(max(warmup, 1)))
 
 
 def less_link(raw_us: float, link_us: float) -> float:

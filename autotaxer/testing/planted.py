@@ -107,14 +107,18 @@ class PlantedSlow(_Planted):
     def seed_configs(self, key: ProblemKey, target: Target) -> list[dict[str, Any]]:
         return [{"delay_ms": 20}, {"delay_ms": 21}]
 
+    def prepare(self, key: ProblemKey, params: Params, ctx: RunContext) -> Workspace:
+        from ..ops.ag_gemm.bsp import BspVariant
+
+        bsp = BspVariant()
+        return Workspace(key, dict(params), {"bsp": (bsp, bsp.prepare(key, {}, ctx))})
+
     def run(self, ws: Workspace, inputs: tuple[Any, ...], ctx: RunContext, out: Any = None) -> Any:
         import time
 
-        from ..ops.ag_gemm.bsp import BspVariant
-
         time.sleep(ws.params["delay_ms"] / 1000)
-        bsp = BspVariant()
-        return bsp.run(bsp.prepare(ws.key, {}, ctx), inputs, ctx, out)
+        bsp, bsp_ws = ws.buffers["bsp"]
+        return bsp.run(bsp_ws, inputs, ctx, out)
 
 
 VARIANTS = [

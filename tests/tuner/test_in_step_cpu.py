@@ -127,6 +127,8 @@ def _winners(url: str) -> dict:
 
 
 def _ranks(ctx, tmp: str) -> dict:
+    import torch
+
     import autotaxer
 
     _plant()
@@ -173,7 +175,7 @@ def _ranks(ctx, tmp: str) -> dict:
     )
     if rank == 0:
         _unstamp(url, _key(96))
-    _barrier()
+    torch.distributed.barrier()
     autotaxer.init(config)
     before = _winners(url) if rank == 0 else None
     report = autotaxer.warmup(step96, budget_s=120, variants=variants, progress=False)
@@ -181,12 +183,6 @@ def _ranks(ctx, tmp: str) -> dict:
     after = _winners(url) if rank == 0 else None
     out["cli"] = {"before": before, "report": report, "served": _served(), "db": after}
     return out
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    dist.barrier()
 
 
 def _unstamp(url: str, key: str) -> None:
