@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import faulthandler
 import json
 import os
 import statistics
@@ -59,6 +60,9 @@ from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
+
+#: seconds a rank may take to leave after the results are written (then: its stacks, and exit)
+EXIT_WAIT_S = 60
 
 MODES = (
     "plain_eager", "autotaxer_eager", "plain_compile", "async_tp", "async_tp_autotaxer", "autotaxer_compile",
@@ -539,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{direct}"
                   f"(x{c['torch_ms'] / c['autotaxer_ms']:.3f}) served={c['served']} {c['key']} "
                   f"{c.get('variant', '')} {c.get('params', '')}")  # fmt: skip
+    # the results are written: a rank still here after EXIT_WAIT_S (a barrier, the group's teardown, the
+    # interpreter's exit) prints every thread's stack and exits instead of holding the launch
+    faulthandler.dump_traceback_later(EXIT_WAIT_S, exit=True)
     dist.barrier()
     dist.destroy_process_group()
     return 0

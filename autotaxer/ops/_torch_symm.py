@@ -104,7 +104,50 @@ class TorchFusedForm:
         name = group_name_of(ctx)
         if torch.__version__ < "2.10" and hasattr(symm_mem, "enable_symm_mem_for_group"):  # later: implied
             symm_mem.enable_symm_mem_for_group(name)
+        reserve_workspace(name, workspace_bytes(key))
         return Workspace(key, dict(params), {"group_name": name})
+
+
+#: torch's group workspaces that a larger one replaced (this process): a CUDA graph captured while one was
+#: current still addresses it, and torch drops its last reference when it grows the workspace, so a
+#: replay after the growth read freed memory (an illegal address, 4xH200, 2026-11-28: the in-step check
+#: of a ``gemm_rs`` key replayed a step captured with ``torch_fused`` at a smaller ``ag_gemm`` key).
+RETIRED_WORKSPACES: list[Any] = []
+
+
+def workspace_bytes(key: ProblemKey) -> int:
+    """Bytes torch's fused op of ``key`` asks of its group's symmetric workspace: the local shard of A
+    (``ag_gemm``: its pipelined all-gather), two chunks of the output (``gemm_rs``: its pipelined
+    reduce-scatter)."""
+    from .._problem import torch_dtype
+
+    elt = torch_dtype(key.dtype).itemsize
+    shape = dict(key.shape)
+    if key.op == "gemm_rs":
+        return 2 * shape["M"] * shape["N"] // key.world_size * elt
+    return shape["M"] * shape["K"] // key.world_size * elt
+
+
+def reserve_workspace(group_name: str, nbytes: int) -> None:
+    """Grow torch's symmetric workspace of ``group_name`` to at least ``nbytes`` (rounded up to a power of
+    two, so a model's keys grow it a few times at most) now, at a workspace's preparation, and keep the
+    one it replaces alive in :data:`RETIRED_WORKSPACES`; collective (every rank prepares the same key).
+    Nothing while a CUDA graph is being captured (torch's op then raises its own message) or on a torch
+    without the workspace registry."""
+    import torch
+    import torch.distributed._symmetric_memory as symm_mem
+
+    held = getattr(symm_mem, "_group_name_to_workspace_tensor", None)
+    if held is None or not hasattr(symm_mem, "get_symm_mem_workspace") or nbytes <= 0:
+        return
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return
+    current = held.get(group_name)
+    if current is not None and current.numel() * current.element_size() >= nbytes:
+        return
+    if current is not None:
+        RETIRED_WORKSPACES.append(current)
+    symm_mem.get_symm_mem_workspace(group_name, min_size=1 << (nbytes - 1).bit_length())
 
 
 def symm_group_name() -> str:

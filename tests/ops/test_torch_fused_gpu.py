@@ -51,3 +51,56 @@ def _assert(results: list[dict]) -> None:
 @on_gpus(1, 2)
 def test_torch_fused_on_gpus(world_size: int) -> None:
     _assert(run_ranks(_check, world_size, "cuda", timeout=300))
+
+
+def _graph_then_growth(ctx) -> dict:
+    """A call of a small ``ag_gemm`` key captured in a CUDA graph, then a larger ``gemm_rs`` key prepared and
+    run (torch's workspace grows past the one the graph addresses), then the graph replayed on new inputs."""
+    import weakref
+
+    import torch
+    import torch.distributed._symmetric_memory as symm_mem
+
+    from autotaxer._problem import ProblemKey
+    from autotaxer.ops import _torch_symm, get_op, relative_error
+
+    gpu, ws_n = ctx.target.gpu_model, ctx.world_size
+    small = ProblemKey.make(
+        "ag_gemm", gpu, ws_n, "bf16", {"M": 256, "N": 512, "K": 512}, {"gather_dim": 0, "b_layout": "nk"}
+    )
+    large = ProblemKey.make(
+        "gemm_rs", gpu, ws_n, "bf16", {"M": 2048, "N": 4096, "K": 512}, {"scatter_dim": 0, "b_layout": "nk"}
+    )
+    ag, rs = get_op("ag_gemm"), get_op("gemm_rs")
+    ag_v, rs_v = ag.variants["torch_fused"], rs.variants["torch_fused"]
+    ws = ag_v.prepare(small, {}, ctx)
+    static = [t.clone() for t in ag.make_inputs(small, ctx.rank, ctx.device, 1)]
+    ag_v.run(ws, tuple(static), ctx)  # torch's side streams and the workspace exist before the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ag_v.run(ws, tuple(static), ctx)
+    before = symm_mem._group_name_to_workspace_tensor[ws.buffers["group_name"]]
+    before_n, before = before.numel(), weakref.ref(before)  # no reference of the test's own keeps it alive
+    big = rs_v.prepare(large, {}, ctx)
+    big_out = rs_v.run(big, rs.make_inputs(large, ctx.rank, ctx.device, 2), ctx)
+    after = symm_mem._group_name_to_workspace_tensor[ws.buffers["group_name"]]
+    for t, fresh in zip(static, ag.make_inputs(small, ctx.rank, ctx.device, 3), strict=True):
+        t.copy_(fresh)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    return {
+        "grew": after.numel() > before_n and after.numel() >= _torch_symm.workspace_bytes(large),
+        "kept": before() is not None and any(t is before() for t in _torch_symm.RETIRED_WORKSPACES),
+        "replay_err": relative_error(out, ag.reference(small, ctx.rank, ctx.device, 3)),
+        "large_err": relative_error(big_out, rs.reference(large, ctx.rank, ctx.device, 2)),
+    }
+
+
+@on_gpus(2)
+def test_a_graph_captured_before_torchs_workspace_grows_replays_right_after(world_size: int) -> None:
+    for per_rank in run_ranks(_graph_then_growth, world_size, "cuda", timeout=300):
+        assert per_rank["grew"] and per_rank["kept"], per_rank
+        assert per_rank["replay_err"] < 1e-2, per_rank
+        assert per_rank["large_err"] < 1e-2, per_rank
