@@ -52,7 +52,9 @@ class TuningBudget:
     ``trials``: at most per key; ``trial_timeout_s``: a trial running longer is recorded failed;
     ``fleet_wait_s``: how long to wait for a key another process is tuning (0: serve it as before, at
     once); ``seed_nearby``: start each search from the nearest tuned configurations; ``variants``: the
-    variants to try besides the BSP forms (None: each op's default space).
+    variants to try besides the BSP forms (None: each op's default space); ``timing``: how trials are
+    timed, ``eager`` or ``graph`` (CUDA-graph replays, for a step the caller replays in a graph; None:
+    the runtime's ``timing``, else eager).
     """
 
     budget_s: float = 180.0
@@ -62,6 +64,7 @@ class TuningBudget:
     fleet_wait_s: float = 60.0
     seed_nearby: bool = True
     variants: tuple[str, ...] | None = None
+    timing: str | None = None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field when a value is unusable."""
@@ -75,6 +78,8 @@ class TuningBudget:
                 raise ValueError(f"{name}: must be a finite number of seconds > 0, got {value!r}")
         if not (isinstance(self.trials, int) and self.trials >= 1):
             raise ValueError(f"trials: must be an integer >= 1, got {self.trials!r}")
+        if self.timing not in (None, "eager", "graph"):
+            raise ValueError(f"timing: must be 'eager', 'graph' or None, got {self.timing!r}")
         if self.variants is not None:
             from ..ops import get_op, op_names
 
@@ -161,7 +166,9 @@ class _Lead:
         self.url = rt.config.tuning_db_url()
         self.deadline = time.monotonic() + budget.budget_s
         self.owner = owner_tag()
-        self.timing = TimingConfig.for_device(rt.ctx.target.device_type, rt.config.timing or "eager")
+        #: the trials' timing, and the only one a winner another process stored is taken in
+        self.timing_mode = budget.timing or rt.config.timing
+        self.timing = TimingConfig.for_device(rt.ctx.target.device_type, self.timing_mode or "eager")
         self.lease_s = max(MIN_LEASE_S, 2 * budget.trial_timeout_s)
         self._nearby: list[Any] | None = None
         #: the most a key's tuning ran past its share (its BSP forms' first timing, the confirmation, the
@@ -298,14 +305,14 @@ class _Lead:
 
     # -- the fleet ---------------------------------------------------------------------------------
     def _stored(self, db: Any, key: ProblemKey) -> Any:
-        """The database's winner of ``key`` when its search has ended and this runtime would serve it (its
-        timing), else None (a partial one is resumed)."""
+        """The database's winner of ``key`` when its search has ended and was timed as this tuning times
+        (``timing``, else the runtime's), else None (a partial one is resumed)."""
         from ..records import is_partial, timing_of
 
         rec = db.get_winner(key)
         if rec is None or is_partial(rec.env):
             return None
-        if self.rt.config.timing and timing_of(rec.env) != self.rt.config.timing:
+        if self.timing_mode and timing_of(rec.env) != self.timing_mode:
             return None
         return rec
 

@@ -113,6 +113,7 @@ def warmup(
     progress: bool = True,
     check_rounds: int = CHECK_ROUNDS,
     check_graphs: bool = False,
+    timing: str | None = None,
 ) -> WarmupReport:
     """Run ``step(*args)`` once and tune the keys it dispatched that have no tuned record; collective.
 
@@ -126,12 +127,16 @@ def warmup(
     rank 0 (stderr); ``check_rounds``: rounds of the in-step check per winner (0: winners served
     unchecked); ``check_graphs``: the check times ``step(*args)`` captured in a CUDA graph per arm and
     replayed, as a step the caller captures after the warm-up runs (CUDA only; experimental: one of two
-    GPU runs crashed, ``docs/design.md``). Returns the same report
-    on every rank of a group.
+    GPU runs crashed, ``docs/design.md``); ``timing``: how the trials are timed, ``eager`` or ``graph``
+    (CUDA-graph replays: what a step replayed in a graph runs, without the host time an eager call pays;
+    default ``graph`` with ``check_graphs``, else the runtime's ``timing``, else eager). Returns the same
+    report on every rank of a group.
     """
+    if timing is None and check_graphs:
+        timing = "graph"
     budget = TuningBudget(
         budget_s, key_budget_s, trials, trial_timeout_s, fleet_wait_s, seed_nearby,
-        tuple(variants) if variants is not None else None,
+        tuple(variants) if variants is not None else None, timing,
     )  # fmt: skip
     budget.validate()
     if not (isinstance(check_rounds, int) and check_rounds >= 0):
@@ -140,9 +145,12 @@ def warmup(
         raise TypeError(f"step: expected a callable, got {type(step).__name__}")
     if check_graphs and not _cuda():
         raise ValueError("check_graphs: CUDA graphs need a CUDA device, and none is available")
+    if timing == "graph" and not _cuda():
+        raise ValueError("timing: 'graph' times CUDA-graph replays and needs a CUDA device; none is here")
     for rt in _ordered(RUNTIMES.values()):  # read (and then write) the database from the first call on
         rt.use_database(db_url or rt.config.tuning_db_url())
-        rt.forget([k for k in rt.decided_keys() if _to_tune(rt, k)])  # decided again, and seen, in the step
+        # decided again, and seen, in the step
+        rt.forget([k for k in rt.decided_keys() if _to_tune(rt, k, timing)])
     recorder = _Recorder()
     t0 = time.monotonic()
     set_recorder(recorder)
@@ -167,7 +175,7 @@ def warmup(
     for rt in _ordered(recorder.seen):
         rt.use_database(db_url or rt.config.tuning_db_url())  # a runtime the step created
         candidates[rt] = [k for k in recorder.seen[rt] if _to_check_again(rt, k)]
-        keys = [k for k in recorder.seen[rt] if _to_tune(rt, k)]
+        keys = [k for k in recorder.seen[rt] if _to_tune(rt, k, timing)]
         if not keys:
             continue
         left = max(0.0, budget.budget_s - held - (time.monotonic() - t0 - step_s))
@@ -256,18 +264,21 @@ def _with_total(budget: TuningBudget, total_s: float) -> TuningBudget:
     return replace(budget, budget_s=total_s)
 
 
-def _to_tune(rt: Any, key: ProblemKey) -> bool:
+def _to_tune(rt: Any, key: ProblemKey, timing: str | None = None) -> bool:
     """A key with no exact record, or whose record came from this runtime's database with its search cut
-    short (time ran out, or a process was killed): tuned, or resumed. Not a key the in-step check has
-    decided (kept or replaced): resuming its search would store the isolated winner over that verdict
-    (seen on 2xH200: a second mode's warm-up resumed the keys the first had replaced, and served them
-    unchecked)."""
-    from ..records import in_step_of, is_partial
+    short (time ran out, or a process was killed) and timed as this warm-up times (``timing``, else the
+    runtime's, else eager: a study is resumed in its own timing only): tuned, or resumed. Not a key the
+    in-step check has decided (kept or replaced): resuming its search would store the isolated winner over
+    that verdict (seen on 2xH200: a second mode's warm-up resumed the keys the first had replaced, and
+    served them unchecked)."""
+    from ..records import in_step_of, is_partial, timing_of
 
     if rt.decide_key(key).is_miss:
         return True
     rec = rt.table.records.get(key)
     if in_step_of(rec.env)[0] in (KEPT, REPLACED):
+        return False
+    if timing_of(rec.env) != (timing or rt.config.timing or "eager"):
         return False
     return is_partial(rec.env) and rt.table.origins.get(key) == rt.config.tuning_db_url()
 

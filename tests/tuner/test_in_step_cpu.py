@@ -490,9 +490,30 @@ def test_a_later_warm_up_does_not_resume_a_search_the_step_has_decided(verdict, 
     rt = SimpleNamespace(
         decide_key=lambda key: SimpleNamespace(is_miss=False),
         table=SimpleNamespace(records={rec.key: rec}, origins={rec.key: url}),
-        config=SimpleNamespace(tuning_db_url=lambda: url),
+        config=SimpleNamespace(tuning_db_url=lambda: url, timing=None),
     )
     assert _to_tune(rt, rec.key) is resumed
+
+
+@pytest.mark.parametrize(("timing", "resumed"), [(None, True), ("eager", True), ("graph", False)])
+def test_a_warm_up_resumes_a_search_only_in_the_timing_it_was_cut_short_in(timing, resumed) -> None:
+    """An eager search cut short is resumed by an eager warm-up, not by one timing CUDA-graph replays (a
+    study holds one timing: its medians would not compare); the key is served as before."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from autotaxer.tuner.warmup import _to_tune
+
+    url = "sqlite:///t.sqlite"
+    rec = dataclasses.replace(
+        make_record(16), env={**make_record(16).env, "search": "partial", "timing": "eager"}
+    )
+    rt = SimpleNamespace(
+        decide_key=lambda key: SimpleNamespace(is_miss=False),
+        table=SimpleNamespace(records={rec.key: rec}, origins={rec.key: url}),
+        config=SimpleNamespace(tuning_db_url=lambda: url, timing=None),
+    )
+    assert _to_tune(rt, rec.key, timing) is resumed
 
 
 def test_each_form_runs_two_untimed_steps_before_its_first_timed_one(monkeypatch) -> None:

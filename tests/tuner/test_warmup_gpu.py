@@ -1,6 +1,7 @@
 """``autotaxer.warmup`` on GPUs: a tensor-parallel MLP's forward warmed up with the default search space
 (the fused variants compile and run as trials in the model's own processes), then served its winners,
-which equal the fp32 reference; a second warm-up tunes nothing. One GPU (world size 1), and 2 GPUs.
+which equal the fp32 reference; a second warm-up tunes nothing; with ``timing="graph"`` the winners are
+timed as CUDA-graph replays. One GPU (world size 1), and 2 GPUs.
 
     python3 -P -m pytest -q tests/tuner/test_warmup_gpu.py
 """
@@ -12,7 +13,7 @@ import pytest
 from autotaxer.testing import run_ranks
 
 
-def _mlp_warm_up(ctx, tmp: str) -> dict:
+def _mlp_warm_up(ctx, tmp: str, timing: str | None = None) -> dict:
     import torch
     from torch import nn
 
@@ -34,7 +35,7 @@ def _mlp_warm_up(ctx, tmp: str) -> dict:
             return down(torch.relu(up(x)))
 
     autotaxer.init(config)
-    report = autotaxer.warmup(step, budget_s=150, trials=8, progress=ctx.rank == 0)
+    report = autotaxer.warmup(step, budget_s=150, trials=8, progress=ctx.rank == 0, timing=timing)
     got = step().float()
     with torch.no_grad():  # the same layers through plain all-gather / reduce-scatter in fp32
         parts = [torch.empty_like(x) for _ in range(ws)]
@@ -47,13 +48,21 @@ def _mlp_warm_up(ctx, tmp: str) -> dict:
     from autotaxer.runtime.dispatch import get_runtime
 
     served = {k.text: (d.variant, d.source) for k, d in get_runtime().decisions().items()}
+    from autotaxer._problem import ProblemKey
+    from autotaxer.records import timing_of
+    from autotaxer.storage import open_database
+
+    db = open_database(config.db_url)
+    timed = {r.key: timing_of(db.get_winner(ProblemKey.from_text(r.key)).env) for r in report.results}
+    db.close()
     autotaxer.init(config)
     again = autotaxer.warmup(step, budget_s=150, trials=8, progress=False)
-    return {"report": report, "again": again, "error": error, "served": served}
+    return {"report": report, "again": again, "error": error, "served": served, "timed": timed}
 
 
-def _check(results: list[dict]) -> None:
+def _check(results: list[dict], timing: str = "eager") -> None:
     report = results[0]["report"]
+    assert set(results[0]["timed"].values()) == {timing}, results[0]["timed"]  # how its winners were timed
     assert len(report.results) == 2, report  # ag_gemm (nk) and gemm_rs (nk)
     assert all(r.status == "tuned" and r.ran >= 1 for r in report.results), report.results
     for r in report.results:  # the winner, or its fastest form where the step did not get faster
@@ -66,8 +75,9 @@ def _check(results: list[dict]) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_warm_up_on_one_gpu(tmp_path) -> None:
-    _check(run_ranks(_mlp_warm_up, 1, "cuda", args=(str(tmp_path),), timeout=600))
+@pytest.mark.parametrize("timing", [None, "graph"])
+def test_warm_up_on_one_gpu(tmp_path, timing) -> None:
+    _check(run_ranks(_mlp_warm_up, 1, "cuda", args=(str(tmp_path), timing), timeout=600), timing or "eager")
 
 
 @pytest.mark.gpu(world_size=2)

@@ -42,6 +42,8 @@ def _step():
         ({"fleet_wait_s": -0.5}, "fleet_wait_s"),
         ({"trials": 0}, "trials: must be an integer >= 1"),
         ({"variants": ("cpu_chunked", "no_such_variant")}, "variants: unknown no_such_variant"),
+        ({"timing": "replayed"}, "timing: must be 'eager', 'graph' or None, got 'replayed'"),
+        ({"timing": "graph"}, "timing: 'graph' times CUDA-graph replays and needs a CUDA device"),
     ],
 )
 def test_bad_arguments_are_refused_by_name_before_anything_runs(kwargs, message) -> None:
@@ -51,6 +53,32 @@ def test_bad_arguments_are_refused_by_name_before_anything_runs(kwargs, message)
     assert ran == []
     with pytest.raises(TypeError, match="step: expected a callable, got str"):
         autotaxer.warmup("not a step")
+
+
+@pytest.mark.parametrize(
+    ("budget_timing", "runtime_timing", "used"),
+    [(None, None, "eager"), (None, "graph", "graph"), ("graph", None, "graph"), ("eager", "graph", "eager")],
+)
+def test_trials_are_timed_as_the_warm_up_asks_else_as_the_runtime_serves(
+    budget_timing, runtime_timing, used
+) -> None:
+    """A warm-up of a step the caller replays in a CUDA graph times its trials as replays (``timing``;
+    ``check_graphs`` asks for it), and takes in only winners another process timed that way."""
+    from types import SimpleNamespace
+
+    from autotaxer.tuner.in_group import TuningBudget, _Lead
+
+    rt = SimpleNamespace(
+        config=SimpleNamespace(tuning_db_url=lambda: "sqlite:///x.sqlite", timing=runtime_timing),
+        ctx=SimpleNamespace(target=SimpleNamespace(device_type="cuda")),
+    )
+    lead = _Lead(rt, TuningBudget(timing=budget_timing), None)
+    assert lead.timing.mode == used
+    eager, graph = (SimpleNamespace(env={"timing": m}) for m in ("eager", "graph"))
+    db = SimpleNamespace(get_winner=lambda key: graph)
+    assert (lead._stored(db, None) is graph) is (used == "graph" or lead.timing_mode is None)
+    db = SimpleNamespace(get_winner=lambda key: eager)
+    assert (lead._stored(db, None) is eager) is (used == "eager")
 
 
 @pytest.mark.parametrize("field", ["tune_misses", "tune_misses_total_s"])
