@@ -30,7 +30,9 @@
 #   tune         autotaxer tune --world-size $WS over $SHAPES (default: the ag_gemm LLM shapes in both
 #                weight layouts and the gemm_rs shapes), every non-experimental variant and the BSP forms,
 #                $TRIALS trials (default 24) and at least $SAMPLED (default 16) sampler draws after the
-#                seeds, eager timing -> $STATE/ws$WS.db; resumable: carry $STATE and run the step again
+#                seeds, eager timing -> $STATE/ws$WS.db; resumable: carry $STATE and run the step again;
+#                $VARIANTS names the variants (of either op; the BSP forms always), e.g. at 4 GPUs
+#                torch_fused,copy_engine,ce_fanout,ce_pull (the TP4 layer's 1.14-1.18x in graphs, 2026-11-28)
 #   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db
 #   export       both databases' records -> $OUT/new_ws$WS.json and $OUT/new_ws${WS}_graph.json, merged
 #                into the shipped tables (autotaxer merge --all: the re-tune replaces what it covers)
@@ -45,7 +47,8 @@
 #                $STATE/ws$WS.db over the training cases S = 256 ... 16384 checks each winner `autotaxer tune`
 #                stored (kept, or stored again as its fastest form) and tunes what is missing ($CASES, $MODES,
 #                $BUDGET s a mode and case, default 120) -> $OUT/layer-check.json; run `export` after it
-#   layer-check-graph  the same for the graph-timed table ($STATE/ws${WS}_graph.db) over the graph cases
+#   layer-check-graph  the same for the graph-timed table ($STATE/ws${WS}_graph.db) over the graph cases,
+#                each arm's step captured and replayed (--check-graphs)
 #   agreement    bench/calls.py agreement over that run -> $OUT/agreement.json
 #   served       bench/calls.py served-vs-trial on $WS GPUs (default gemm_rs M=4096 N=K=8192 copy_engine;
 #                $SERVED_ARGS adds its options, e.g. --op ag_gemm --N 5120 --params '{...}')
@@ -168,7 +171,7 @@ par_tests() {
 tune_ws() {  # tune_ws NAME TIMING DB
     step "$1" "${LIMIT:-540}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$(shapes_file)" \
         --trials "${TRIALS:-24}" --sampled "${SAMPLED:-16}" --db "$3" --jsonl --trial-timeout 60 --seed 0 \
-        --timing "$2"
+        --timing "$2" ${VARIANTS:+--variants "$VARIANTS"}
 }
 
 export_ws() {  # export_ws NAME DB SUFFIX
@@ -252,11 +255,11 @@ for s in "$@"; do
     layer-check | layer-check-graph)
         # the re-tuned table judged in the model's step before export (issue 51): the layer's warm-up on the
         # tuning database checks every winner `autotaxer tune` stored there (and tunes what is missing)
-        if [ "$s" = layer-check ]; then db=$DB cases=train:256,train:1024,train:4096,train:8192,train:16384
-        else db=$DB_GRAPH cases=graph:256,graph:1024,graph:4096,graph:8192,graph:16384; fi
+        if [ "$s" = layer-check ]; then db=$DB cases=train:256,train:1024,train:4096,train:8192,train:16384 graphs=
+        else db=$DB_GRAPH cases=graph:256,graph:1024,graph:4096,graph:8192,graph:16384 graphs=--check-graphs; fi
         step "$s" "${LIMIT:-540}" torchrun --nproc-per-node "$WS" bench/layer.py --cases "${CASES:-$cases}" \
             --modes "${MODES:-plain_compile,autotaxer_compile}" --no-shipped --warmup-budget "${BUDGET:-120}" \
-            --db "$db" --reps 5 --out "$OUT/$s.json"
+            --db "$db" --reps 5 --out "$OUT/$s.json" $graphs
         ;;
     agreement)
         step agreement 60 python3 -P bench/calls.py agreement --layer "$OUT/layer.json" \

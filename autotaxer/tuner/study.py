@@ -57,8 +57,9 @@ class SearchSpace:
     @classmethod
     def build(cls, op: Op, key: ProblemKey, target: Target, selected: tuple[str, ...] | None) -> SearchSpace:
         """The BSP forms first (the baseline, then every other available one: always measured, since a
-        speedup is against the fastest), then ``selected`` (in the given order) or every available
-        variant of the default space (:meth:`Op.in_default_space`)."""
+        speedup is against the fastest), then ``selected`` (in the given order; names of other ops'
+        variants are theirs, a name no op has is refused) or every available variant of the default
+        space (:meth:`Op.in_default_space`)."""
         available = op.available_variants(target)
         base = op.baseline().name
         forms = op.bsp_forms(target)
@@ -67,18 +68,21 @@ class SearchSpace:
                 n for n in available if n not in forms and op.in_default_space(n, key.world_size)
             )
         else:
-            unknown = [n for n in selected if n not in op.variants]
+            from ..ops import get_op, op_names
+
+            known = sorted({n for name in op_names() for n in get_op(name).variants})
+            unknown = [n for n in selected if n not in known]
             if unknown:
                 raise ValueError(
-                    f"--variants: unknown variant(s) {', '.join(unknown)} of {op.name} "
-                    f"(known: {', '.join(sorted(op.variants))})"
+                    f"--variants: unknown variant(s) {', '.join(unknown)} (known: {', '.join(known)})"
                 )
+            mine = [n for n in dict.fromkeys(selected) if n in op.variants]  # other ops' names: theirs
             cannot = [
-                f"{n} ({op.variants[n].unavailable_reason(target)})" for n in selected if n not in available
+                f"{n} ({op.variants[n].unavailable_reason(target)})" for n in mine if n not in available
             ]
             if cannot:
                 raise ValueError(f"--variants: not available on {target.gpu_model}: {'; '.join(cannot)}")
-            names = forms + [n for n in dict.fromkeys(selected) if n not in forms]
+            names = forms + [n for n in mine if n not in forms]
         variants = tuple(
             (n, tuple((p, tuple(c)) for p, c in op.variants[n].search_space(key, target).items()))
             for n in names

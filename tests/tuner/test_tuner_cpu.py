@@ -425,6 +425,20 @@ def test_inside_torchrun_rank_0_tunes_and_the_others_follow(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+def test_variants_of_one_op_leave_the_other_ops_rows_their_bsp_forms(tmp_path: Path) -> None:
+    """``--variants`` over a shapes file of both ops names each op's own (``autotaxer bench`` does the
+    same): ``cpu_chunked`` is tried at the ``ag_gemm`` row, and the ``gemm_rs`` row, which has no such
+    variant, is tuned over its BSP forms instead of the run being refused."""
+    url = f"sqlite:///{tmp_path}/t.sqlite"
+    shapes = _shapes(
+        tmp_path, "op,M,N,K,dtype,scatter_dim\nag_gemm,32,16,16,fp32,\ngemm_rs,32,16,16,fp32,0\n"
+    )
+    proc = _tune([*_run_args(shapes, url), "--trials", "3", "--variants", "cpu_chunked", "--quiet"])
+    assert proc.returncode == 0, proc.stderr
+    tried = {w.key.op: {t.params["variant"] for t in _trials(url, w.key)} for w in _winners(url)}
+    assert tried == {"ag_gemm": {"bsp", "cpu_chunked"}, "gemm_rs": {"bsp"}}
+
+
 def test_both_weight_layouts_are_tuned_exported_and_imported_apart(tmp_path: Path) -> None:
     """A shapes file with ``b_layout``: one study and one winner per layout, the nn.Linear layout's
     inputs made as ``weight.t()``; export and import keep the field."""
