@@ -29,7 +29,8 @@ still reads. Each rank's own slot is single-buffered (the tokens keep a peer one
 overwriting what is still read). Flags, tokens, epoch, arena and lanes are the copy-engine family's
 channel (:mod:`..common.channel`), either back end. Nothing the host
 passes changes between calls, so a CUDA graph replays it (events recorded and awaited inside a capture
-become graph edges). Checked on ranks emulated as threads (2, 3, 4 and 8); not yet run on GPUs.
+become graph edges). Checked on ranks emulated as threads (2, 3, 4 and 8) and on 2 and 4 H200s
+(``autotaxer.ops.ag_gemm.experimental.ce_pull`` says where it was measured).
 """
 
 from __future__ import annotations

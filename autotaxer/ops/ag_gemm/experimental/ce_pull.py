@@ -10,7 +10,12 @@ Parameters: ``streams`` (lanes the peers are dealt to, at most one per peer coun
 
 Measured: 2×H200 (2026-11-28), correct (bf16/fp16, both B layouts, graph replays) and no faster than
 ``copy_engine`` at one peer (within 3% at 3 of the TP2 layer's 8 ``ag_gemm`` keys at M 1024/4096, 5-32%
-slower at the rest: ``bench/results/2026-11-28_tune_layer_ws2_h200x2/``); not yet at 4 or 8 GPUs.
+slower at the rest: ``bench/results/2026-11-28_tune_layer_ws2_h200x2/``). 4×H200 (2026-11-28): correct
+(the same check at 4 ranks); over the TP4 layer's 16 ``ag_gemm`` keys (M 1024-16384) faster than
+``copy_engine`` and ``ce_fanout`` at small N from M=4096 (0.99-1.40× BSP against 0.87-1.25×), behind
+``torch_fused`` there (1.37-1.69×), within a few percent of them at N=7168/14336, below BSP at M=1024;
+won three M=4096 keys of an eager-timed tune and none in the step's check nor in graph timing
+(``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``). Not yet at 8 GPUs.
 """
 
 from __future__ import annotations
