@@ -310,15 +310,19 @@ def test_ce_grouped_gathers_and_multiplies_on_an_emulated_heap(
 
 
 @pytest.mark.parametrize(
-    ("world_size", "gather_dim", "streams", "chunks", "b_layout"),
-    [(2, 0, 1, 1, "kn"), (3, 0, 2, 2, "nk"), (4, 0, 1, 1, "nk"), (4, 0, 4, 2, "kn"), (8, 0, 2, 1, "nk"),
-     (8, 0, 8, 4, "kn"), (4, 1, 2, 1, "nk"), (8, 1, 8, 2, "kn")],
+    ("world_size", "gather_dim", "streams", "chunks", "b_layout", "gemms"),
+    [(2, 0, 1, 1, "kn", "caller"), (3, 0, 2, 2, "nk", "caller"), (4, 0, 1, 1, "nk", "caller"),
+     (4, 0, 4, 2, "kn", "caller"), (8, 0, 2, 1, "nk", "caller"), (8, 0, 8, 4, "kn", "caller"),
+     (4, 1, 2, 1, "nk", "caller"), (8, 1, 8, 2, "kn", "caller"),
+     (2, 0, 1, 2, "nk", "lanes"), (3, 0, 1, 1, "kn", "lanes"), (4, 0, 2, 1, "nk", "lanes"),
+     (4, 0, 3, 2, "kn", "lanes"), (8, 0, 2, 4, "nk", "lanes")],
 )  # fmt: skip
 def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
-    monkeypatch, world_size: int, gather_dim: int, streams: int, chunks: int, b_layout: str
+    monkeypatch, world_size: int, gather_dim: int, streams: int, chunks: int, b_layout: str, gemms: str
 ) -> None:
-    """Three calls of ``ce_pull`` on threads as ranks: every output right, and after each run every ready
-    flag taken and every ``done`` token handed back (a rank may publish its next shard)."""
+    """Three calls of ``ce_pull`` on threads as ranks, the peers' GEMMs on the caller's stream or on the
+    lanes: every output right, and after each run every ready flag taken and every ``done`` token handed
+    back (a rank may publish its next shard)."""
     import autotaxer.kernels.ag_gemm.experimental.ce_pull as pull
 
     _patch_transport(monkeypatch, pull)
@@ -327,8 +331,9 @@ def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
 
     def make_plan(ch, m: int, k: int):
         plan = pull.make_pull_plan(
-            ch, m=m, k=k, gather_dim=gather_dim, elem=4, chunks=chunks, streams=streams, fp32_accumulate=False
-        )
+            ch, m=m, k=k, gather_dim=gather_dim, elem=4, chunks=chunks, streams=streams,
+            fp32_accumulate=False, gemms=gemms,
+        )  # fmt: skip
         made.append((ch, plan))
         return plan
 
@@ -353,7 +358,7 @@ def test_ce_pull_gathers_and_multiplies_on_an_emulated_heap(
     )  # the gathered A is what was multiplied
     assert get_op("ag_gemm").variants["ce_pull"].saves_for_backward()
     for ch, plan in made:
-        assert len(plan.lanes) == min(streams, world_size - 1)
+        assert len(plan.lanes) == min(streams, world_size - 1) and plan.gemms == gemms
         assert sorted(plan.events) == [(p, c) for p in sorted(plan.base.peers) for c in range(chunks)]
         assert ch.data.count_nonzero().item() == 0, f"rank {ch.rank}: a ready flag was never taken"
         assert ch.done.tolist() == [1] * world_size, f"rank {ch.rank}: done tokens {ch.done.tolist()}"
@@ -403,10 +408,22 @@ def test_ce_pull_prunes_its_space_and_seeds_one_lane_first(monkeypatch) -> None:
     assert "accumulate" in v.check(_key(4, 0), H200, {**ok, "accumulate": "fp32"})
     assert v.check(_key(4, 1), H200, {**ok, "accumulate": "fp32"}) is None
     assert "missing" in v.check(_key(4, 0), H200, {"streams": 1})
+    lanes = {**ok, "gemms": "lanes"}  # torch's fused op's schedule: gather_dim=0 only
+    assert v.check(_key(4, 0), H200, lanes) is None
+    assert "gather_dim=0" in v.check(_key(4, 1), H200, lanes)
+    assert "'caller' or 'lanes'" in v.check(_key(4, 0), H200, {**ok, "gemms": "peer"})
+    assert v.space_of(_key(4, 1))["gemms"] == ("caller",) and "lanes" in v.space_of(_key(4, 0))["gemms"]
+    import autotaxer.kernels.ag_gemm.experimental.ce_pull as pull
+
+    with pytest.raises(ValueError, match="gather_dim=0"):
+        kw = {"m": 64, "k": 64, "elem": 2, "chunks": 1, "streams": 2, "fp32_accumulate": False}
+        pull.make_pull_plan(_FakeChannel(rank=0, world_size=4), gather_dim=1, gemms="lanes", **kw)
     for ws in (2, 4, 8):
         seeds = v.seeds_of(_key(ws, 0))
         assert seeds[0]["streams"] == 1 and all(v.check(_key(ws, 0), H200, s) is None for s in seeds)
-        assert len({s["streams"] for s in seeds}) == len(seeds)
+        assert len({(s["streams"], s["gemms"]) for s in seeds}) == len(seeds)
+        assert seeds[-1]["gemms"] == "lanes" and seeds[-1]["streams"] == min(2, ws - 1)
+        assert all(s["gemms"] == "caller" for s in v.seeds_of(_key(ws, 1)))
     assert not get_op("ag_gemm").in_default_space("ce_pull", 8)  # opt-in
 
 
