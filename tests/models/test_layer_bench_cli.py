@@ -61,7 +61,7 @@ def test_every_option_has_help(monkeypatch) -> None:
     assert [a.option_strings[0] for a in options if not a.help] == []
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("world_size", [2, 4, 8])
 def test_the_shipped_layer_shapes_files_are_what_the_layer_calls(world_size: int, tmp_path) -> None:
     """``examples/shapes_llama70b_layer_ws<N>.csv`` (the keys the shipped tables are tuned over) holds the
     rows ``bench/layer.py --write-shapes`` writes for the layer's training step at S = 256 ... 16384."""
