@@ -9,9 +9,15 @@ costs 19 µs (2 ranks) to 49 µs (4) of host time and its chained GPU time fell 
 at 4 (``bench/results/2026-11-27_replay_layer_h200x4/``).
 
 A variant may be replayed when nothing its host code decides differs from call to call (its flags,
-epochs and tokens live on the device); its op lists it in ``Op.replayed``. :func:`launcher` gives the
-callable that runs it (``run(ws, inputs, ctx, out) -> out``, the variant's own signature), and
-dispatch, the tuner's trials and its confirmations all use it: what was timed is what is served.
+epochs and tokens live on the device); its op lists it in ``Op.replayed``. ``torch_fused`` may be one
+(torch's op: a barrier and copies on its side stream, all on the device, its workspace grown before any
+capture; at 4 ranks its eager calls took 489-701 µs against 144-287 µs replayed in a graph,
+``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``, so eager-timed trials never chose it): it joins the
+ops' lists once ``tests/ops/test_torch_fused_gpu.py``'s replay test has passed on GPUs. Each run's graphs
+share one memory pool, so what a call allocates inside (torch's op: a fresh product) is held once a run.
+:func:`launcher` gives the callable that runs it (``run(ws, inputs, ctx, out) -> out``, the variant's own
+signature), and dispatch, the tuner's trials and its confirmations all use it: what was timed is what is
+served.
 
 How a call is replayed (:class:`ReplayedRun`): the first call is launched eagerly (it compiles the
 kernels, makes the streams' vendor handles: nothing a capture may do; a first capture failed on
@@ -132,8 +138,9 @@ def _same(returned: Any, out: Any) -> bool:
 class ReplayedRun:
     """``run`` (a variant's ``run(ws, inputs, ctx, out)``) with each argument set captured once into a
     CUDA graph and replayed; see the module docstring. ``capture(fn) -> graph`` makes a graph of ``fn``'s
-    launches whose ``replay()`` repeats them (default: :func:`capture_cuda_graph`); tests pass their own,
-    with the ``device_type`` whose calls are replayed (others are launched eagerly)."""
+    launches whose ``replay()`` repeats them (default: :func:`capture_cuda_graph`, every graph of this run
+    in one memory pool); tests pass their own, with the ``device_type`` whose calls are replayed (others
+    are launched eagerly)."""
 
     def __init__(self, run: Run, out_shape: Any, out_dtype: Any, limit: int = DEFAULT_LIMIT,
                  capture: Callable[[Callable[[], Any]], Any] | None = None,
@@ -144,7 +151,9 @@ class ReplayedRun:
         self.out_shape = out_shape
         self.out_dtype = out_dtype
         self.limit = limit
-        self.capture = capture if capture is not None else capture_cuda_graph
+        self.capture = capture if capture is not None else self._capture_in_pool
+        #: the memory pool every graph of this run allocates from (made at the first capture)
+        self.pool: Any = None
         self.device_type = device_type
         self.name = name
         #: argument set -> (graph, workspace): the workspace held so its id names no other while cached
@@ -200,6 +209,15 @@ class ReplayedRun:
                 return None
         return graph, ws
 
+    def _capture_in_pool(self, fn: Callable[[], Any]) -> Any:
+        """:func:`capture_cuda_graph` into this run's one pool: what a variant allocates inside its call
+        (``torch_fused``: torch's op returns a fresh product, copied into ``out``) is held once per run,
+        not once per argument set (a model's layers: one graph each). Safe because nothing allocated in a
+        graph outlives its replay and the replays of one run follow each other on the caller's stream."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        return capture_cuda_graph(fn, self.pool)
+
     def turn_off(self, why: str) -> None:
         """Launch every later call eagerly, for ``why``; the graphs go (a named run warns)."""
         self.off = why
@@ -234,17 +252,18 @@ def _eager_only(inputs: tuple, device_type: str) -> bool:
 _CAPTURE_STREAMS: dict[int, Any] = {}  # device index -> the stream captures run on (bounded: one a GPU)
 
 
-def capture_cuda_graph(fn: Callable[[], Any]) -> Any:
+def capture_cuda_graph(fn: Callable[[], Any], pool: Any = None) -> Any:
     """A ``torch.cuda.CUDAGraph`` of ``fn``'s launches, captured on a private stream of the current device
     (thread-local capture mode: other threads' work is not disturbed; no synchronisation, no cache
-    release, unlike ``torch.cuda.graph``). Nothing runs until the graph is replayed."""
+    release, unlike ``torch.cuda.graph``), its allocations from ``pool`` (a ``graph_pool_handle``; None: a
+    pool of its own). Nothing runs until the graph is replayed."""
     device = torch.cuda.current_device()
     stream = _CAPTURE_STREAMS.get(device)
     if stream is None:
         stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        graph.capture_begin(capture_error_mode="thread_local")
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
             fn()
         finally:

@@ -104,3 +104,53 @@ def test_a_graph_captured_before_torchs_workspace_grows_replays_right_after(worl
         assert per_rank["grew"] and per_rank["kept"], per_rank
         assert per_rank["replay_err"] < 1e-2, per_rank
         assert per_rank["large_err"] < 1e-2, per_rank
+
+
+def _replayed_calls(ctx) -> dict:
+    """``torch_fused`` as a replayed run (what dispatch and the tuner launch for a variant its op lists in
+    ``replayed``): the first call eager, then one CUDA graph per argument set (four sets of inputs, one
+    ``out``), each graph's product from the run's one pool."""
+    import torch
+
+    from autotaxer._problem import ProblemKey
+    from autotaxer.ops import get_op, relative_error
+    from autotaxer.runtime import replay
+
+    gpu, ws_n = ctx.target.gpu_model, ctx.world_size
+    found = {}
+    for op_name, dim in (("ag_gemm", "gather_dim"), ("gemm_rs", "scatter_dim")):
+        shape = {"M": 1024, "N": 2048, "K": 1024}
+        key = ProblemKey.make(op_name, gpu, ws_n, "bf16", shape, {dim: 0, "b_layout": "nk"})
+        op = get_op(op_name)
+        variant = op.variants["torch_fused"]
+        spec = op.empty_output(key, "meta")
+        run = replay.ReplayedRun(variant.run, tuple(spec.shape), spec.dtype, name="torch_fused")
+        ws = variant.prepare(key, {}, ctx)
+        inputs = [op.make_inputs(key, ctx.rank, ctx.device, s) for s in range(5)]
+        run(ws, inputs[0], ctx)  # eager
+        out = op.empty_output(key, ctx.device)
+        errs, reserved = [], []
+        for s in range(1, 5):
+            out.fill_(float("nan"))
+            got = run(ws, inputs[s], ctx, out)
+            torch.cuda.synchronize()
+            reserved.append(torch.cuda.memory_reserved())
+            errs.append(relative_error(got, op.reference(key, ctx.rank, ctx.device, s)))
+        again = run(ws, inputs[1], ctx, out)  # the first set's graph, replayed on its inputs
+        errs.append(relative_error(again, op.reference(key, ctx.rank, ctx.device, 1)))
+        product = 1024 // ws_n * 2048 * 2 if op_name == "gemm_rs" else 1024 * 2048 * 2
+        found[op_name] = {
+            "replayed": isinstance(run, replay.ReplayedRun), "stats": getattr(run, "stats", dict)(),
+            "err": max(errs), "grew": reserved[-1] - reserved[0], "product": product,
+        }  # fmt: skip
+    return found
+
+
+@on_gpus(2)
+def test_torch_fused_calls_are_graph_replays_sharing_one_pool(world_size: int) -> None:
+    for per_rank in run_ranks(_replayed_calls, world_size, "cuda", timeout=300):
+        for op_name, r in per_rank.items():
+            assert r["replayed"] and r["stats"]["captures"] == 4 and r["stats"]["replays"] == 5, (op_name, r)
+            assert r["stats"]["off"] is None, (op_name, r)
+            assert r["err"] < 1e-2, (op_name, r)
+            assert r["grew"] < r["product"], (op_name, r)  # captures 2-4 took no product of their own

@@ -428,3 +428,24 @@ def test_a_key_switched_between_forms_keeps_its_saving_calls_graphs(monkeypatch)
         assert stats["bsp (saving)"]["replays"] == 5 and stats["bsp (saving)"]["key"] == key.text
     finally:
         dispatch_mod.shutdown()
+
+
+def test_every_graph_of_one_run_allocates_from_one_pool_and_runs_have_their_own(monkeypatch):
+    """What a variant allocates inside a captured call (``torch_fused``: torch's op returns a fresh
+    product) is held once per run, not once per argument set: every capture of a run gets its pool."""
+    pools: list = []
+    made = iter(range(100))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: ("pool", next(made)))
+
+    def capture(fn, pool=None):
+        pools.append(pool)
+        return _capture_host(fn)
+
+    monkeypatch.setattr(replay, "capture_cuda_graph", capture)
+    calls = _Calls()
+    runs = [_warm(ReplayedRun(calls.run, (4, 3), torch.float32, 8, device_type="cpu")) for _ in range(2)]
+    for run in runs:
+        for seed in range(3):  # three argument sets: three captures
+            a, b = _inputs(seed)
+            torch.testing.assert_close(run("ws", (a, b), None, torch.empty(4, 3)), a @ b)
+    assert pools == [("pool", 0)] * 3 + [("pool", 1)] * 3
