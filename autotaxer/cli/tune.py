@@ -185,13 +185,12 @@ def _for_device(config: Any, chosen: tuple[int | None, float | None], device_typ
     mode = config.timing.mode
     if device_type == "cpu" and mode == "graph":
         _fail("--timing graph needs CUDA; use --timing eager on CPU")
-    from ..tuner.study import GPU_REACH
+    from ..tuner.study import search_defaults
 
+    default_sampled, default_reach = search_defaults(device_type)
     sampled, reach = chosen
-    if sampled is None:
-        sampled = 8 if device_type == "cuda" else 0
-    if reach is None:
-        reach = GPU_REACH if device_type == "cuda" else 0.0
+    sampled = default_sampled if sampled is None else sampled
+    reach = default_reach if reach is None else reach
     timing = TimingConfig.for_device(device_type, mode, config.timing.chain)
     config = replace(config, sampled=sampled, reach=reach, timing=timing)
     try:

@@ -79,6 +79,12 @@ def op_names() -> list[str]:
     return sorted(_OPS)
 
 
+def variant_names() -> list[str]:
+    """Names of every registered op's variants (what ``--variants`` may name), sorted."""
+    _load()
+    return sorted({v for op in _OPS.values() for v in op.variants})
+
+
 def ops_with(kind: str) -> list[Op]:
     """The registered ops that take part in integration ``kind`` (e.g. ``"bench"``), in registry order."""
     _load()
@@ -110,6 +116,7 @@ __all__ = [
     "Variant",
     "Workspace",
     "get_op",
+    "variant_names",
     "iter_grid",
     "layer_op",
     "op_names",

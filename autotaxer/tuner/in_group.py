@@ -81,13 +81,12 @@ class TuningBudget:
         if self.timing not in (None, "eager", "graph"):
             raise ValueError(f"timing: must be 'eager', 'graph' or None, got {self.timing!r}")
         if self.variants is not None:
-            from ..ops import get_op, op_names
+            from ..ops import variant_names
 
-            known = {v for name in op_names() for v in get_op(name).variants}
+            known = variant_names()
             unknown = [v for v in self.variants if v not in known]
             if unknown:
-                names = ", ".join(sorted(known))
-                raise ValueError(f"variants: unknown {', '.join(unknown)} (known: {names})")
+                raise ValueError(f"variants: unknown {', '.join(unknown)} (known: {', '.join(known)})")
 
 
 @dataclass(frozen=True)
@@ -260,14 +259,15 @@ class _Lead:
     def _tune(self, db: Any, executor: Any, key: ProblemKey, share: float) -> tuple[Any, str]:
         """Run the key's study for at most ``share`` seconds; (its ShapeResult or None, a note)."""
         from . import TuneConfig, tune
-        from .study import GPU_REACH, StudyError
+        from .study import StudyError, search_defaults
 
         op_variants = self._variants(key)
         warm = self._seeds(db, key, op_variants) if self.budget.seed_nearby else ()
+        sampled, reach = search_defaults(self.rt.ctx.target.device_type)
         config = TuneConfig(
             trials=self.budget.trials,
-            sampled=8 if self.rt.ctx.target.device_type == "cuda" else 0,
-            reach=GPU_REACH if self.rt.ctx.target.device_type == "cuda" else 0.0,
+            sampled=sampled,
+            reach=reach,
             timeout_s=share,
             trial_timeout_s=self.budget.trial_timeout_s,
             variants=op_variants,

@@ -68,9 +68,9 @@ class SearchSpace:
                 n for n in available if n not in forms and op.in_default_space(n, key.world_size)
             )
         else:
-            from ..ops import get_op, op_names
+            from ..ops import variant_names
 
-            known = sorted({n for name in op_names() for n in get_op(name).variants})
+            known = variant_names()
             unknown = [n for n in selected if n not in known]
             if unknown:
                 raise ValueError(
@@ -477,6 +477,12 @@ def best_trial(study: Any, variant: str | None = None) -> Any:
 REACH_TRIALS = 2
 #: ``--reach`` on GPUs (and warm-up's there): draws of a variant 25% behind at its best are not launched.
 GPU_REACH = 1.25
+
+
+def search_defaults(device_type: str) -> tuple[int, float]:
+    """``--sampled`` and ``--reach`` where not given (the CLI's and warm-up's): 8 draws and
+    :data:`GPU_REACH` on GPUs; 0 and 0 on CPU, where a trial compiles nothing and the tests count draws."""
+    return (8, GPU_REACH) if device_type == "cuda" else (0, 0.0)
 
 
 def is_queued(study: Any, trial: Any) -> bool:
