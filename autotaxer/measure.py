@@ -199,16 +199,23 @@ def time_variant(
     if sample_us is not None and ctx.target.device_type == "cuda":
         calls = calls_per_sample(_max_over_ranks(_one_call_us(timed, ctx, warmup), ctx), iters, sample_us)
     sampler = _prepare(timed, ctx, mode, warmup, calls)
-    # fewer calls: each eager sample starts behind an untimed one (no idle GPU at its first launch)
-    per_call = [_sample_us(sampler, ctx, lead_in=calls < iters) for _ in range(samples)]
-    del sampler  # a captured graph goes before the next one is made
+    try:  # fewer calls: each eager sample starts behind an untimed one (no idle GPU at its first launch)
+        per_call = [_sample_us(sampler, ctx, lead_in=calls < iters) for _ in range(samples)]
+    except BaseException:
+        sampler.release(quiet=True)
+        raise
+    sampler.release()  # a captured graph goes before the next one is made
     raw = _max_over_ranks(statistics.median(per_call), ctx)
     if chain is None:
         return raw
     link_sampler = _prepare(chain.alone(), ctx, mode, warmup, iters)
-    link_us = _max_over_ranks(statistics.median(_sample_us(link_sampler, ctx) for _ in range(samples)), ctx)
-    del link_sampler
-    return less_link(raw, link_us)
+    try:
+        link_samples = [_sample_us(link_sampler, ctx) for _ in range(samples)]
+    except BaseException:
+        link_sampler.release(quiet=True)
+        raise
+    link_sampler.release()
+    return less_link(raw, _max_over_ranks(statistics.median(link_samples), ctx))
 
 
 def calls_per_sample(call_us: float, iters: int, sample_us: float) -> int:
@@ -286,7 +293,9 @@ def time_interleaved(
             except Exception as exc:
                 del per_call[(i, mode)]
                 results[i].update(_failed(mode, exc))
-    live.clear()  # captured graphs go before the reductions
+    for _, _, sampler in live:  # captured graphs go before the reductions
+        sampler.release()
+    live.clear()
     for (i, mode), times in per_call.items():
         results[i][mode] = _max_over_ranks(statistics.median(times), ctx)
     if first_chain is None:
@@ -438,6 +447,27 @@ class _Sampler:
     on_cuda: bool
     one: Callable[[], Any] | None = None
     graph: Any = None
+
+    def release(self, quiet: bool = False) -> None:
+        """Destroy the captured graph now (the device done with it): a graph that captured a collective
+        holds its NCCL communicator, and ``destroy_process_group`` waits for every such graph to go.
+        ``quiet``: while another error propagates, an error here (a sticky CUDA error) is dropped."""
+        if self.graph is None:
+            return
+        graph, self.graph, self.body = self.graph, None, _released
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            graph.reset()
+        except Exception:
+            if not quiet:
+                raise
+
+
+def _released() -> None:
+    raise RuntimeError("this sampler's CUDA graph was released")
 
 
 def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, iters: int) -> _Sampler:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import copy
 import faulthandler
+import gc
 import json
 import os
 import statistics
@@ -187,6 +188,14 @@ class _Step:
         with torch.cuda.graph(self.graph), torch.no_grad():
             self.out = self.fn(x)
         torch.cuda.synchronize()
+
+    def release(self) -> None:
+        """Destroy the captured graph (it holds the NCCL communicator of the collectives it captured:
+        ``destroy_process_group`` waits for every such graph to go)."""
+        if self.graph is not None:
+            torch.cuda.synchronize()
+            self.graph.reset()
+            self.graph = None
 
 
 def _sync() -> None:
@@ -521,6 +530,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}:{s} done at {time.perf_counter() - t0:.0f} s", flush=True)
         if args.out and rank == 0:
             _write(args, results, modes, ws)
+        for step in steps.values():
+            step.release()
         del steps
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -546,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     # the results are written: a rank still here after EXIT_WAIT_S (a barrier, the group's teardown, the
     # interpreter's exit) prints every thread's stack and exits instead of holding the launch
     faulthandler.dump_traceback_later(EXIT_WAIT_S, exit=True)
+    gc.collect()  # a CUDA graph with a collective in it, still referenced, holds the teardown
     dist.barrier()
     dist.destroy_process_group()
     return 0

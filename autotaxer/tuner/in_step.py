@@ -330,28 +330,55 @@ def switched_rounds(
     rng = random.Random(_ORDER_SEED + index)
     samples: list[list[float]] = [[] for _ in range(count)]
     runs: dict[int, Callable[[], Any]] = {}
-    for _ in range(rounds):
-        for arm in rng.sample(range(count), count):
-            switch(arm)
-            if arm not in runs:  # untimed: the switch's first call agrees with the other ranks; a
-                step(*args)  # replayed variant's first call is eager and its second captures
-                step(*args)
-                runs[arm] = _capture(step, args) if graphs else functools.partial(step, *args)
-            else:
-                runs[arm]()  # untimed: the switch's first call agrees with the other ranks
-            samples[arm].append(_timed(runs[arm], (), world))
-    if graphs:  # the graphs go with ``runs`` once their replays are done
-        _synchronize()
+    captured: list[Any] = []
+    try:
+        for _ in range(rounds):
+            for arm in rng.sample(range(count), count):
+                switch(arm)
+                if arm not in runs:  # untimed: the switch's first call agrees with the other ranks; a
+                    step(*args)  # replayed variant's first call is eager and its second captures
+                    step(*args)
+                    runs[arm] = _capture(step, args, captured) if graphs else functools.partial(step, *args)
+                else:
+                    runs[arm]()  # untimed: the switch's first call agrees with the other ranks
+                samples[arm].append(_timed(runs[arm], (), world))
+    except BaseException:
+        release_graphs(captured, quiet=True)  # the step's error is the one to see
+        raise
+    release_graphs(captured)
     return samples
 
 
-def _capture(step: Callable[..., Any], args: tuple) -> Callable[[], Any]:
+def release_graphs(graphs: list[Any], quiet: bool = False) -> None:
+    """Destroy ``graphs`` now (after the device is done with them) and empty the list. A CUDA graph that
+    captured a collective holds its NCCL communicator until the graph is destroyed: one left to the
+    garbage collector makes ``destroy_process_group`` wait for it, forever where nothing collects it.
+    ``quiet``: while another error propagates, an error here (a failed capture's graph, a sticky CUDA
+    error) is dropped."""
+    errors: list[Exception] = []
+    if graphs:
+        try:
+            _synchronize()
+        except Exception as exc:  # noqa: BLE001 - each graph is still released
+            errors.append(exc)
+    for graph in graphs:
+        try:
+            graph.reset()
+        except Exception as exc:  # noqa: BLE001 - the others are still released
+            errors.append(exc)
+    graphs.clear()
+    if errors and not quiet:
+        raise errors[0]
+
+
+def _capture(step: Callable[..., Any], args: tuple, captured: list[Any]) -> Callable[[], Any]:
     """``step(*args)`` captured in a CUDA graph (every rank at once: its collectives are captured in the
-    same order); returns the graph's replay."""
+    same order), added to ``captured`` (to be released with :func:`release_graphs`); returns its replay."""
     import torch
 
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
+    captured.append(graph)
     with torch.cuda.graph(graph):
         step(*args)
     torch.cuda.synchronize()

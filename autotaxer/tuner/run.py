@@ -16,6 +16,7 @@ searched winner is not faster).
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from .study import (
     enqueue_configs,
     enqueue_grid,
     enqueue_seeds,
+    enqueue_untried,
     fail_stale_trials,
     fastest_form,
     finished,
@@ -54,6 +56,7 @@ from .study import (
     requeue_interrupted,
     split_params,
     suggest,
+    untried_in_reach,
 )
 from .worker import PEER_RAISED, ConfirmRequest, RankReply, TrialRequest
 
@@ -77,6 +80,11 @@ MAX_SEED = 2**32 - 1
 CONFIRM_NUMBER = -1
 #: The confirmation takes this many times the trials' samples (one run per key: its numbers are stored).
 CONFIRM_SAMPLES = 2
+
+#: asks pruned in a row (the sampler's repeats, invalid or out-of-reach draws: ~50-90 ms each on a GPU
+#: host's SQLite, 1379 of them at one key of the 2xH200 graph tune, 2026-11-28) before the next draw is
+#: an untried configuration in reach, or the search ends when none is left
+FILL_AFTER = 10
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ class _ShapeTuner:
         c = counts(study)
         self.reporter.shape_start(self.index, self.n_shapes, self.key.text, target, finished(c))
         deadline = None if cfg.timeout_s is None else t_shape + cfg.timeout_s
-        asks, note, cut_short = 0, "", False
+        asks, note, cut_short, idle = 0, "", False, 0
         max_asks = 20 * target + 100  # pruned trials cost milliseconds, but a space may be mostly invalid
         while True:
             c = counts(study)
@@ -276,7 +284,14 @@ class _ShapeTuner:
                 note = f"stopped after {asks} asks: what is left is invalid, repeated or out of reach"
                 break
             asks += 1
-            self._one_trial(study, target, TrialState)
+            idle = 0 if self._one_trial(study, target, TrialState) else idle + 1
+            if idle >= FILL_AFTER and cfg.sampler != "grid" and not c.get("WAITING", 0):
+                idle = 0
+                left = untried_in_reach(study, self.op, self.space, cfg.reach)
+                if not left:
+                    note = "every configuration in reach has run"
+                    break
+                enqueue_untried(study, random.Random(trial_seed(cfg.seed, asks)).choice(left))
         waited = self._await_baseline_elsewhere(study, deadline)
         if waited:
             note = (note + "; " if note else "") + waited
@@ -394,7 +409,9 @@ class _ShapeTuner:
             slept = True
         return f"waited {time.monotonic() - t0:.1f} s for another tuner's trials" if slept else ""
 
-    def _one_trial(self, study: Any, target: int, TrialState: Any) -> None:
+    def _one_trial(self, study: Any, target: int, TrialState: Any) -> bool:
+        """Ask for a trial and run it, or prune it before it launches (invalid, a repeat, out of reach);
+        whether it launched."""
         from optuna.exceptions import UpdateFinishedTrialError
 
         self.executor.ensure_started()  # relaunch after a fault here, outside the trial's overhead
@@ -414,7 +431,7 @@ class _ShapeTuner:
                 study.tell(trial, state=TrialState.PRUNED)
                 told = True
                 self._emit(study, trial.number, name, params, "PRUNED", target, t0, _Outcome(failure=reason))
-                return
+                return False
             req = TrialRequest(
                 self.op.name,
                 self.key,
@@ -452,7 +469,7 @@ class _ShapeTuner:
                     study.tell(trial, state=TrialState.FAIL)
             except UpdateFinishedTrialError:  # another tuner took it for abandoned: its result is dropped
                 self.reporter.note(f"{self.key.text}: trial {trial.number} was ended by another tuner")
-                return
+                return True
             told = True
             if outcome.failure is None:
                 self._store_winner(study, final=False)
@@ -460,6 +477,7 @@ class _ShapeTuner:
             self.overheads.append(overhead_ms)
             state = "COMPLETE" if outcome.failure is None else "FAIL"
             self._emit(study, trial.number, name, params, state, target, t0, outcome, overhead_ms)
+            return True
         except BaseException as exc:
             if not told:  # Ctrl-C, SIGTERM, a database error: never leave this trial RUNNING
                 try:  # interrupted, not failed: resume runs its configuration again

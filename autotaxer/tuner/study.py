@@ -443,8 +443,46 @@ def finished(c: dict[str, int]) -> int:
 
 def queued_points(study: Any) -> int:
     """Trials the study was given to run (enqueued: BSP forms, warm starts, seeds), in any state; the same
-    number when a run resumes, so a resumed budget does not grow."""
-    return sum("fixed_params" in t.system_attrs for t in study.get_trials(deepcopy=False))
+    number when a run resumes, so a resumed budget does not grow. A draw :func:`enqueue_untried` queued
+    for the sampler is not one of them."""
+    return sum(
+        "fixed_params" in t.system_attrs and not t.user_attrs.get(FILLED)
+        for t in study.get_trials(deepcopy=False)
+    )
+
+
+#: user attribute of a draw queued by :func:`enqueue_untried` in place of the sampler's repeats
+FILLED = "filled"
+
+
+def untried_in_reach(study: Any, op: Op, space: SearchSpace, reach: float) -> list[dict[str, Any]]:
+    """The valid points of ``space`` (flat params) that no trial has launched (running or finished), of the
+    variants not :func:`out_of_reach`: what a search can still learn from. Empty: the search is over."""
+    from optuna.trial import TrialState
+
+    states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+    launched = {_point_id(t.params) for t in study.get_trials(deepcopy=False, states=states)}
+    points = []
+    for name in space.names:
+        if out_of_reach(study, name, reach) is not None:
+            continue
+        variant = op.variants[name]
+        for params in iter_grid(space.params_of(name)):
+            point = flat_params(name, params)
+            if _point_id(point) not in launched and variant.check(space.key, space.target, params) is None:
+                points.append(point)
+    return points
+
+
+def enqueue_untried(study: Any, point: dict[str, Any]) -> None:
+    """Queue ``point`` (one of :func:`untried_in_reach`) as the next draw: where the sampler keeps asking
+    for what has run, is invalid or out of reach, each ask pruned, the budget goes to a new configuration
+    instead. It counts as a sampler draw, not as a queued configuration (:func:`queued_points`)."""
+    study.enqueue_trial(point, user_attrs={FILLED: True})
+
+
+def _point_id(params: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(params.items()))
 
 
 def best_bsp(study: Any, space: SearchSpace) -> Any:

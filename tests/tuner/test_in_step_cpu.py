@@ -557,7 +557,8 @@ def test_each_form_runs_two_untimed_steps_before_its_first_timed_one(monkeypatch
 
 def test_with_check_graphs_each_arm_is_captured_once_and_timed_as_replays(monkeypatch) -> None:
     """``check_graphs=True``: each arm runs its two eager steps, is captured once (a stand-in graph here:
-    CPUs have none), and every later step of that arm, timed or not, replays its own graph."""
+    CPUs have none), and every later step of that arm, timed or not, replays its own graph; every graph
+    is destroyed when the rounds end (a graph that captured a collective holds ``destroy_process_group``)."""
     import types
 
     import autotaxer.tuner.in_step as in_step
@@ -572,9 +573,17 @@ def test_with_check_graphs_each_arm_is_captured_once_and_timed_as_replays(monkey
     def step():
         log.append((serving[-1], "eager"))
 
-    def capture(step_fn, args):
+    class Graph:
+        def __init__(self, arm):
+            self.arm = arm
+
+        def reset(self):
+            log.append((self.arm, "reset"))
+
+    def capture(step_fn, args, captured):
         arm = serving[-1]
         log.append((arm, "capture"))
+        captured.append(Graph(arm))
         return lambda: log.append((arm, "replay"))
 
     monkeypatch.setattr(in_step, "_capture", capture)
@@ -583,7 +592,41 @@ def test_with_check_graphs_each_arm_is_captured_once_and_timed_as_replays(monkey
     assert [len(s) for s in samples] == [3, 3]
     for arm in ("win", "bsp"):
         ran = [what for a, what in log if a == arm]
-        assert ran == ["eager", "eager", "capture", "replay", "replay", "replay", "replay", "replay"]
+        assert ran == ["eager", "eager", "capture", "replay", "replay", "replay", "replay", "replay", "reset"]
+
+
+def test_check_graphs_destroys_its_graphs_when_a_step_fails(monkeypatch) -> None:
+    """A step that raises mid-rounds: its graphs are released and its error (not the release's) raised."""
+    import types
+
+    import autotaxer.tuner.in_step as in_step
+
+    reset: list[int] = []
+    calls = [0]
+
+    class Graph:
+        def reset(self):
+            reset.append(1)
+            raise RuntimeError("CUDA error: sticky")  # dropped: the step's own error is the one raised
+
+    def capture(step_fn, args, captured):
+        captured.append(Graph())
+        return step_fn
+
+    def step():
+        calls[0] += 1
+        if calls[0] > 5:
+            raise RuntimeError("peer gone")
+
+    class Runtime:
+        def serve_decision(self, key, decision):
+            pass
+
+    monkeypatch.setattr(in_step, "_capture", capture)
+    mine = (Runtime(), types.SimpleNamespace(key="k"))
+    with pytest.raises(RuntimeError, match="peer gone"):
+        in_step._rounds(step, (), 3, 0, mine, ("win", "bsp"), 2, in_step._World(), graphs=True)
+    assert len(reset) == 2  # both arms' graphs, captured before the failure, each released
 
 
 def test_check_graphs_without_cuda_is_refused_before_the_step_runs(monkeypatch) -> None:

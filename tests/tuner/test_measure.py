@@ -336,6 +336,50 @@ def test_time_variant_on_cpu_times_the_iters_it_is_given_whatever_sample_us(monk
     assert len(calls) == 1 + 3 * 4
 
 
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_captured_graph_is_destroyed_when_its_samples_are_taken(monkeypatch, fail: bool) -> None:
+    """A trial's graph (in ``graph`` mode it may hold an all-gather, and with it the NCCL communicator
+    that ``destroy_process_group`` must end) is reset as soon as its samples are taken, also when a
+    sample fails; the sampler refuses to run after."""
+    from types import SimpleNamespace
+
+    from autotaxer import measure
+
+    reset: list[int] = []
+
+    def reset_graph():
+        reset.append(1)
+        if fail:  # a sticky CUDA error after the failed sample: the sample's error is the one raised
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    graph = SimpleNamespace(reset=reset_graph)
+    made: list[measure._Sampler] = []
+
+    def prepare(fn, ctx, mode, warmup, iters):
+        made.append(measure._Sampler(fn, iters, on_cuda=False, graph=graph))
+        return made[-1]
+
+    def sample(sampler, ctx, lead_in=False):
+        if fail:
+            raise RuntimeError("peer timed out")
+        sampler.body()
+        return 1.0
+
+    monkeypatch.setattr(measure, "warm_up", lambda ctx: None)
+    monkeypatch.setattr(measure, "_prepare", prepare)
+    monkeypatch.setattr(measure, "_sample_us", sample)
+    monkeypatch.setattr(measure, "_max_over_ranks", lambda value, ctx: value)
+    ctx = SimpleNamespace(target=SimpleNamespace(device_type="cpu"))
+    if fail:
+        with pytest.raises(RuntimeError, match="peer timed out"):
+            measure.time_variant(lambda: None, ctx, warmup=1, iters=4, samples=3)
+    else:
+        assert measure.time_variant(lambda: None, ctx, warmup=1, iters=4, samples=3) == 1.0
+    assert reset == [1] and made[0].graph is None
+    with pytest.raises(RuntimeError, match="released"):
+        made[0].body()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_trial_of_a_long_call_on_a_gpu_times_fewer_calls_a_sample(mode: str) -> None:

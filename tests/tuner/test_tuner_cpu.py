@@ -117,19 +117,22 @@ def test_a_kernel_wait_that_gave_up_is_a_failed_trial_naming_the_silent_peer(tmp
 @pytest.mark.slow
 def test_sampler_draws_of_a_variant_far_behind_are_not_launched_with_reach(tmp_path: Path) -> None:
     """``--reach 1.25``: once ``planted_slow``'s two seeds ran (20-21 ms behind BSP), no draw of it runs;
-    each is pruned naming the ratio. ``--reach 0`` (CPU's default) launches the draws."""
+    each is pruned naming the ratio, and with nothing else in reach left to run the search ends after
+    FILL_AFTER such asks, saying so. ``--reach 0`` (CPU's default) launches the draws."""
+    from autotaxer.tuner.run import FILL_AFTER
     from autotaxer.tuner.study import split_params
 
     key = _key(2, 16, 8, 8, 0)
     shapes = _shapes(tmp_path, "M,N,K,dtype,gather_dim\n16,8,8,fp32,0\n")
-    runs = {}
+    runs, notes = {}, {}
     for reach in ("1.25", "0"):
         url = f"sqlite:///{tmp_path}/reach{reach}.sqlite"
         args = [*_run_args(shapes, url), "--variants", "planted_slow", "--trials", "6", "--reach", reach]
-        args.append("-q")
-        proc = _tune(args, env=PLANTED)
+        proc = _tune([*args, "--jsonl"], env=PLANTED)
         assert proc.returncode == 0, proc.stderr
         runs[reach] = _trials(url, key)
+        done = [json.loads(line) for line in proc.stdout.splitlines() if '"shape_done"' in line]
+        notes[reach] = [d["note"] for d in done]
     slow = {r: [t for t in ts if t.params.get("variant") == "planted_slow"] for r, ts in runs.items()}
     ran = {r: [t for t in ts if t.state.name == "COMPLETE"] for r, ts in slow.items()}
     assert sorted(split_params(t.params)[1]["delay_ms"] for t in ran["1.25"]) == [20, 21]  # its seeds
@@ -137,6 +140,8 @@ def test_sampler_draws_of_a_variant_far_behind_are_not_launched_with_reach(tmp_p
     out = [r for r in reasons if r.startswith("out of reach: planted_slow's fastest trial")]
     assert out and "past --reach 1.25" in out[0]
     assert all(r in out or r.startswith("duplicate of trial") for r in reasons)  # a seed drawn again
+    pruned = [t for t in runs["1.25"] if t.state.name == "PRUNED"]  # its draws and repeats of the rest
+    assert len(pruned) == FILL_AFTER and notes["1.25"] == ["every configuration in reach has run"]
     assert len(ran["0"]) == 5  # 6 trials: BSP and five of its points
 
 

@@ -63,6 +63,42 @@ def test_repeats_are_pruned_and_a_small_space_ends_when_exhausted(db) -> None:
     assert result.trials == 9
 
 
+def test_a_sampler_that_keeps_drawing_what_ran_gives_its_draws_to_untried_configurations(
+    db, monkeypatch
+) -> None:
+    """A sampler stuck on one point (TPE late in a small space does this: 1379 pruned asks at one key of the
+    2xH200 graph tune): after FILL_AFTER pruned asks in a row the next draw is an untried valid point, so
+    the budget buys new configurations; they count as draws, not queued ones (a resume adds none)."""
+    import optuna
+
+    import autotaxer.tuner.run as run
+    from autotaxer.tuner.study import FILLED, queued_points
+
+    class Stuck(optuna.samplers.BaseSampler):
+        def infer_relative_search_space(self, study, trial):
+            return {}
+
+        def sample_relative(self, study, trial, search_space):
+            return {}
+
+        def sample_independent(self, study, trial, name, distribution):
+            return distribution.choices[-1]
+
+    monkeypatch.setattr(run, "make_sampler", lambda *a: Stuck())
+    result, executor = _run(db, trials=9, sampled=1)
+    launched = [(r.variant, tuple(sorted(r.params.items()))) for r in executor.requests]
+    assert len(launched) == len(set(launched)) == 9  # bsp and every cpu_chunked point
+    trials = _trials(db)
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    filled = [t for t in trials if t.user_attrs.get(FILLED)]
+    assert filled and all(t.state.name == "COMPLETE" for t in filled)
+    assert len(pruned) <= run.FILL_AFTER * (len(filled) + 1)
+    study = optuna.load_study(study_name=KEY.text, storage=db.optuna_storage())
+    assert queued_points(study) == sum("fixed_params" in t.system_attrs for t in trials) - len(filled)
+    again, executor = _run(db, trials=9, sampled=1)
+    assert executor.requests == [] and again.trials == result.trials == 9
+
+
 def test_a_later_confirmation_replaces_a_luckier_stored_one(db) -> None:
     """The record is the latest side-by-side re-timing, never the best of noisy runs kept across runs."""
     import dataclasses
