@@ -32,7 +32,11 @@
 #                $TRIALS trials (default 24) and at least $SAMPLED (default 16) sampler draws after the
 #                seeds, eager timing -> $STATE/ws$WS.db; resumable: carry $STATE and run the step again;
 #                $VARIANTS names the variants (of either op; the BSP forms always), e.g. at 4 GPUs
-#                torch_fused,copy_engine,ce_fanout,ce_pull (the TP4 layer's 1.14-1.18x in graphs, 2026-11-28)
+#                torch_fused,copy_engine,ce_fanout,ce_pull (the TP4 layer's 1.14-1.18x in graphs, 2026-11-28);
+#                SPLIT_M tunes the keys with M >= SPLIT_M first (step NAME_large, LIMIT_LARGE s, default 240)
+#                with $VARIANTS_LARGE, e.g. SPLIT_M=4096 VARIANTS_LARGE=torch_fused,copy_engine: on 2xH200
+#                (2026-11-28) no Iris variant came within 2% of a key's best from M=4096, and its trials
+#                cost ~1 s each (a key keeps the variants it was first tuned with: resume with the same split)
 #   tune-graph   the same with --timing graph -> $STATE/ws${WS}_graph.db
 #   export       both databases' records -> $OUT/new_ws$WS.json and $OUT/new_ws${WS}_graph.json, merged
 #                into the shipped tables (autotaxer merge --all: the re-tune replaces what it covers)
@@ -169,9 +173,21 @@ par_tests() {
 }
 
 tune_ws() {  # tune_ws NAME TIMING DB
-    step "$1" "${LIMIT:-540}" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$(shapes_file)" \
-        --trials "${TRIALS:-24}" --sampled "${SAMPLED:-16}" --db "$3" --jsonl --trial-timeout 60 --seed 0 \
-        --timing "$2" ${VARIANTS:+--variants "$VARIANTS"}
+    local shapes
+    shapes=$(shapes_file)
+    if [ -n "${SPLIT_M:-}" ]; then  # the keys with M >= SPLIT_M first, with $VARIANTS_LARGE
+        awk -F, -v m="$SPLIT_M" 'NR == 1 || $2 >= m' "$shapes" > "$shapes.large"
+        awk -F, -v m="$SPLIT_M" 'NR == 1 || $2 < m' "$shapes" > "$shapes.small"
+        tune_cmd "$1_large" "${LIMIT_LARGE:-240}" "$2" "$3" "$shapes.large" "${VARIANTS_LARGE:-${VARIANTS:-}}"
+        shapes=$shapes.small
+    fi
+    tune_cmd "$1" "${LIMIT:-540}" "$2" "$3" "$shapes" "${VARIANTS:-}"
+}
+
+tune_cmd() {  # tune_cmd NAME LIMIT_S TIMING DB SHAPES VARIANTS
+    step "$1" "$2" python3 -P -m autotaxer tune --world-size "$WS" --shapes "$5" --trials "${TRIALS:-24}" \
+        --sampled "${SAMPLED:-16}" --db "$4" --jsonl --trial-timeout 60 --seed 0 --timing "$3" \
+        ${6:+--variants "$6"}
 }
 
 export_ws() {  # export_ws NAME DB SUFFIX

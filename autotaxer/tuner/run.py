@@ -37,6 +37,7 @@ from .study import (
     check_timing,
     counts,
     delete_study,
+    draw_untried,
     duplicate_of,
     enqueue_baseline,
     enqueue_configs,
@@ -56,7 +57,6 @@ from .study import (
     requeue_interrupted,
     split_params,
     suggest,
-    untried_in_reach,
 )
 from .worker import PEER_RAISED, ConfirmRequest, RankReply, TrialRequest
 
@@ -258,8 +258,10 @@ class _ShapeTuner:
             target = enqueue_grid(study, self.op, self.space)
         else:  # repeats are pruned, so a small space ends when every valid point has run
             queued = queued_points(study)
-            target = min(max(cfg.trials, queued + cfg.sampled), self.space.count_valid(self.op))
-            if target <= queued and target < self.space.count_valid(self.op):
+            wanted = max(cfg.trials, queued + cfg.sampled)
+            valid = self.space.count_valid(self.op, limit=wanted + 1)  # past the budget: no matter
+            target = min(wanted, valid)
+            if target <= queued and target < valid:
                 self.reporter.note(
                     f"{self.key.text}: the {target} trial(s) go to the {queued} queued configurations (BSP "
                     "forms, warm starts, seeds); the sampler draws none: raise --trials or --sampled"
@@ -287,11 +289,13 @@ class _ShapeTuner:
             idle = 0 if self._one_trial(study, target, TrialState) else idle + 1
             if idle >= FILL_AFTER and cfg.sampler != "grid" and not c.get("WAITING", 0):
                 idle = 0
-                left = untried_in_reach(study, self.op, self.space, cfg.reach)
-                if not left:
+                rng = random.Random(trial_seed(cfg.seed, asks))
+                point, exhausted = draw_untried(study, self.op, self.space, cfg.reach, rng)
+                if exhausted:
                     note = "every configuration in reach has run"
                     break
-                enqueue_untried(study, random.Random(trial_seed(cfg.seed, asks)).choice(left))
+                if point is not None:
+                    enqueue_untried(study, point)
         waited = self._await_baseline_elsewhere(study, deadline)
         if waited:
             note = (note + "; " if note else "") + waited

@@ -10,7 +10,9 @@ trials of a tuner still working on the same study on another machine.
 
 from __future__ import annotations
 
+import math
 import os
+import random
 import socket
 import time
 import warnings
@@ -97,7 +99,8 @@ class SearchSpace:
         return dict(dict(self.variants)[name])
 
     def count_valid(self, op: Op, limit: int = 200_000) -> int:
-        """Number of valid points, counting stops at ``limit`` (spaces that large are never exhausted)."""
+        """Number of valid points, counting stops at ``limit`` (a search's budget: more need not be
+        counted; an ``ag_gemm`` Iris variant's ~240k points take seconds to check)."""
         n = 0
         for name in self.names:
             variant = op.variants[name]
@@ -455,27 +458,45 @@ def queued_points(study: Any) -> int:
 FILLED = "filled"
 
 
-def untried_in_reach(study: Any, op: Op, space: SearchSpace, reach: float) -> list[dict[str, Any]]:
-    """The valid points of ``space`` (flat params) that no trial has launched (running or finished), of the
-    variants not :func:`out_of_reach`: what a search can still learn from. Empty: the search is over."""
+def draw_untried(
+    study: Any, op: Op, space: SearchSpace, reach: float, rng: random.Random
+) -> tuple[dict[str, Any] | None, bool]:
+    """An untried valid point of ``space`` (flat params) of a variant not :func:`out_of_reach`, drawn at
+    random: ``(point, False)``; ``(None, True)`` when none is left (the search is over); ``(None, False)``
+    when none turned up in :data:`UNTRIED_DRAWS` draws of a space too large to list (an ``ag_gemm`` Iris
+    variant has ~240k points: listing them takes seconds)."""
     from optuna.trial import TrialState
 
     states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
     launched = {_point_id(t.params) for t in study.get_trials(deepcopy=False, states=states)}
-    points = []
-    for name in space.names:
-        if out_of_reach(study, name, reach) is not None:
-            continue
-        variant = op.variants[name]
-        for params in iter_grid(space.params_of(name)):
-            point = flat_params(name, params)
-            if _point_id(point) not in launched and variant.check(space.key, space.target, params) is None:
-                points.append(point)
-    return points
+    names = [n for n in space.names if out_of_reach(study, n, reach) is None]
+    sizes = [math.prod(len(c) for c in space.params_of(n).values()) for n in names]
+
+    def untried(name: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        point = flat_params(name, params)
+        if _point_id(point) in launched:
+            return None
+        return point if op.variants[name].check(space.key, space.target, params) is None else None
+
+    if sum(sizes) <= UNTRIED_LISTED:
+        points = [p for n in names for params in iter_grid(space.params_of(n)) if (p := untried(n, params))]
+        return (rng.choice(points), False) if points else (None, True)
+    for _ in range(UNTRIED_DRAWS):
+        (name,) = rng.choices(names, weights=sizes)
+        point = untried(name, {p: rng.choice(c) for p, c in space.params_of(name).items()})
+        if point is not None:
+            return point, False
+    return None, False
+
+
+#: a space of at most this many points (valid or not) is listed to find what is untried; a larger one is
+#: drawn from, up to UNTRIED_DRAWS times
+UNTRIED_LISTED = 4096
+UNTRIED_DRAWS = 256
 
 
 def enqueue_untried(study: Any, point: dict[str, Any]) -> None:
-    """Queue ``point`` (one of :func:`untried_in_reach`) as the next draw: where the sampler keeps asking
+    """Queue ``point`` (from :func:`draw_untried`) as the next draw: where the sampler keeps asking
     for what has run, is invalid or out of reach, each ask pruned, the budget goes to a new configuration
     instead. It counts as a sampler draw, not as a queued configuration (:func:`queued_points`)."""
     study.enqueue_trial(point, user_attrs={FILLED: True})

@@ -99,6 +99,56 @@ def test_a_sampler_that_keeps_drawing_what_ran_gives_its_draws_to_untried_config
     assert executor.requests == [] and again.trials == result.trials == 9
 
 
+def test_an_untried_point_is_listed_in_a_small_space_and_drawn_in_a_large_one(monkeypatch) -> None:
+    """``draw_untried``: a space of a few points is listed (none left: the search is over); a large one is
+    drawn from (an ``ag_gemm`` Iris variant's ~240k points took 48 s to list); neither returns a launched
+    point (out-of-reach variants: ``test_tuner_cpu.py``'s reach test)."""
+    import random
+
+    import optuna
+
+    import autotaxer.tuner.study as study_mod
+    from autotaxer.ops import get_op
+    from autotaxer.tuner.study import SearchSpace, draw_untried, flat_params, suggest
+
+    op = get_op("ag_gemm")
+    space = SearchSpace.build(op, KEY, cpu_target(), None)
+    study = optuna.create_study()
+    everything = space.valid_points(op)
+    for listed in (4096, 0):  # listed, then drawn (every space counts as large)
+        monkeypatch.setattr(study_mod, "UNTRIED_LISTED", listed)
+        point, over = draw_untried(study, op, space, 0.0, random.Random(listed))
+        assert point in everything and not over
+    for point in everything:  # every valid point launched: nothing left
+        study.enqueue_trial(point)
+        trial = study.ask()
+        suggest(trial, space)
+        study.tell(trial, 1.0)
+    monkeypatch.setattr(study_mod, "UNTRIED_LISTED", 4096)
+    assert draw_untried(study, op, space, 0.0, random.Random(0)) == (None, True)
+    monkeypatch.setattr(study_mod, "UNTRIED_LISTED", 0)  # too large to list: not known to be over
+    assert draw_untried(study, op, space, 0.0, random.Random(0)) == (None, False)
+    assert flat_params("bsp", {}) in everything
+
+
+def test_a_keys_budget_is_set_without_checking_its_whole_space(db, monkeypatch) -> None:
+    """The trials a key gets are capped by its valid points, counted only as far as the budget: the start of
+    every ``ag_gemm`` key with the Iris variants counted ~240k points, 6.6 s a key on 2xH200."""
+    from autotaxer.tuner.study import SearchSpace
+
+    limits = []
+    count_valid = SearchSpace.count_valid
+
+    def spy(self, op, limit=200_000):
+        limits.append(limit)
+        return count_valid(self, op, limit)
+
+    monkeypatch.setattr(SearchSpace, "count_valid", spy)
+    result, _ = _run(db, trials=3, sampled=1)
+    assert limits and max(limits) <= 3 + 10  # the budget and one more, not the whole space
+    assert result.trials >= 3
+
+
 def test_a_later_confirmation_replaces_a_luckier_stored_one(db) -> None:
     """The record is the latest side-by-side re-timing, never the best of noisy runs kept across runs."""
     import dataclasses
