@@ -199,23 +199,27 @@ def time_variant(
     if sample_us is not None and ctx.target.device_type == "cuda":
         calls = calls_per_sample(_max_over_ranks(_one_call_us(timed, ctx, warmup), ctx), iters, sample_us)
     sampler = _prepare(timed, ctx, mode, warmup, calls)
-    try:  # fewer calls: each eager sample starts behind an untimed one (no idle GPU at its first launch)
-        per_call = [_sample_us(sampler, ctx, lead_in=calls < iters) for _ in range(samples)]
-    except BaseException:
-        sampler.release(quiet=True)
-        raise
-    sampler.release()  # a captured graph goes before the next one is made
+    # fewer calls: each eager sample starts behind an untimed one (no idle GPU at its first launch)
+    per_call = _samples_then_release(sampler, ctx, samples, lead_in=calls < iters)
     raw = _max_over_ranks(statistics.median(per_call), ctx)
     if chain is None:
         return raw
-    link_sampler = _prepare(chain.alone(), ctx, mode, warmup, iters)
-    try:
-        link_samples = [_sample_us(link_sampler, ctx) for _ in range(samples)]
-    except BaseException:
-        link_sampler.release(quiet=True)
-        raise
-    link_sampler.release()
+    link_samples = _samples_then_release(_prepare(chain.alone(), ctx, mode, warmup, iters), ctx, samples)
     return less_link(raw, _max_over_ranks(statistics.median(link_samples), ctx))
+
+
+def _samples_then_release(
+    sampler: _Sampler, ctx: RunContext, samples: int, lead_in: bool = False
+) -> list[float]:
+    """``samples`` runs of ``sampler`` (:func:`_sample_us`), then its captured graph released, before the
+    next one is made and also when a sample fails (the sample's error is the one raised)."""
+    try:
+        taken = [_sample_us(sampler, ctx, lead_in=lead_in) for _ in range(samples)]
+    except BaseException:
+        sampler.release(quiet=True)
+        raise
+    sampler.release()
+    return taken
 
 
 def calls_per_sample(call_us: float, iters: int, sample_us: float) -> int:
@@ -449,25 +453,41 @@ class _Sampler:
     graph: Any = None
 
     def release(self, quiet: bool = False) -> None:
-        """Destroy the captured graph now (the device done with it): a graph that captured a collective
-        holds its NCCL communicator, and ``destroy_process_group`` waits for every such graph to go.
-        ``quiet``: while another error propagates, an error here (a sticky CUDA error) is dropped."""
+        """Destroy the captured graph now (:func:`release_graphs`); the sampler runs no more after."""
         if self.graph is None:
             return
-        graph, self.graph, self.body = self.graph, None, _released
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            graph.reset()
-        except Exception:
-            if not quiet:
-                raise
+        graphs = [self.graph]
+        self.graph, self.body = None, _released
+        release_graphs(graphs, quiet)
 
 
 def _released() -> None:
     raise RuntimeError("this sampler's CUDA graph was released")
+
+
+def release_graphs(graphs: list[Any], quiet: bool = False) -> None:
+    """Destroy ``graphs`` now (after the device is done with them) and empty the list. A CUDA graph that
+    captured a collective holds its NCCL communicator until the graph is destroyed: one left to the
+    garbage collector makes ``destroy_process_group`` wait for it, forever where nothing collects it.
+    Every graph is released even where one fails; the first error is raised, unless ``quiet`` (while
+    another error propagates: a failed capture's graph, a sticky CUDA error)."""
+    errors: list[Exception] = []
+    if graphs:
+        try:
+            import torch
+
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+        except Exception as exc:  # noqa: BLE001 - each graph is still released
+            errors.append(exc)
+    for graph in graphs:
+        try:
+            graph.reset()
+        except Exception as exc:  # noqa: BLE001 - the others are still released
+            errors.append(exc)
+    graphs.clear()
+    if errors and not quiet:
+        raise errors[0]
 
 
 def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, iters: int) -> _Sampler:

@@ -192,9 +192,10 @@ class _Step:
     def release(self) -> None:
         """Destroy the captured graph (it holds the NCCL communicator of the collectives it captured:
         ``destroy_process_group`` waits for every such graph to go)."""
+        from autotaxer.measure import release_graphs
+
         if self.graph is not None:
-            torch.cuda.synchronize()
-            self.graph.reset()
+            release_graphs([self.graph])
             self.graph = None
 
 

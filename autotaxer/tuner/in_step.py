@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from .._problem import ProblemKey
+from ..measure import release_graphs
 from ..records import IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER, in_step_of
 from ..runtime.lookup import EXACT, Decision, fastest_form
 
@@ -347,28 +348,6 @@ def switched_rounds(
         raise
     release_graphs(captured)
     return samples
-
-
-def release_graphs(graphs: list[Any], quiet: bool = False) -> None:
-    """Destroy ``graphs`` now (after the device is done with them) and empty the list. A CUDA graph that
-    captured a collective holds its NCCL communicator until the graph is destroyed: one left to the
-    garbage collector makes ``destroy_process_group`` wait for it, forever where nothing collects it.
-    ``quiet``: while another error propagates, an error here (a failed capture's graph, a sticky CUDA
-    error) is dropped."""
-    errors: list[Exception] = []
-    if graphs:
-        try:
-            _synchronize()
-        except Exception as exc:  # noqa: BLE001 - each graph is still released
-            errors.append(exc)
-    for graph in graphs:
-        try:
-            graph.reset()
-        except Exception as exc:  # noqa: BLE001 - the others are still released
-            errors.append(exc)
-    graphs.clear()
-    if errors and not quiet:
-        raise errors[0]
 
 
 def _capture(step: Callable[..., Any], args: tuple, captured: list[Any]) -> Callable[[], Any]:

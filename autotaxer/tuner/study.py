@@ -458,6 +458,12 @@ def queued_points(study: Any) -> int:
 FILLED = "filled"
 
 
+#: a space of at most this many points (valid or not) is listed to find what is untried; a larger one is
+#: drawn from, up to UNTRIED_DRAWS times
+UNTRIED_LISTED = 4096
+UNTRIED_DRAWS = 256
+
+
 def draw_untried(
     study: Any, op: Op, space: SearchSpace, reach: float, rng: random.Random
 ) -> tuple[dict[str, Any] | None, bool]:
@@ -487,12 +493,6 @@ def draw_untried(
         if point is not None:
             return point, False
     return None, False
-
-
-#: a space of at most this many points (valid or not) is listed to find what is untried; a larger one is
-#: drawn from, up to UNTRIED_DRAWS times
-UNTRIED_LISTED = 4096
-UNTRIED_DRAWS = 256
 
 
 def enqueue_untried(study: Any, point: dict[str, Any]) -> None:
