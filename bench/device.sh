@@ -43,7 +43,9 @@
 #                -> $OUT/nvidia-h200_ws$WS.json and $OUT/nvidia-h200_ws${WS}_graph.json
 #   bench        autotaxer bench --world-size $WS over $SHAPES: every BSP form, the communication and the
 #                GEMM alone, every variant at its graph-tuned configuration, dispatch with the merged graph
-#                table, torch's fused ops -> $OUT/bench_ws$WS.json (eager and graph timings of each)
+#                table, torch's fused ops -> $OUT/bench_ws$WS.json (eager and graph timings of each); the
+#                stock kernels only with PEERS=--peers (on 2xH200, 2026-11-28, with them the first row,
+#                ag_gemm M=1024 N=5120 nk, ended in an illegal memory access and the run with no row)
 #   layer        bench/layer.py at TP$WS with the warm-up in the launch and no shipped table ($CASES,
 #                default fwd:4096,graph:1024; $MODES; $BUDGET s a mode and case, default 50)
 #                -> $OUT/layer.json, its database $OUT/layer.sqlite
@@ -260,7 +262,7 @@ for s in "$@"; do
         [ -f "$table" ] || table="tuning_db/nvidia-h200_ws${WS}_graph.json"
         step "bench_ws$WS" "${BENCH_LIMIT:-540}" env AUTOTAXER_TABLE="$table" python3 -P -m autotaxer bench \
             --world-size "$WS" --shapes "$(shapes_file)" --device cuda --db "$DB_GRAPH" --dispatch-timing graph \
-            --max-configs 3 --iters 10 --samples 7 --peer-timeout 30 --out "$OUT/bench_ws$WS.json"
+            --max-configs 3 --iters 10 --samples 7 --peer-timeout 30 ${PEERS:---no-peers} --out "$OUT/bench_ws$WS.json"
         ;;
     layer)
         step layer "${LIMIT:-500}" torchrun --nproc-per-node "$WS" bench/layer.py --cases "${CASES:-fwd:4096,graph:1024}" \

@@ -9,11 +9,12 @@ costs 19 µs (2 ranks) to 49 µs (4) of host time and its chained GPU time fell 
 at 4 (``bench/results/2026-11-27_replay_layer_h200x4/``).
 
 A variant may be replayed when nothing its host code decides differs from call to call (its flags,
-epochs and tokens live on the device); its op lists it in ``Op.replayed``. ``torch_fused`` may be one
+epochs and tokens live on the device); its op lists it in ``Op.replayed``. ``torch_fused`` is one
 (torch's op: a barrier and copies on its side stream, all on the device, its workspace grown before any
 capture; at 4 ranks its eager calls took 489-701 µs against 144-287 µs replayed in a graph,
-``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``, so eager-timed trials never chose it): it joins the
-ops' lists once ``tests/ops/test_torch_fused_gpu.py``'s replay test has passed on GPUs. Each run's graphs
+``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``, so eager-timed trials never chose it): it joined
+both ops' lists when ``tests/ops/test_torch_fused_gpu.py``'s replay test passed on 2xH200 (2026-11-28,
+``bench/results/2026-11-28_ws2_ship_h200x2/``). Each run's graphs
 share one memory pool, so what a call allocates inside (torch's op: a fresh product) is held once a run.
 :func:`launcher` gives the callable that runs it (``run(ws, inputs, ctx, out) -> out``, the variant's own
 signature), and dispatch, the tuner's trials and its confirmations all use it: what was timed is what is

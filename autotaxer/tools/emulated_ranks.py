@@ -106,6 +106,37 @@ def _warm_up(variant: Any, works: list, ctxs: list, mains: list, inputs: list, o
     torch.cuda.synchronize()
 
 
+def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], heap_bytes: int = 1 << 28,
+            seed: int = 0) -> tuple[Any, Any, list, list, list]:  # fmt: skip
+    """``key.world_size`` ranks of a host-scheduled variant on the current GPU, prepared on one emulated
+    heap and warmed up (every kernel loaded, the channels' flags as new): ``(op, variant, contexts,
+    workspaces, main streams)``, one of each per rank. What :func:`check_variant` runs its calls on."""
+    import torch
+
+    from autotaxer._target import cuda_target
+    from autotaxer.ops import get_op
+    from autotaxer.ops._base import RunContext
+
+    _single_process_group()
+    op, ws = get_op(op_name), key.world_size
+    variant = op.variants[variant_name]
+    device = torch.device("cuda")
+    target = cuda_target(0)
+    heap = EmulatedHeap(ws, heap_bytes, device)
+    ctxs, works, mains = [], [], []
+    for r in range(ws):
+        iris = EmulatedIris(heap, r)
+        _CONTEXTS.append(iris)
+        ctx = RunContext(rank=r, world_size=ws, device=device, target=target, _iris=iris)
+        ctxs.append(ctx)
+        works.append(variant.prepare(key, params, ctx))
+        mains.append(torch.cuda.Stream())
+    torch.cuda.synchronize()
+    _warm_up(variant, works, ctxs, mains, [op.make_inputs(key, r, device, seed) for r in range(ws)],
+             [op.empty_output(key, device) for _ in range(ws)])  # fmt: skip
+    return op, variant, ctxs, works, mains
+
+
 def check_variant(
     op_name: str,
     variant_name: str,
@@ -129,27 +160,10 @@ def check_variant(
     under a timeout."""
     import torch
 
-    from autotaxer._target import cuda_target
-    from autotaxer.ops import get_op, relative_error
-    from autotaxer.ops._base import RunContext
+    from autotaxer.ops import relative_error
 
-    _single_process_group()
-    op, ws = get_op(op_name), key.world_size
-    variant = op.variants[variant_name]
-    device = torch.device("cuda")
-    target = cuda_target(0)
-    heap = EmulatedHeap(ws, heap_bytes, device)
-    ctxs, works, mains = [], [], []
-    for r in range(ws):
-        iris = EmulatedIris(heap, r)
-        _CONTEXTS.append(iris)
-        ctx = RunContext(rank=r, world_size=ws, device=device, target=target, _iris=iris)
-        ctxs.append(ctx)
-        works.append(variant.prepare(key, params, ctx))
-        mains.append(torch.cuda.Stream())
-    torch.cuda.synchronize()
-    _warm_up(variant, works, ctxs, mains, [op.make_inputs(key, r, device, seed) for r in range(ws)],
-             [op.empty_output(key, device) for _ in range(ws)])  # fmt: skip
+    op, variant, ctxs, works, mains = emulate(op_name, variant_name, key, params, heap_bytes, seed)
+    ws, device = key.world_size, torch.device("cuda")
     for call in range(1, calls + 1):
         inputs = [op.make_inputs(key, r, device, seed + call) for r in range(ws)]
         outs = [op.empty_output(key, device) for _ in range(ws)]

@@ -177,16 +177,16 @@ def _push_ws_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
 
 def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
     """``ce_persistent``'s GEMM (issue 47) at world size 4: the ``cp.async`` consumer, and (not ``quick``)
-    the TMA one at both weight layouts and gather_dim=1."""
+    the TMA one at both weight layouts and gather_dim=1; its flags read by the atomic and (``load``,
+    ``sleep``) by ``ld.acquire``."""
     import torch
 
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
-    from autotaxer.kernels.common.channel import MAX_CHUNKS
-    from autotaxer.kernels.common.watch import unnamed_slot
 
     def launch(
-        gd: int, tma: int, nk: bool, ws: int = 4, m: int = 4096, n: int = 8192, k: int = 8192
-    ) -> tuple:
+        gd: int, tma: int, nk: bool, ws: int = 4, m: int = 4096, n: int = 8192, k: int = 8192,
+        poll: str = "atomic",
+    ) -> tuple:  # fmt: skip
         config = cp.CePersistentConfig(
             *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma
         )
@@ -197,20 +197,55 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
             gather_dim=gd, m=m, n=n, k=k, config=config, programs=131,
         )  # fmt: skip
         dt = torch.bfloat16
-        _, args, kw = cp.launch_args(
-            plan, rank=1, world_size=ws, inbox=torch.empty(ws * ms * ks, dtype=dt),
-            flags=torch.zeros(ws * MAX_CHUNKS, dtype=torch.int32), epoch=torch.zeros(1, dtype=torch.int32),
-            sync=torch.zeros(cp.SYNC_WORDS, dtype=torch.int64), a_shard=torch.empty(ms, ks, dtype=dt),
-            b=torch.empty(n, k, dtype=dt).t() if nk else torch.empty(k, n, dtype=dt),
-            out=torch.empty(m, n, dtype=dt), watch=unnamed_slot("cpu"),
-        )  # fmt: skip
+        with _env(cp.POLL_ENV, poll):
+            _, args, kw = _ce_launch_args(cp, plan, ws, ms, ks, m, n, k, dt, nk)
         return cp.KERNEL, args, kw
 
     yield "ag_gemm ce_persistent ws=4 gather_dim=0", lambda: launch(0, 0, False)
+    yield "ag_gemm ce_persistent ws=4 gather_dim=0 poll=load", lambda: launch(0, 0, False, poll="load")
     if not quick:
         yield "ag_gemm ce_persistent ws=4 gather_dim=0 tma nk", lambda: launch(0, 1, True)
         yield "ag_gemm ce_persistent ws=4 gather_dim=1 tma", lambda: launch(1, 1, False)
         yield "ag_gemm ce_persistent ws=8 gather_dim=1 nk", lambda: launch(1, 0, True, ws=8)
+        for poll in ("load", "sleep"):
+            yield (
+                f"ag_gemm ce_persistent ws=4 gather_dim=0 tma nk poll={poll}",
+                (lambda poll=poll: launch(0, 1, True, poll=poll)),
+            )
+        yield "ag_gemm ce_persistent ws=4 gather_dim=1 poll=sleep", lambda: launch(1, 0, False, poll="sleep")
+
+
+@contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """``$name`` set to ``value`` while the block runs, then as it was."""
+    import os
+
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = saved
+
+
+def _ce_launch_args(cp: Any, plan: Any, ws: int, ms: int, ks: int, m: int, n: int, k: int, dt: Any,
+                    nk: bool) -> tuple:  # fmt: skip
+    """``ce_persistent``'s :func:`launch_args` on CPU tensors of the plan's shapes."""
+    import torch
+
+    from autotaxer.kernels.common.channel import MAX_CHUNKS
+    from autotaxer.kernels.common.watch import unnamed_slot
+
+    return cp.launch_args(
+        plan, rank=1, world_size=ws, inbox=torch.empty(ws * ms * ks, dtype=dt),
+        flags=torch.zeros(ws * MAX_CHUNKS, dtype=torch.int32), epoch=torch.zeros(1, dtype=torch.int32),
+        sync=torch.zeros(cp.SYNC_WORDS, dtype=torch.int64), a_shard=torch.empty(ms, ks, dtype=dt),
+        b=torch.empty(n, k, dtype=dt).t() if nk else torch.empty(k, n, dtype=dt),
+        out=torch.empty(m, n, dtype=dt), watch=unnamed_slot("cpu"),
+    )  # fmt: skip
 
 
 def cases(quick: bool = False) -> list[tuple[str, Callable[[], tuple]]]:

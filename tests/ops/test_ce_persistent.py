@@ -289,6 +289,53 @@ def test_bound_reads_setting_is_checked(monkeypatch) -> None:
         cp.bound_reads()
 
 
+def test_poll_setting_is_checked(monkeypatch) -> None:
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    monkeypatch.delenv(cp.POLL_ENV, raising=False)
+    assert cp.poll_mode() == "atomic"
+    for mode in ("load", "sleep"):
+        monkeypatch.setenv(cp.POLL_ENV, mode)
+        assert cp.poll_mode() == mode
+    monkeypatch.setenv(cp.POLL_ENV, "spin")
+    with pytest.raises(ValueError, match=cp.POLL_ENV):
+        cp.poll_mode()
+
+
+@pytest.mark.emulated
+@pytest.mark.parametrize("poll", ["load", "sleep"])
+def test_every_poll_mode_runs_the_protocol(poll: str, interpret: Callable[..., str]) -> None:
+    """The ``load``/``sleep`` reads (under the interpreter: the atomic, as on AMD) through the same
+    consumer: both layouts and flag back ends at 4 ranks, the launch built with that mode."""
+    out = interpret(
+        f"""
+        import os
+
+        os.environ["AUTOTAXER_CE_PERSISTENT_POLL"] = "{poll}"
+        print(emu.check_ce_persistent(4, 0, 20, 40, 40, cfg(chunks=2, streams=2)))
+        print(emu.check_ce_persistent(4, 1, 20, 40, 32, cfg(), b_layout="nk", signal="memop"))
+        """
+    )
+    assert out.count("OK") == 2, out
+
+
+def test_the_poll_modes_consumers_differ_only_in_their_read() -> None:
+    """Each mode's consumers wait through a spin whose ``_poll`` is that mode's; ``push``'s keep theirs."""
+    from autotaxer.kernels.ag_gemm import consume, protocol
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    for consumer, poll in (
+        (cp.consume_tiles_load, cp._poll_load),
+        (cp.consume_tiles_tma_sleep, cp._poll_sleep),
+    ):
+        wait = consumer.fn.__globals__["wait_segment"]
+        spin = wait.fn.__globals__["wait_rows"].fn.__globals__["spin_until"]
+        assert (
+            spin.fn.__globals__["_poll"] is poll and spin.fn.__code__ is cp.spin_until_read_once.fn.__code__
+        )
+    assert consume.consume_tiles.fn.__globals__["wait_segment"] is protocol.wait_segment
+
+
 def test_the_read_once_consumers_leave_pushs_untouched() -> None:
     """The recompiled consumers wait through ``wait_segment_read_once``; ``push``'s keep the shared wait."""
     from autotaxer.kernels.ag_gemm import consume, consume_tma, protocol

@@ -182,6 +182,23 @@ def test_the_launcher_replays_listed_variants_on_cuda_only(monkeypatch):
     assert launcher(op, ce, key, torch.device("cuda")) == ce.run
 
 
+def test_torch_fused_is_replayed_in_both_ops():
+    """Torch's fused ops (host time of 300-450 us a call at 4 ranks) are served as the graph-timed trials
+    timed them: replayed, in ``ag_gemm`` and ``gemm_rs`` alike; ``bsp`` never is."""
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op
+
+    keys = {
+        "ag_gemm": ({"M": 64, "N": 48, "K": 32}, {"gather_dim": 0}),
+        "gemm_rs": ({"M": 64, "N": 48, "K": 32}, {"scatter_dim": 0}),
+    }
+    for name, (shape, layout) in keys.items():
+        op = get_op(name)
+        key = ProblemKey.make(name, "nvidia-h200", 2, "bf16", shape, layout)
+        assert "torch_fused" in op.replayed and "bsp" not in op.replayed, name
+        assert isinstance(launcher(op, op.variants["torch_fused"], key, torch.device("cuda")), ReplayedRun)
+
+
 def test_limit_must_be_positive():
     with pytest.raises(ValueError, match="limit"):
         ReplayedRun(lambda *a: None, (1,), torch.float32, 0)

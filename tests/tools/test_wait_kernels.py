@@ -28,8 +28,34 @@ def test_every_wait_kernel_compiles_for_hopper_with_its_bound() -> None:
     names = {r["kernel"].split(" ")[0] for r in rows}
     assert {"signal.wait", "signal.memop_wait_eq", "ag_gemm", "gemm_rs", "flash_decode", "push_ws"} <= names
     assert any("ce_persistent" in r["kernel"] for r in rows)  # the copy-engine GEMM's per-tile waits
+    assert any("poll=load" in r["kernel"] for r in rows)  # its flags read by ld.acquire
     bad = [r for r in rows if not r["ok"]]
     assert not bad, bad
+
+
+def test_the_poll_modes_compile_to_their_reads() -> None:
+    """``ce_persistent``'s tile waits: ``atomic`` an acquire atomic add, ``load`` an ``ld.acquire.sys`` and
+    no atomic read, ``sleep`` that load and a ``nanosleep``."""
+    _skip_unless_sm90()
+    from autotaxer.tools.sm90 import compile_for_hopper
+    from autotaxer.tools.wait_kernels import cases
+
+    found = {}
+    for name, launch in cases(quick=False):
+        if name.startswith("ag_gemm ce_persistent ws=4 gather_dim=0 tma nk"):
+            ptx = compile_for_hopper(*launch()).asm["ptx"]
+            found[name.rpartition("poll=")[2] if "poll=" in name else "atomic"] = ptx
+    assert set(found) == {"atomic", "load", "sleep"}
+    assert (
+        "atom.global.sys.acquire.add.u32" in found["atomic"]
+        and "ld.global.acquire.sys" not in found["atomic"]
+    )
+    for mode in ("load", "sleep"):
+        assert (
+            "ld.global.acquire.sys.b32" in found[mode]
+            and "atom.global.sys.acquire.add.u32" not in found[mode]
+        )
+    assert "nanosleep" in found["sleep"] and "nanosleep" not in found["load"]
 
 
 @triton.jit

@@ -29,7 +29,7 @@ GEMM_RS.forms = {"emulated": EMULATED}
 GEMM_RS.function_names = ("fused_matmul_reduce_scatter",)
 GEMM_RS.layer = LayerForm("row", {"scatter_dim": 0})  # sequence-parallel: the output's rows scattered
 GEMM_RS.flops = partial_gemm_flops  # each rank's partial product over its K slice
-GEMM_RS.replayed = frozenset({"copy_engine"})  # CUDA-graph replays, as ag_gemm's copy-engine schedules
+GEMM_RS.replayed = frozenset({"copy_engine", "torch_fused"})  # CUDA-graph replays, as ag_gemm's
 for _name in _VARIANT_MODULES:
     for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
         GEMM_RS.register(_variant)

@@ -76,7 +76,7 @@ from ...common.gemm import TileConfig
 from ...common.lanes import peer_lanes
 from ...common.sync import epoch_begin
 from ...common.tma import Scratch, scratch_allocator
-from ...common.watch import BOUND, CHECK_AFTER_NS, give_up, now_ns, unnamed_slot
+from ...common.watch import BOUND, CHECK_AFTER_NS, _hip, give_up, now_ns, unnamed_slot
 from .. import copy_engine as ce
 from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
 from ..consume import consume_tiles
@@ -227,6 +227,77 @@ def _poll(ptrs, live, epoch):
     return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
 
 
+#: ``$AUTOTAXER_CE_PERSISTENT_POLL``: how a tile's wait reads its flags (issue 47's second stall
+#: candidate). ``atomic`` (the default, the shared consumer's read): an atomic add of 0 with acquire
+#: semantics at system scope, a read-modify-write of the flags' line, which at 4 ranks up to 131 programs
+#: issue back to back on the same few lines while a peer's release and the local tiles' loads queue
+#: behind them in L2. ``load``: ``ld.acquire.sys`` (NVIDIA), a load that L2 serves to every poller
+#: without taking the line. ``sleep``: that load, and a ``nanosleep`` of :data:`SLEEP_NS` after each poll
+#: that finds a flag missing. Under the interpreter and on AMD every mode reads by the atomic.
+POLL_ENV = "AUTOTAXER_CE_PERSISTENT_POLL"
+POLLS = ("atomic", "load", "sleep")
+#: ``sleep``: nanoseconds a waiting warp sleeps between polls (the literal in :func:`_pause`'s asm).
+SLEEP_NS = 256
+
+
+def poll_mode() -> str:
+    """``$AUTOTAXER_CE_PERSISTENT_POLL`` (``atomic`` unless set); ``ValueError`` naming it."""
+    value = os.environ.get(POLL_ENV, "").strip() or "atomic"
+    if value not in POLLS:
+        raise ValueError(f"{POLL_ENV}: expected one of {', '.join(POLLS)}, got {value!r}")
+    return value
+
+
+if os.environ.get("TRITON_INTERPRET", "0") == "1" or _hip():
+
+    @triton.jit
+    def _load_acquire(ptrs, live):
+        """The flags of ``ptrs`` where ``live`` (0 elsewhere), read with acquire semantics at system
+        scope (here: the atomic add of 0, as :func:`_poll`)."""
+        return tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+
+    @triton.jit
+    def _pause():
+        """Sleep a little between polls (here: nothing)."""
+        pass
+
+else:
+
+    @triton.jit
+    def _load_acquire(ptrs, live):
+        """The flags of ``ptrs`` where ``live`` (0 elsewhere), each read by ``ld.acquire.sys`` (predicated:
+        a lane that is not live reads nothing)."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .pred %p; setp.ne.b32 %p, $2, 0; mov.u32 $0, 0;"
+            " @%p ld.global.acquire.sys.b32 $0, [$1]; }",
+            "=r,l,r", [ptrs, live.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
+        )  # fmt: skip
+
+    @triton.jit
+    def _pause():
+        """Sleep :data:`SLEEP_NS` nanoseconds (``nanosleep``: the warp yields its issue slots)."""
+        tl.inline_asm_elementwise(
+            "nanosleep.u32 256; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
+@triton.jit
+def _poll_load(ptrs, live, epoch):
+    """:func:`_poll` with the flags read by :func:`_load_acquire`."""
+    seen = _load_acquire(ptrs, live)
+    missing = live & (seen < epoch)
+    return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _poll_sleep(ptrs, live, epoch):
+    """:func:`_poll_load`, then :func:`_pause` when a flag is still missing."""
+    seen, missing, pending = _poll_load(ptrs, live, epoch)
+    if pending > 0:
+        _pause()
+    return seen, missing, pending
+
+
 @triton.jit
 def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     """:func:`..common.watch.spin_until` (the same flags, loads, bound and record), except that the bound
@@ -280,16 +351,32 @@ consume_tiles_read_once = with_globals(consume_tiles, wait_segment=wait_segment_
 consume_tiles_tma_read_once = with_globals(consume_tiles_tma, wait_segment=wait_segment_read_once)
 
 
+def _consumers_polling(poll: Any) -> tuple[Any, Any]:
+    """``(consume_tiles, consume_tiles_tma)`` whose waits are :func:`spin_until_read_once` with its flags
+    read by ``poll`` (:func:`_poll_load`, :func:`_poll_sleep`)."""
+    spin = with_globals(spin_until_read_once, _poll=poll)
+    wait = with_globals(
+        wait_segment, wait_rows=with_globals(wait_rows, spin_until=spin),
+        wait_all_k=with_globals(wait_all_k, spin_until=spin),
+    )  # fmt: skip
+    return with_globals(consume_tiles, wait_segment=wait), with_globals(consume_tiles_tma, wait_segment=wait)
+
+
+consume_tiles_load, consume_tiles_tma_load = _consumers_polling(_poll_load)
+consume_tiles_sleep, consume_tiles_tma_sleep = _consumers_polling(_poll_sleep)
+
+
 # one compiled kernel for every rank: ranks emulated in one process load it once (a load while a peer's
 # GEMM spins can wait for it)
 @triton.jit(do_not_specialize=["rank"])
 def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_ptr, rank, sizes, chunks,
                           strides, LAYOUT: tl.constexpr, TILES: tl.constexpr,
-                          READ_BOUND_ONCE: tl.constexpr):  # fmt: skip
+                          READ_BOUND_ONCE: tl.constexpr, POLL: tl.constexpr):  # fmt: skip
     """The GEMM of one call: every program runs tiles (no producers), the first ``grid`` dealt by program
     id, the rest drawn from the queue ``sync[1]``; each tile waits for the chunk flags of its peers' rows
     (``flags_ptr``: the channel's ``data``, ``[src, chunk]``) to reach the channel's epoch
-    (``READ_BOUND_ONCE``: through :func:`spin_until_read_once`; else the shared consumer's waits)."""
+    (``READ_BOUND_ONCE``: through :func:`spin_until_read_once`, its flags read as ``POLL`` says, an index
+    into :data:`POLLS`; else the shared consumer's waits)."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     # this workspace's call number from the arrival count: where the queue stood at this call's start
@@ -301,7 +388,17 @@ def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_p
     call = (queue, inbox_ptr, flags_ptr, watch_ptr, rank, epoch)
     ok = tl.full((), 1, tl.int32)  # a tensor from the start: the waits reassign it (issue 35)
     if READ_BOUND_ONCE:
-        if TILES.TMA:
+        if POLL == 1:
+            if TILES.TMA:
+                consume_tiles_tma_load(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+            else:
+                consume_tiles_load(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+        elif POLL == 2:
+            if TILES.TMA:
+                consume_tiles_tma_sleep(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+            else:
+                consume_tiles_sleep(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
+        elif TILES.TMA:
             consume_tiles_tma_read_once(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
         else:
             consume_tiles_read_once(pid, offset, call, ok, io, sizes, chunks, strides, LAYOUT, TILES)
@@ -347,7 +444,7 @@ def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
             WHOLE_K=False, GROUP_ACROSS=False, PREFETCH_K=0, TMA=tma,
         ),
-        READ_BOUND_ONCE=bound_reads() == "once",
+        READ_BOUND_ONCE=bound_reads() == "once", POLL=POLLS.index(poll_mode()),
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(args):

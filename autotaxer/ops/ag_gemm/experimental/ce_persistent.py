@@ -11,7 +11,9 @@ both ``b_layout`` values run.
 Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
 ``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt
 to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags:
-``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens). Experimental: its
+``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens). How the tiles read their
+flags is ``$AUTOTAXER_CE_PERSISTENT_POLL`` (``atomic``, ``load``, ``sleep``: an A/B for the 4-GPU runs; on
+one H200 with four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its
 first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses,
 not yet measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and
 compiled for sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
