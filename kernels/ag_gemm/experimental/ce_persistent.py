@@ -230,10 +230,11 @@ def _poll(ptrs, live, epoch):
 #: ``$AUTOTAXER_CE_PERSISTENT_POLL``: how a tile's wait reads its flags (issue 47's second stall
 #: candidate). ``atomic`` (the default, the shared consumer's read): an atomic add of 0 with acquire
 #: semantics at system scope, a read-modify-write of the flags' line, which at 4 ranks up to 131 programs
-#: issue back to back on the same few lines while a peer's release and the local tiles' loads queue
-#: behind them in L2. ``load``: ``ld.acquire.sys`` (NVIDIA), a load that L2 serves to every poller
-#: without taking the line. ``sleep``: that load, and a ``nanosleep`` of :data:`SLEEP_NS` after each poll
-#: that finds a flag missing. Under the interpreter and on AMD every mode reads by the atomic.
+#: issue back to back on the same few lines (a peer's release and the local tiles' loads may queue behind
+#: them in L2; not measured on real peers yet). ``load``: ``ld.acquire.sys`` (NVIDIA), a load that L2
+#: serves to every poller without taking the line. ``sleep``: that load, and a ``nanosleep`` of
+#: :data:`SLEEP_NS` after each poll that finds a flag missing. Under the interpreter and on AMD every
+#: mode reads by the atomic.
 POLL_ENV = "AUTOTAXER_CE_PERSISTENT_POLL"
 POLLS = ("atomic", "load", "sleep")
 #: ``sleep``: nanoseconds a waiting warp sleeps between polls (the literal in :func:`_pause`'s asm).
