@@ -66,7 +66,9 @@
 #   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
 #                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
 #   pack         keep what comes back from $OUT within the device tool's limit: SQLite files checkpointed
-#                (no -wal/-shm file needed), the files named in $KEEP kept, the rest packed in misc.tgz
+#                (no -wal/-shm file needed), the first 7 files named in $KEEP kept (name the databases
+#                first: 8 files come back, and on 2026-11-28 a database named 11th did not), the rest
+#                packed in misc.tgz
 # SHAPES may name several files (space-separated); they are concatenated into one. The keys a model calls
 # (the layer benchmark's training step, S = 256 ... 16384): SHAPES=examples/shapes_llama70b_layer_ws$WS.csv. LIMIT overrides the tune
 # steps' time limit (default 540 s), BENCH_LIMIT that of bench (default 540); GPU the model exported
@@ -211,10 +213,15 @@ pack() {  # checkpoint SQLite files, keep $KEEP, pack the rest of $OUT in misc.t
             [ -f "$db" ] || continue
             python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$db"
         done
-        rest=()
+        # at most 8 files come back from $OUT: the first 7 of $KEEP that exist (in its order), misc.tgz
+        local kept=() rest=() f
+        for f in ${KEEP:-}; do
+            [ -f "$f" ] || continue
+            if [ ${#kept[@]} -lt 7 ]; then kept+=("$f"); else rest+=("$f"); echo "pack: $f packed in misc.tgz (8 files come back)" >&2; fi
+        done
         for f in *; do
             [ -f "$f" ] || continue
-            case " ${KEEP:-} " in *" $f "*) ;; *) rest+=("$f") ;; esac
+            case " ${kept[*]} " in *" $f "*) ;; *) case " ${rest[*]} " in *" $f "*) ;; *) rest+=("$f") ;; esac ;; esac
         done
         if [ ${#rest[@]} -gt 0 ]; then
             tar czf misc.tgz "${rest[@]}" && rm -f "${rest[@]}"
