@@ -6,19 +6,19 @@
 
 Issue 47: at four GPUs ``ce_persistent`` took 4-5x BSP's time at the keys where its tiles wait longest
 (``bench/results/2026-11-27_ce_persistent_h200x4``), after the bound read that stalled it first was fixed.
-Here every rank of ``--world-size`` lives on this GPU (:func:`autotaxer.tools.emulated_ranks.emulate`)
-and a call is enqueued behind a gate (a sleep kernel of ``--gate-us`` that every stream waits for, longer
-than the host takes to enqueue the call) so that its parts start together as on real peers: every rank's
-copy-engine lanes (each optionally ``--delay-us`` later: a sleep kernel before its copies stands in for
-NVLink's slower transfer, so the tiles wait about as long as there) and rank 0's persistent GEMM, whose
-tiles wait for those rows; then each other rank's GEMM after the one before (its rows all landed: the
-GEMM with nothing to wait on). Per (shape, flag read ``--polls``, delay, seed configuration): rank 0's
-GEMM, the others' (median), cuBLAS on the gathered A, each the median over ``--calls``, every rank's
-last output (fresh inputs each call) against fp32. The copies are device-to-device on one HBM, not
-NVLink: this shows what waiting costs the GEMM (the polls against the local tiles' loads and the peers'
-releases), not the transfer. A row says when the host took longer to enqueue the call than the gate
-held (then rank 0's tiles waited for the host): on an H200 host (2026-11-28) 4 ranks' call took 3.2-4.1 ms
-to enqueue, past the 3 ms gate of that run (``bench/results/2026-11-28_rank0_view_h200``); hence 8 ms.
+Here every rank of ``--world-size`` lives on this GPU (:func:`autotaxer.tools.emulated_ranks.emulate`) and a
+call is enqueued behind a gate (a sleep kernel of ``--gate-us`` that every stream waits for, longer than the
+host takes to enqueue the call) so that its parts start together as on real peers: every rank's copy-engine
+lanes (each optionally ``--delay-us`` later: a sleep kernel before its copies stands in for NVLink's slower
+transfer, so the tiles wait about as long as there) and rank 0's persistent GEMM, whose tiles wait for those
+rows; then each other rank's GEMM after the one before (its rows all landed: the GEMM with nothing to wait
+on). Per (shape, flag read ``--polls``: the variant's ``poll``, delay, seed configuration): rank 0's GEMM, the
+others' (median), cuBLAS on the gathered A, each the median over ``--calls``, every rank's last output (fresh
+inputs each call) against fp32. The copies are device-to-device on one HBM, not NVLink: this shows what
+waiting costs the GEMM (the polls against the local tiles' loads and the peers' releases), not the transfer. A
+row says when the host took longer to enqueue the call than the gate held (then rank 0's tiles waited for the
+host): on an H200 host (2026-11-28) 4 ranks' call took 3.2-4.1 ms to enqueue, past the 3 ms gate of that run
+(``bench/results/2026-11-28_rank0_view_h200``); hence 8 ms.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import statistics
 import sys
 from typing import Any
 
-POLL_ENV = "AUTOTAXER_CE_PERSISTENT_POLL"
+#: ``ce_persistent``'s ``poll`` values by name (its kernel module's ``POLLS``).
+POLLS = ("atomic", "load", "sleep")
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, int, str]]:
@@ -198,11 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if layout == "nk" else (
             torch.randn(k, n, device="cuda", dtype=torch.bfloat16))  # fmt: skip
         cublas = _median_us(lambda a=a, b=b: torch.mm(a, b), args.calls)
-        seeds = [s for s in variant.seed_configs(key, target) if s["signal"] in signals][: args.configs]
+        seeds = [s for s in variant.seed_configs(key, target) if s["signal"] in signals and s["poll"] == 0]
         for poll in args.polls.split(","):
-            os.environ[POLL_ENV] = poll
             for delay in (float(d) for d in args.delay_us.split(",")):
-                for params in seeds:
+                for params in ({**s, "poll": POLLS.index(poll)} for s in seeds[: args.configs]):
                     row = {"M": m, "N": n, "K": k, "b_layout": layout, "world_size": args.world_size,
                            "poll": poll, "delay_us": delay, "params": params,
                            "cublas_us": round(cublas, 2)}  # fmt: skip

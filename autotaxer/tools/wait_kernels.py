@@ -188,7 +188,7 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
         poll: str = "atomic",
     ) -> tuple:  # fmt: skip
         config = cp.CePersistentConfig(
-            *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma
+            *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma, poll=cp.POLLS.index(poll)
         )
         ms, ks = (m // ws, k) if gd == 0 else (m, k // ws)
         rows = ms if gd == 0 else m
@@ -197,8 +197,7 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
             gather_dim=gd, m=m, n=n, k=k, config=config, programs=131,
         )  # fmt: skip
         dt = torch.bfloat16
-        with _env(cp.POLL_ENV, poll):
-            _, args, kw = _ce_launch_args(cp, plan, ws, ms, ks, m, n, k, dt, nk)
+        _, args, kw = _ce_launch_args(cp, plan, ws, ms, ks, m, n, k, dt, nk)
         return cp.KERNEL, args, kw
 
     yield "ag_gemm ce_persistent ws=4 gather_dim=0", lambda: launch(0, 0, False)
@@ -213,22 +212,6 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
                 (lambda poll=poll: launch(0, 1, True, poll=poll)),
             )
         yield "ag_gemm ce_persistent ws=4 gather_dim=1 poll=sleep", lambda: launch(1, 0, False, poll="sleep")
-
-
-@contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """``$name`` set to ``value`` while the block runs, then as it was."""
-    import os
-
-    saved = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = saved
 
 
 def _ce_launch_args(cp: Any, plan: Any, ws: int, ms: int, ks: int, m: int, n: int, k: int, dt: Any,

@@ -120,6 +120,8 @@ def test_check_prunes_what_cannot_run_or_repeats_another_point(monkeypatch) -> N
     ok = {"block_m": 128, "block_n": 256, "block_k": 64, "group_m": 8, "num_warps": 8, "num_stages": 3,
           "chunks": 4, "streams": 1, "tma": 1, "signal": "triton"}  # fmt: skip
     assert v.check(_key(4, 0), H200, ok) is None and v.check(_key(2, 1, b_layout="nk"), H200, ok) is None
+    assert v.check(_key(4, 0), H200, {**ok, "poll": 1}) is None  # without poll: 0, as tuned before it
+    assert "poll: must be in 0..2" in v.check(_key(4, 0), H200, {**ok, "poll": 5})
     assert "signal=memop" in v.check(_key(4, 0), H200, {**ok, "signal": "memop"})  # no driver here
     assert "unknown back end" in v.check(_key(4, 0), H200, {**ok, "signal": "nccl"})
     _as_on_a_gpu(monkeypatch)
@@ -289,31 +291,38 @@ def test_bound_reads_setting_is_checked(monkeypatch) -> None:
         cp.bound_reads()
 
 
-def test_poll_setting_is_checked(monkeypatch) -> None:
+def test_poll_is_checked_and_its_default_is_the_first_kernel() -> None:
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
 
-    monkeypatch.delenv(cp.POLL_ENV, raising=False)
-    assert cp.poll_mode() == "atomic"
-    for mode in ("load", "sleep"):
-        monkeypatch.setenv(cp.POLL_ENV, mode)
-        assert cp.poll_mode() == mode
-    monkeypatch.setenv(cp.POLL_ENV, "spin")
-    with pytest.raises(ValueError, match=cp.POLL_ENV):
-        cp.poll_mode()
+    assert cp.CePersistentConfig().poll == 0 and cp.POLLS[0] == "atomic"
+    cp.CePersistentConfig(poll=2).validate()
+    with pytest.raises(ValueError, match="poll: must be in 0..2"):
+        cp.CePersistentConfig(poll=3).validate()
+
+
+def test_the_second_seed_is_the_first_reading_by_load() -> None:
+    """Seeds run first in a bench or a tune: the A/B of the tiles' read is in every run of the variant."""
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op
+
+    key = ProblemKey.make(
+        "ag_gemm", "nvidia-h200", 4, "bf16", {"M": 1024, "N": 2560, "K": 8192}, {"gather_dim": 0}
+    )
+    seeds = get_op("ag_gemm").variants["ce_persistent"].seeds_of(key)
+    assert seeds[0]["poll"] == 0 and seeds[1] == {**seeds[0], "poll": 1}
+    assert all(s["poll"] == 0 for s in seeds[2:])
 
 
 @pytest.mark.emulated
 @pytest.mark.parametrize("poll", ["load", "sleep"])
 def test_every_poll_mode_runs_the_protocol(poll: str, interpret: Callable[..., str]) -> None:
-    """The ``load``/``sleep`` reads (under the interpreter: the atomic, as on AMD) through the same
-    consumer: both layouts and flag back ends at 4 ranks, the launch built with that mode."""
+    """``poll`` 1 and 2 (under the interpreter: the atomic read, as on AMD) through the same consumer: both
+    layouts and flag back ends at 4 ranks, the launch built with that read."""
+    mode = ("atomic", "load", "sleep").index(poll)
     out = interpret(
         f"""
-        import os
-
-        os.environ["AUTOTAXER_CE_PERSISTENT_POLL"] = "{poll}"
-        print(emu.check_ce_persistent(4, 0, 20, 40, 40, cfg(chunks=2, streams=2)))
-        print(emu.check_ce_persistent(4, 1, 20, 40, 32, cfg(), b_layout="nk", signal="memop"))
+        print(emu.check_ce_persistent(4, 0, 20, 40, 40, cfg(chunks=2, streams=2, poll={mode})))
+        print(emu.check_ce_persistent(4, 1, 20, 40, 32, cfg(poll={mode}), b_layout="nk", signal="memop"))
         """
     )
     assert out.count("OK") == 2, out

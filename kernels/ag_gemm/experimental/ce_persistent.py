@@ -94,12 +94,14 @@ SYNC_WORDS = 2
 @dataclass(frozen=True)
 class CePersistentConfig(TileConfig):
     """The GEMM's tiles (:class:`TileConfig`), the transfer's ``chunks`` per peer shard (one flag each, at
-    most :data:`MAX_CHUNKS`), the side ``streams`` the peers are dealt to, and ``tma`` (1: TMA loads,
-    NVIDIA sm_90+, where the tensors allow; else the ``cp.async`` consumer)."""
+    most :data:`MAX_CHUNKS`), the side ``streams`` the peers are dealt to, ``tma`` (1: TMA loads,
+    NVIDIA sm_90+, where the tensors allow; else the ``cp.async`` consumer) and ``poll`` (how the tiles
+    read their flags, an index into :data:`POLLS`; 0 the kernel as first shipped)."""
 
     chunks: int = 4
     streams: int = 1
     tma: int = 0
+    poll: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -110,6 +112,8 @@ class CePersistentConfig(TileConfig):
             raise ValueError(f"streams: must be >= 1, got {self.streams}")
         if self.tma not in (0, 1):
             raise ValueError(f"tma: must be 0 or 1, got {self.tma}")
+        if not 0 <= self.poll < len(POLLS):
+            raise ValueError(f"poll: must be in 0..{len(POLLS) - 1} ({', '.join(POLLS)}), got {self.poll}")
 
 
 def chunk_width(rows: int, chunks: int, block_m: int) -> int:
@@ -227,26 +231,17 @@ def _poll(ptrs, live, epoch):
     return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
 
 
-#: ``$AUTOTAXER_CE_PERSISTENT_POLL``: how a tile's wait reads its flags (issue 47's second stall
-#: candidate). ``atomic`` (the default, the shared consumer's read): an atomic add of 0 with acquire
-#: semantics at system scope, a read-modify-write of the flags' line, which at 4 ranks up to 131 programs
-#: issue back to back on the same few lines (a peer's release and the local tiles' loads may queue behind
-#: them in L2; not measured on real peers yet). ``load``: ``ld.acquire.sys`` (NVIDIA), a load that L2
-#: serves to every poller without taking the line. ``sleep``: that load, and a ``nanosleep`` of
-#: :data:`SLEEP_NS` after each poll that finds a flag missing. Under the interpreter and on AMD every
-#: mode reads by the atomic.
-POLL_ENV = "AUTOTAXER_CE_PERSISTENT_POLL"
+#: How a tile's wait reads its flags (:class:`CePersistentConfig`'s ``poll``, an index here; issue 47's
+#: second stall candidate). ``atomic`` (0, the default, the shared consumer's read): an atomic add of 0
+#: with acquire semantics at system scope, a read-modify-write of the flags' line, which at 4 ranks up to
+#: 131 programs issue back to back on the same few lines (a peer's release and the local tiles' loads may
+#: queue behind them in L2; not measured on real peers yet). ``load`` (1): ``ld.acquire.sys`` (NVIDIA), a
+#: load that L2 serves to every poller without taking the line. ``sleep`` (2): that load, and a
+#: ``nanosleep`` of :data:`SLEEP_NS` after each poll that finds a flag missing. Under the interpreter and
+#: on AMD every mode reads by the atomic.
 POLLS = ("atomic", "load", "sleep")
 #: ``sleep``: nanoseconds a waiting warp sleeps between polls (the literal in :func:`_pause`'s asm).
 SLEEP_NS = 256
-
-
-def poll_mode() -> str:
-    """``$AUTOTAXER_CE_PERSISTENT_POLL`` (``atomic`` unless set); ``ValueError`` naming it."""
-    value = os.environ.get(POLL_ENV, "").strip() or "atomic"
-    if value not in POLLS:
-        raise ValueError(f"{POLL_ENV}: expected one of {', '.join(POLLS)}, got {value!r}")
-    return value
 
 
 if os.environ.get("TRITON_INTERPRET", "0") == "1" or _hip():
@@ -376,8 +371,8 @@ def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_p
     """The GEMM of one call: every program runs tiles (no producers), the first ``grid`` dealt by program
     id, the rest drawn from the queue ``sync[1]``; each tile waits for the chunk flags of its peers' rows
     (``flags_ptr``: the channel's ``data``, ``[src, chunk]``) to reach the channel's epoch
-    (``READ_BOUND_ONCE``: through :func:`spin_until_read_once`, its flags read as ``POLL`` says, an index
-    into :data:`POLLS`; else the shared consumer's waits)."""
+    (``READ_BOUND_ONCE``: through :func:`spin_until_read_once`, its flags read as ``POLL`` says, the
+    config's ``poll``; else the shared consumer's waits)."""
     pid = tl.program_id(0)
     grid = tl.num_programs(0)
     # this workspace's call number from the arrival count: where the queue stood at this call's start
@@ -445,7 +440,7 @@ def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
             WHOLE_K=False, GROUP_ACROSS=False, PREFETCH_K=0, TMA=tma,
         ),
-        READ_BOUND_ONCE=bound_reads() == "once", POLL=POLLS.index(poll_mode()),
+        READ_BOUND_ONCE=bound_reads() == "once", POLL=config.poll,
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(args):

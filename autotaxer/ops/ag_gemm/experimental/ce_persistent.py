@@ -11,9 +11,10 @@ both ``b_layout`` values run.
 Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
 ``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt
 to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags:
-``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens). How the tiles read their
-flags is ``$AUTOTAXER_CE_PERSISTENT_POLL`` (``atomic``, ``load``, ``sleep``: an A/B for the 4-GPU runs; on
-one H200 with four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its
+``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``poll`` (how the tiles
+read their flags: 0 an acquire atomic, the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with
+a ``nanosleep`` between polls; the second seed is the first with 1, the A/B for the 4-GPU runs; on one
+H200 with four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its
 first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses,
 not yet measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and
 compiled for sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
@@ -42,6 +43,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "streams": (1, 2, 4, 8),
     "tma": (1, 0),
     "signal": ("triton", "memop"),
+    "poll": (0, 1, 2),
 }
 #: Seeds: cuBLAS-class tilings on H100/H200 (128x256x64 on 8 warps, 3 stages; 128x128x64 on 4 warps,
 #: 4 stages), TMA first; the copies in 4 chunks per peer shard (fewer where the shard is smaller).
@@ -50,6 +52,10 @@ SEED_CHUNKS = (4, 2, 1)
 #: Seeds' transports: (side streams: ``one`` or ``each`` peer its own, flags' back end), the issue's
 #: design first (epoch flags on one stream), then stream memops (no flag kernel: less host time).
 SEED_TRANSPORTS = (("one", "triton"), ("one", "memop"), ("each", "memop"), ("each", "triton"))
+#: Parameters a configuration may leave out, at these values (those tuned before they existed).
+OPTIONAL: dict[str, Any] = {"poll": 0}
+#: The read of the tiles' flags the second seed tries (``load``: ``ld.acquire.sys``, see ``poll`` above).
+SEED_POLL = 1
 #: Shared memory of one CTA on H100/H200 (the fused variants' budget).
 SMEM_BYTES = _SMEM_BYTES["nvidia"]
 
@@ -86,9 +92,11 @@ def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
             for s, signal in transports:
                 seeds.append(
                     {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps,
-                     "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma, "signal": signal}
+                     "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma, "signal": signal,
+                     "poll": 0}
                 )  # fmt: skip
-    return seeds
+    # the first seed's flags read by ld.acquire, second: the A/B of the tiles' read in one run
+    return [seeds[0], {**seeds[0], "poll": SEED_POLL}, *seeds[1:]] if seeds else seeds
 
 
 class CePersistentVariant(CopyEngineBase):
@@ -115,7 +123,7 @@ class CePersistentVariant(CopyEngineBase):
         from autotaxer.kernels.common.gemm import register_error, smem_error
         from autotaxer.kernels.common.lanes import _streams_reason
 
-        missing = set(SPACE) - set(params)
+        missing = set(SPACE) - set(params) - set(OPTIONAL)
         if missing:
             return f"missing parameters: {', '.join(sorted(missing))}"
         reason = transport_error(self.name, key, params["signal"])
