@@ -28,6 +28,7 @@ import json
 import os
 import statistics
 import sys
+from functools import partial
 from typing import Any
 
 #: ``ce_persistent``'s ``poll`` values by name (its kernel module's ``POLLS``).
@@ -55,20 +56,6 @@ def _cycles_per_us() -> float:
     end.record()
     end.synchronize()
     return 10_000_000 / (start.elapsed_time(end) * 1000.0)
-
-
-def _median_us(fn: Any, calls: int) -> float:
-    import torch
-
-    times = []
-    for _ in range(calls):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
-    return statistics.median(times)
 
 
 def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int, gate_cycles: int,
@@ -184,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotaxer import ProblemKey
     from autotaxer._target import cuda_target
     from autotaxer.ops import get_op
+    from autotaxer.tools.one_rank import ms_per_call
 
     target = cuda_target(0)
     variant = get_op("ag_gemm").variants["ce_persistent"]
@@ -198,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if layout == "nk" else (
             torch.randn(k, n, device="cuda", dtype=torch.bfloat16))  # fmt: skip
-        cublas = _median_us(lambda a=a, b=b: torch.mm(a, b), args.calls)
+        gemm = partial(torch.mm, a, b)
+        cublas = statistics.median(ms_per_call(gemm, 1) for _ in range(args.calls)) * 1000.0
         seeds = [s for s in variant.seed_configs(key, target) if s["signal"] in signals and s["poll"] == 0]
         for poll in args.polls.split(","):
             for delay in (float(d) for d in args.delay_us.split(",")):

@@ -223,10 +223,17 @@ def bound_reads() -> str:
 
 
 @triton.jit
+def _read_atomic(ptrs, live):
+    """The flags of ``ptrs`` where ``live`` (0 elsewhere), each read by an atomic add of 0 with acquire
+    semantics at system scope (the shared consumer's read)."""
+    return tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+
+
+@triton.jit
 def _poll(ptrs, live, epoch):
-    """``(seen, missing, pending)``: one acquire load (system scope) of the live flags of ``ptrs``, which
-    of them are still below ``epoch``, and how many."""
-    seen = tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+    """``(seen, missing, pending)``: one acquire read (system scope, :func:`_read_atomic`) of the live
+    flags of ``ptrs``, which of them are still below ``epoch``, and how many."""
+    seen = _read_atomic(ptrs, live)
     missing = live & (seen < epoch)
     return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
 
@@ -245,12 +252,7 @@ SLEEP_NS = 256
 
 
 if os.environ.get("TRITON_INTERPRET", "0") == "1" or _hip():
-
-    @triton.jit
-    def _load_acquire(ptrs, live):
-        """The flags of ``ptrs`` where ``live`` (0 elsewhere), read with acquire semantics at system
-        scope (here: the atomic add of 0, as :func:`_poll`)."""
-        return tl.atomic_add(ptrs, 0, mask=live, sem="acquire", scope="sys")
+    _load_acquire = _read_atomic  # no ld.acquire here: the atomic read
 
     @triton.jit
     def _pause():
@@ -275,14 +277,6 @@ else:
         tl.inline_asm_elementwise(
             "nanosleep.u32 256; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
         )
-
-
-@triton.jit
-def _poll_load(ptrs, live, epoch):
-    """:func:`_poll` with the flags read by :func:`_load_acquire`."""
-    seen = _load_acquire(ptrs, live)
-    missing = live & (seen < epoch)
-    return seen, missing, tl.sum(missing.to(tl.int32), axis=0)
 
 
 @triton.jit
@@ -334,32 +328,35 @@ def with_globals(fn: Any, **names: Any) -> Any:
     return triton.jit(copy)
 
 
-#: :func:`..protocol.wait_segment` with every spin through :func:`spin_until_read_once`: the shared waits
-#: (:func:`..protocol.wait_rows`, the one this variant's ``WHOLE_K``-off tiles take, and
-#: :func:`..protocol.wait_all_k`), line for line, recompiled with that spin.
-wait_segment_read_once = with_globals(
-    wait_segment,
-    wait_rows=with_globals(wait_rows, spin_until=spin_until_read_once),
-    wait_all_k=with_globals(wait_all_k, spin_until=spin_until_read_once),
-)
-#: The consumers with :func:`wait_segment_read_once` for their waits.
-consume_tiles_read_once = with_globals(consume_tiles, wait_segment=wait_segment_read_once)
-consume_tiles_tma_read_once = with_globals(consume_tiles_tma, wait_segment=wait_segment_read_once)
-
-
-def _consumers_polling(poll: Any) -> tuple[Any, Any]:
-    """``(consume_tiles, consume_tiles_tma)`` whose waits are :func:`spin_until_read_once` with its flags
-    read by ``poll`` (:func:`_poll_load`, :func:`_poll_sleep`)."""
-    spin = with_globals(spin_until_read_once, _poll=poll)
-    wait = with_globals(
+def _wait_segment_spinning(spin: Any) -> Any:
+    """:func:`..protocol.wait_segment` with every spin through ``spin``: the shared waits
+    (:func:`..protocol.wait_rows`, the one this variant's ``WHOLE_K``-off tiles take, and
+    :func:`..protocol.wait_all_k`), line for line, recompiled with that spin."""
+    return with_globals(
         wait_segment, wait_rows=with_globals(wait_rows, spin_until=spin),
         wait_all_k=with_globals(wait_all_k, spin_until=spin),
     )  # fmt: skip
+
+
+def _consumers_waiting(wait: Any) -> tuple[Any, Any]:
+    """``(consume_tiles, consume_tiles_tma)`` with ``wait`` (a :func:`_wait_segment_spinning`) for their
+    waits."""
     return with_globals(consume_tiles, wait_segment=wait), with_globals(consume_tiles_tma, wait_segment=wait)
 
 
-consume_tiles_load, consume_tiles_tma_load = _consumers_polling(_poll_load)
-consume_tiles_sleep, consume_tiles_tma_sleep = _consumers_polling(_poll_sleep)
+#: The waits through :func:`spin_until_read_once`, and the consumers that take them.
+wait_segment_read_once = _wait_segment_spinning(spin_until_read_once)
+consume_tiles_read_once, consume_tiles_tma_read_once = _consumers_waiting(wait_segment_read_once)
+#: :func:`_poll` with the flags read by :func:`_load_acquire` (``poll`` 1).
+_poll_load = with_globals(_poll, _read_atomic=_load_acquire)
+#: The consumers of ``poll`` 1 and 2: :func:`spin_until_read_once` with its flags read by
+#: :func:`_poll_load` and :func:`_poll_sleep`.
+consume_tiles_load, consume_tiles_tma_load = _consumers_waiting(
+    _wait_segment_spinning(with_globals(spin_until_read_once, _poll=_poll_load))
+)
+consume_tiles_sleep, consume_tiles_tma_sleep = _consumers_waiting(
+    _wait_segment_spinning(with_globals(spin_until_read_once, _poll=_poll_sleep))
+)
 
 
 # one compiled kernel for every rank: ranks emulated in one process load it once (a load while a peer's
