@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._capture import gc_paused
 from ._problem import ProblemKey
 from .ops._base import Op, Params, RunContext, Variant, Workspace, relative_error
 
@@ -99,18 +100,29 @@ class Chain:
     out: Any = None
 
     def wrap(self, fn: Callable[[], Any]) -> Callable[[], Any]:
-        """``fn`` preceded, from its second call on, by the link from its last output to ``feeds``."""
+        """``fn`` preceded, from its second call on, by the link from ``out`` to ``feeds``; without
+        ``out``, ``fn`` followed by the link from the tensor it returned. That tensor is fresh each call: a
+        link before the next call would read the previous call's, which a CUDA graph captured then keeps
+        reading after it is freed (``autotaxer bench``'s peer, torch's fused op, read a tensor that the
+        next capture's cache release unmapped: an illegal memory access, 2xH200, 2026-11-28)."""
         dst = _first_byte(self.feeds)
+        if self.out is None:
+
+            def call_then_link() -> Any:
+                result = fn()
+                if result is None:
+                    raise ValueError("chain: the timed call returned no tensor and Chain.out is unset")
+                link(_first_byte(result), dst)
+                return result
+
+            return call_then_link
         last: list[Any] = []  # the previous call's output, as its first byte
 
         def call() -> Any:
             if last:
                 link(last[0], dst)
             result = fn()
-            got = self.out if self.out is not None else result
-            if got is None:
-                raise ValueError("chain: the timed call returned no tensor and Chain.out is unset")
-            last[:] = [_first_byte(got)]
+            last[:] = [_first_byte(self.out)]
             return result
 
         return call
@@ -408,7 +420,7 @@ def _warm_graph(fn: Callable[[], Any], ctx: RunContext) -> None:
         fn()
     torch.cuda.current_stream(ctx.device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with gc_paused(), torch.cuda.graph(graph):
         fn()
     graph.replay()
     torch.cuda.synchronize(ctx.device)
@@ -522,7 +534,7 @@ def _prepare(fn: Callable[[], Any], ctx: RunContext, mode: str, warmup: int, ite
     # Every rank must be out of its warm-up collectives before any rank starts capturing.
     _barrier(ctx)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with gc_paused(), torch.cuda.graph(graph):
         for _ in range(iters):
             fn()
     graph.replay()  # first replay uploads the graph; not timed

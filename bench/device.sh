@@ -44,9 +44,9 @@
 #   bench        autotaxer bench --world-size $WS over $SHAPES: every BSP form, the communication and the
 #                GEMM alone, every variant at its graph-tuned configuration, dispatch with the merged graph
 #                table, torch's fused ops -> $OUT/bench_ws$WS.json (eager and graph timings of each); the
-#                peers (torch's fused op called directly, Iris' stock kernel) only with PEERS=--peers (on
-#                2xH200, 2026-11-28, with them the first row, ag_gemm M=1024 N=5120 nk, ended in an illegal
-#                memory access and the run with no row; not debugged)
+#                peers (torch's fused op called directly, Iris' stock kernel) only with PEERS=--peers: the
+#                torch_fused variant already times torch's op (the peers' illegal memory access of
+#                2026-11-28 was the timing chain's, fixed: see autotaxer.measure.Chain)
 #   layer        bench/layer.py at TP$WS with the warm-up in the launch and no shipped table ($CASES,
 #                default fwd:4096,graph:1024; $MODES; $BUDGET s a mode and case, default 50)
 #                -> $OUT/layer.json, its database $OUT/layer.sqlite

@@ -126,8 +126,10 @@ def _one_op(key: Any, ctx: Any) -> dict[str, Any]:
         eager()
     torch.cuda.synchronize()
     dist.barrier()
+    from autotaxer._capture import gc_paused
+
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with gc_paused(), torch.cuda.graph(graph):
         variant.run(ws, inputs, ctx, out=out_g)
     torch.cuda.synchronize()
     dist.barrier()

@@ -176,6 +176,8 @@ class _Step:
 
     def capture(self) -> None:
         """Warm up on a side stream, then capture the forward in one CUDA graph (``graph`` cases)."""
+        from autotaxer._capture import gc_paused
+
         x = self.x.detach()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -185,7 +187,7 @@ class _Step:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
+        with gc_paused(), torch.cuda.graph(self.graph), torch.no_grad():
             self.out = self.fn(x)
         torch.cuda.synchronize()
 

@@ -46,6 +46,8 @@ from typing import Any
 
 import torch
 
+from .._capture import gc_paused
+
 #: ``$AUTOTAXER_REPLAY=0``: launch every call eagerly (an A/B switch for benchmarks and debugging).
 REPLAY_ENV = "AUTOTAXER_REPLAY"
 #: Graphs kept per replayed run (least recently used evicted): one per argument set, e.g. per layer of a
@@ -152,7 +154,9 @@ class ReplayedRun:
         self.out_shape = out_shape
         self.out_dtype = out_dtype
         self.limit = limit
-        self.capture = capture if capture is not None else self._capture_in_pool
+        #: None: :meth:`_capture_in_pool` (not stored as a bound method: that would make the run a
+        #: reference cycle, freed with its graphs by the cyclic collector at any time, e.g. during a capture)
+        self.capture = capture
         #: the memory pool every graph of this run allocates from (made at the first capture)
         self.pool: Any = None
         self.device_type = device_type
@@ -193,7 +197,8 @@ class ReplayedRun:
     def _capture(self, ws: Any, inputs: tuple, ctx: Any, out: Any) -> tuple[Any, Any] | None:
         returned: list[Any] = []
         try:
-            graph = self.capture(lambda: returned.append(self.run(ws, inputs, ctx, out)))
+            capture = self.capture if self.capture is not None else self._capture_in_pool
+            graph = capture(lambda: returned.append(self.run(ws, inputs, ctx, out)))
         except Exception as exc:  # noqa: BLE001 - any capture failure: launch eagerly (errors raise there)
             self.turn_off(f"capture failed: {type(exc).__name__}: {exc}")
             return None
@@ -263,7 +268,7 @@ def capture_cuda_graph(fn: Callable[[], Any], pool: Any = None) -> Any:
     if stream is None:
         stream = _CAPTURE_STREAMS[device] = torch.cuda.Stream(device)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
+    with gc_paused(), torch.cuda.stream(stream):
         graph.capture_begin(pool=pool, capture_error_mode="thread_local")
         try:
             fn()

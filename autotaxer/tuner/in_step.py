@@ -68,6 +68,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from .._capture import gc_paused
 from .._problem import ProblemKey
 from ..measure import release_graphs
 from ..records import IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER, in_step_of
@@ -358,7 +359,7 @@ def _capture(step: Callable[..., Any], args: tuple, captured: list[Any]) -> Call
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     captured.append(graph)
-    with torch.cuda.graph(graph):
+    with gc_paused(), torch.cuda.graph(graph):
         step(*args)
     torch.cuda.synchronize()
     return graph.replay

@@ -466,3 +466,63 @@ def test_every_graph_of_one_run_allocates_from_one_pool_and_runs_have_their_own(
             a, b = _inputs(seed)
             torch.testing.assert_close(run("ws", (a, b), None, torch.empty(4, 3)), a @ b)
     assert pools == [("pool", 0)] * 3 + [("pool", 1)] * 3
+
+
+def test_a_replayed_run_is_freed_when_its_last_reference_goes_not_by_the_cyclic_collector() -> None:
+    """A run (and the graphs it holds) must not sit in a reference cycle: the cyclic collector would free
+    it at any moment, e.g. during another capture, where freeing a CUDA graph is not permitted (2xH200:
+    a failed graph reset, then a segmentation fault in a replay)."""
+    import gc
+    import weakref
+
+    from autotaxer._capture import gc_paused
+
+    with gc_paused():
+        run = ReplayedRun(_Calls().run, (4, 3), torch.float32, 4, device_type="cuda")
+        gone = weakref.ref(run)
+        del run
+        assert gone() is None  # freed by its reference count, the collector off
+    assert gc.isenabled()
+
+
+def test_the_collector_is_paused_inside_and_restored_after_even_on_error() -> None:
+    import gc
+
+    from autotaxer._capture import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="capture failed"):
+        with gc_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("capture failed")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        gc.enable()
+
+
+def test_the_cuda_capture_runs_the_call_with_the_collector_paused(monkeypatch) -> None:
+    """:func:`capture_cuda_graph` (every replayed call's capture) runs the captured call with the cyclic
+    collector off; CUDA's graph and stream are stand-ins here."""
+    import contextlib
+    import gc
+
+    class FakeGraph:
+        def capture_begin(self, pool=None, capture_error_mode="global") -> None:
+            assert capture_error_mode == "thread_local"
+
+        def capture_end(self) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device: object())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(replay, "_CAPTURE_STREAMS", {})
+    seen: list[bool] = []
+    graph = replay.capture_cuda_graph(lambda: seen.append(gc.isenabled()))
+    assert isinstance(graph, FakeGraph) and seen == [False] and gc.isenabled()

@@ -414,3 +414,31 @@ def test_a_trial_of_a_long_call_on_a_gpu_times_fewer_calls_a_sample(mode: str) -
     assert adaptive == (2 + 2 + 3 * 4 if mode == "eager" else 2 + 2 + 3), adaptive
     assert len(calls) == (2 + 60 if mode == "eager" else 2 + 20)
     assert math.isfinite(t) and t > 0
+
+
+def test_a_call_returning_a_fresh_output_is_linked_from_that_output_before_the_next_call(monkeypatch) -> None:
+    """Without ``Chain.out`` (a peer returning a fresh tensor), each call is followed at once by the link
+    from its own output: a CUDA graph that captures calls then reads only the outputs it captured, never
+    one freed since (read after the next capture released the cache: an illegal address on 2xH200)."""
+    import torch
+
+    from autotaxer.measure import Chain
+
+    log = _logged_links(monkeypatch)
+    feeds = torch.zeros(3)
+    outputs: list = []
+
+    def call():
+        outputs.append(torch.full((2,), float(len(outputs))))
+        log.append(("call", outputs[-1].data_ptr()))
+        return outputs[-1]
+
+    wrapped = Chain(feeds).wrap(call)
+    for _ in range(3):
+        wrapped()
+    expected = []
+    for out in outputs:
+        expected += [("call", out.data_ptr()), ("link", out.data_ptr(), feeds.data_ptr())]
+    assert log == expected
+    with pytest.raises(ValueError, match="returned no tensor"):
+        Chain(feeds).wrap(lambda: None)()
