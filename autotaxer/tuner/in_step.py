@@ -22,7 +22,9 @@ against ``bsp`` alone.
   rounds cancels); the arm's gain is the median of its ratios, its noise how far below the gain the
   one-sided 95% lower confidence bound of that median lies (an order statistic of the ratios);
 - an arm speeds the step up when its gain exceeds 1 + :data:`MIN_NOISE` and its lower bound exceeds 1. The
-  key is served the arm that does with the largest gain, else ``bsp``. When that is not the winner, the
+  key is served the arm that does with the largest gain; where none does, the key's fastest form measured
+  alone (e.g. torch's fused op) when it is an arm whose median step is not slower than ``bsp``'s (the step
+  cannot tell them apart, the op alone can: :func:`tie_arm`), else ``bsp``. When that is not the winner, the
   key is served that arm from now on, and its record is stored again as that form (default parameters,
   the form's isolated time), the isolated winner named in ``env["in_step_winner"]``. The record's
   ``env["fastest_form"]`` (what dispatch serves untuned keys near it) becomes the form that was fastest
@@ -273,10 +275,13 @@ def check_in_step(
         forms_us = _forms_us(*mine, [a.variant for a in arms[1:]]) if found is not None else None
         traced = mine is not None and mine[0].traced(mine[1].key)
         mine_samples = samples if mine is not None else None
-        everyone = world.gather((mine_samples, forms_us, traced, time.monotonic() - t1, left_s - (t1 - t0)))
+        tie = tie_arm(mine[1], arms) if mine is not None else None
+        elapsed = time.monotonic() - t1
+        everyone = world.gather((mine_samples, forms_us, traced, elapsed, left_s - (t1 - t0), tie))
         cost = max(g[3] for g in everyone)
         left = min(g[4] for g in everyone) - cost
-        verdict = _verdict([g[0] for g in everyone if g[0] is not None])
+        tie = next((g[5] for g in everyone if g[5] is not None), None)
+        verdict = _verdict([g[0] for g in everyone if g[0] is not None], tie)
         if verdict is not None:
             checked.append((i, group, key_text, verdict))
             if verdict.status == REPLACED and any(g[2] for g in everyone):
@@ -407,8 +412,26 @@ class Verdict:
     to_bsp: bool = False
 
 
-def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
-    """The verdict from every rank of the key's samples (per arm, per round; the last arm ``bsp``)."""
+def tie_arm(rec: Any, arms: Sequence[Decision]) -> int | None:
+    """The arm served when none beats ``bsp`` in the step but this one is not slower (:func:`_verdict`):
+    the key's fastest form measured alone, where it is an arm other than ``bsp`` (the winner itself when
+    the winner is that form), else None. The step cannot tell such a form from ``bsp``, the op alone can:
+    serving it costs the step nothing and gains what it gains per op (2xH200, 2026-11-28: ``ag_gemm``
+    M=8192 N=5120 ``nk`` went to ``bsp`` where ``torch_fused`` is 1.23x per op)."""
+    from ..ops import get_op
+
+    forms = set(get_op(rec.key.op).fallback_forms())
+    isolated = rec.env.get("fastest_form") or (rec.variant if rec.variant in forms else None)
+    for i, arm in enumerate(arms[:-1]):
+        if arm.variant == isolated and arm.variant in forms:
+            return i
+    return None
+
+
+def _verdict(per_rank: list[list[list[float]]], tie: int | None = None) -> Verdict | None:
+    """The verdict from every rank of the key's samples (per arm, per round; the last arm ``bsp``). When
+    no arm beats ``bsp``, arm ``tie`` (:func:`tie_arm`) is served if its median step is not slower than
+    ``bsp``'s, else ``bsp``."""
     if not per_rank:
         return None
     arms = [
@@ -423,6 +446,8 @@ def _verdict(per_rank: list[list[list[float]]]) -> Verdict | None:
     gains = {a: (statistics.median(ratios(ref, a)), lower_bound(ratios(ref, a))) for a in range(ref)}
     passing = [a for a, (gain, low) in gains.items() if gain > 1 + MIN_NOISE and low > 1]
     served = max(passing, key=lambda a: gains[a][0]) if passing else ref
+    if not passing and tie is not None and 0 <= tie < ref and gains[tie][0] >= 1:
+        served = tie
     other = ref if served == 0 else served
     paired = ratios(other, 0)
     gain = statistics.median(paired)
@@ -470,7 +495,8 @@ def _fastest_form_in_step(rec: Any, arms: Sequence[Decision], verdict: Verdict) 
 
     forms = set(get_op(rec.key.op).fallback_forms())
     passed = [(gain, arms[a].variant) for a, gain in verdict.passing if arms[a].variant in forms]
-    in_step = max(passed)[1] if passed else arms[-1].variant
+    served = arms[verdict.served].variant  # a form served on a tie (:func:`tie_arm`) counts as fastest
+    in_step = max(passed)[1] if passed else (served if served in forms else arms[-1].variant)
     isolated = rec.env.get("fastest_form") or (rec.variant if rec.variant in forms else None)
     if isolated is None or isolated == in_step:
         return {}

@@ -638,3 +638,38 @@ def test_check_graphs_without_cuda_is_refused_before_the_step_runs(monkeypatch) 
     with pytest.raises(ValueError, match="check_graphs"):
         autotaxer.warmup(lambda: ran.append(1), budget_s=1, check_graphs=True, progress=False)
     assert ran == []
+
+
+def test_where_no_arm_beats_bsp_the_fastest_form_is_served_unless_it_slows_the_step() -> None:
+    """The step cannot tell the fastest form (faster per op) from ``bsp``: it is served, not ``bsp``, as long
+    as its median step is not slower; a form that slows the step, or no tie arm, leaves ``bsp``."""
+    from autotaxer.tuner.in_step import _verdict
+
+    bsp = [0.100, 0.104, 0.098, 0.101, 0.100]
+    slow = [b * 1.02 for b in bsp]  # the winner slows the step
+    even = [b * 0.998 for b in bsp]  # the form: 0.2% faster, below the 1% floor
+    tied = _verdict([[slow, even, bsp]], tie=1)
+    assert (tied.status, tied.served, tied.to_bsp) == ("replaced", 1, False)
+    assert _verdict([[slow, even, bsp]]).served == 2  # no tie arm: bsp
+    assert _verdict([[slow, [b * 1.003 for b in bsp], bsp]], tie=1).served == 2  # slower than bsp: bsp
+    # the winner is itself the fastest form and ties with bsp: kept
+    assert (_verdict([[even, bsp]], tie=0).status, _verdict([[even, bsp]], tie=0).served) == ("kept", 0)
+    # an arm that passes still wins over the tie
+    fast = [b * 0.95 for b in bsp]
+    assert _verdict([[fast, even, bsp]], tie=1).served == 0
+
+
+def test_the_tie_arm_is_the_fastest_form_measured_alone_among_the_arms() -> None:
+    from types import SimpleNamespace
+
+    from autotaxer._problem import ProblemKey
+    from autotaxer.tuner.in_step import tie_arm
+
+    key = ProblemKey.from_text("ag_gemm|nvidia-h200|2|bf16|M=8192,N=5120,K=8192|gather_dim=0,b_layout=nk")
+    arms = [SimpleNamespace(variant=v) for v in ("copy_engine", "torch_fused", "bsp")]
+    rec = SimpleNamespace(key=key, variant="copy_engine", env={"fastest_form": "torch_fused"})
+    assert tie_arm(rec, arms) == 1
+    assert tie_arm(SimpleNamespace(key=key, variant="copy_engine", env={"fastest_form": "bsp"}), arms) is None
+    winner_form = SimpleNamespace(key=key, variant="torch_fused", env={})
+    assert tie_arm(winner_form, [SimpleNamespace(variant="torch_fused"), SimpleNamespace(variant="bsp")]) == 0
+    assert tie_arm(SimpleNamespace(key=key, variant="copy_engine", env={}), arms[::2]) is None

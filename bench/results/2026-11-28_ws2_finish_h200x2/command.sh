@@ -35,3 +35,7 @@ torchrun --nproc-per-node 2 bench/layer.py --cases graph:8192,graph:16384 --mode
     --no-shipped --tables nvidia-h200_ws2_graph.json --db sqlite:////tmp/layer_served.db --reps 5
 AUTOTAXER_REPLAY=0 torchrun --nproc-per-node 2 bench/layer.py --cases graph:16384 \
     --modes plain_compile,autotaxer_compile --no-shipped --warmup-budget 60 --db sqlite:////tmp/diag.db --reps 5 --check-graphs
+# Call 6: graph:4096/8192 checked again on call 4's returned database (hung at graph:4096's third key); only the
+# two records it checked were merged, on this machine:
+CASES=graph:4096,graph:8192 BUDGET=60 LIMIT=120 bash bench/device.sh layer-check-graph
+python3 -m autotaxer merge tuning_db/nvidia-h200_ws2_graph.json graph4096_checked.json --all --out tuning_db/nvidia-h200_ws2_graph.json
