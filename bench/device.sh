@@ -66,6 +66,9 @@
 #   overhead     bench/dispatch_overhead.py at world size $WS (5000 calls) -> $OUT/overhead.json
 #   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
 #                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
+#   save         the databases under $STATE checkpointed (their -wal folded in) and copied to $OUT: a copy of
+#                the .db file alone misses what a crashed process left in its -wal (2026-11-28: a check's
+#                verdicts lost that way)
 #   pack         keep what comes back from $OUT within the device tool's limit: SQLite files checkpointed
 #                (no -wal/-shm file needed), the first 7 files named in $KEEP kept (name the databases
 #                first: 8 files come back, and on 2026-11-28 a database named 11th did not), the rest
@@ -207,13 +210,18 @@ export_ws() {  # export_ws NAME DB SUFFIX
     fi
 }
 
+checkpoint() {  # checkpoint DB...: each SQLite file's -wal folded into it, journal mode DELETE
+    local db
+    for db in "$@"; do
+        [ -f "$db" ] || continue
+        python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$db"
+    done
+}
+
 pack() {  # checkpoint SQLite files, keep $KEEP, pack the rest of $OUT in misc.tgz
     (
         cd "$OUT" || exit 1
-        for db in *.sqlite *.db; do
-            [ -f "$db" ] || continue
-            python3 -c "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.execute('PRAGMA journal_mode=DELETE'); c.close()" "$db"
-        done
+        checkpoint *.sqlite *.db
         # at most 8 files come back from $OUT: the first 7 of $KEEP that exist (in its order), misc.tgz
         local kept=() rest=() f
         for f in ${KEEP:-}; do
@@ -313,6 +321,11 @@ for s in "$@"; do
         ;;
     host)
         step "host_ws$WS" 150 torchrun --nproc-per-node "$WS" bench/host_probe.py --json-out "$OUT/host_probe_ws$WS.json"
+        ;;
+    save)
+        checkpoint "$STATE"/*.db
+        for db in "$STATE"/*.db; do [ -f "$db" ] && cp "$db" "$OUT/"; done
+        summary+=("save: $(cd "$STATE" && ls ./*.db 2>/dev/null | tr '\n' ' ')")
         ;;
     pack) pack ;;
     *) summary+=("$s: unknown step") ;;

@@ -310,6 +310,31 @@ def test_chained_timing_on_a_gpu_keeps_the_inputs_and_times_the_link(mode: str) 
     assert torch.equal(a.view(torch.int16), before.view(torch.int16))
 
 
+@pytest.mark.gpu
+def test_graph_timed_calls_returning_fresh_outputs_beside_other_captures_do_not_read_freed_memory() -> None:
+    """``autotaxer bench``'s peer (a call returning a fresh tensor, no ``out=``) timed in graph mode beside
+    other entries whose captures empty the allocator's cache: every replay reads only what it captured
+    (on 2xH200 the link to the previous call's output read a freed tensor: an illegal address)."""
+    import torch
+
+    from autotaxer._target import cuda_target
+    from autotaxer.measure import Chain, time_interleaved
+    from autotaxer.ops import RunContext
+
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cuda", 0), target=cuda_target(0))
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(2048, 2048, device="cuda", dtype=torch.bfloat16)
+    fresh = lambda: a @ b  # noqa: E731  (a new product each call, as torch's fused op returns)
+    into_out = lambda: torch.matmul(a, b, out=out)  # noqa: E731
+    times = time_interleaved([fresh, into_out, fresh], ctx, ("graph", "eager"), warmup=2, iters=5, samples=3,
+                             chains=[Chain(a), Chain(a, out), Chain(b)])  # fmt: skip
+    torch.cuda.synchronize()
+    for t in times:
+        assert t.get("graph_error") is None and t.get("eager_error") is None, t
+        assert t["graph"] > 0 and t["eager"] > 0
+
+
 def test_a_long_call_is_timed_with_fewer_calls_a_sample_never_below_the_floor() -> None:
     from autotaxer.measure import MIN_CALLS_PER_SAMPLE, calls_per_sample
 
