@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "kernels": 0,
     "_problem": 1, "_target": 1, "__init__": 1, "records": 1, "_json_object": 1, "output_file": 1,
-    "_default_group": 1,
+    "_default_group": 1, "_capture": 1,
     "table_file": 2, "storage": 2, "ops": 2,
     "shapes": 3, "measure": 3, "_launch": 3,
     "runtime": 4,
