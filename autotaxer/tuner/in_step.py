@@ -54,7 +54,10 @@ eager step pays for every launch and a replay does not, no longer decides). Unde
 autotaxer's custom op; the check switches the key at run time through it, so the ``bsp`` arm times BSP
 run by the custom op, not the collective and matmul inductor would have traced and scheduled around
 (this can favour the other arms). A key served BSP after the check whose graph held the custom op has
-torch.compile's graphs reset, so the next call traces plain BSP.
+torch.compile's graphs reset, so the next call traces plain BSP. A replayed step never reaches dispatch's
+poll of the waits on peers: after each timed step every rank looks, and a wait that gave up anywhere stops
+the check on every rank (:class:`StepWaitGaveUp`, naming the site) instead of timing steps whose every
+wait then gives up after its bound.
 """
 
 from __future__ import annotations
@@ -349,11 +352,34 @@ def switched_rounds(
                 else:
                     runs[arm]()  # untimed: the switch's first call agrees with the other ranks
                 samples[arm].append(_timed(runs[arm], (), world))
+                _stop_if_a_wait_gave_up(world)
     except BaseException:
         release_graphs(captured, quiet=True)  # the step's error is the one to see
         raise
     release_graphs(captured)
     return samples
+
+
+class StepWaitGaveUp(RuntimeError):
+    """The in-step check stopped: a kernel's wait on a peer gave up during its steps (on some rank)."""
+
+
+def _stop_if_a_wait_gave_up(world: _World) -> None:
+    """Raise :class:`StepWaitGaveUp` on every rank when a wait on a peer gave up on any rank since the last
+    look (collective; local: :func:`autotaxer.ops._peer_wait.check`). A step replayed from a CUDA graph
+    never reaches dispatch, which polls on every call: flags out of step would make every later wait give
+    up after its bound, one after another, while the check went on (2xH200, 2026-11-28: a check spent its
+    whole limit in a step)."""
+    from ..ops._peer_wait import PeerTimeoutError, check
+
+    try:
+        check()
+        mine = None
+    except PeerTimeoutError as exc:
+        mine = f"rank {world.rank}: {exc}"
+    reports = [r for r in world.gather(mine) if r]
+    if reports:
+        raise StepWaitGaveUp(f"autotaxer: the in-step check stopped, a wait on a peer gave up: {reports[0]}")
 
 
 def _capture(step: Callable[..., Any], args: tuple, captured: list[Any]) -> Callable[[], Any]:

@@ -673,3 +673,47 @@ def test_the_tie_arm_is_the_fastest_form_measured_alone_among_the_arms() -> None
     winner_form = SimpleNamespace(key=key, variant="torch_fused", env={})
     assert tie_arm(winner_form, [SimpleNamespace(variant="torch_fused"), SimpleNamespace(variant="bsp")]) == 0
     assert tie_arm(SimpleNamespace(key=key, variant="copy_engine", env={}), arms[::2]) is None
+
+
+def test_a_wait_on_a_peer_that_gives_up_during_the_rounds_stops_the_check(monkeypatch) -> None:
+    """A step replayed from a CUDA graph never reaches dispatch's poll: after each timed step the check
+    looks for waits that gave up (on every rank) and stops, its graphs released, naming the site; it does
+    not go on timing steps whose every wait times out."""
+    import types
+
+    import autotaxer.ops._peer_wait as peer_wait
+    import autotaxer.tuner.in_step as in_step
+
+    site = peer_wait.Site("ag_gemm", "copy_engine", "k", 0, 2)
+    failure = peer_wait.PeerFailure(site, 5.0, 1, 1, 3, 7, 6)
+    looks = [0]
+
+    def check(device=None):
+        looks[0] += 1
+        if looks[0] == 2:
+            raise peer_wait.PeerTimeoutError(failure)
+
+    monkeypatch.setattr(peer_wait, "check", check)
+    serving: list[str] = []
+    released: list[str] = []
+
+    class Runtime:
+        def serve_decision(self, key, decision):
+            serving.append(decision)
+
+    class Graph:
+        def __init__(self, arm):
+            self.arm = arm
+
+        def reset(self):
+            released.append(self.arm)
+
+    def capture(step_fn, args, captured):
+        captured.append(Graph(serving[-1]))
+        return lambda: None
+
+    monkeypatch.setattr(in_step, "_capture", capture)
+    mine = (Runtime(), types.SimpleNamespace(key="k"))
+    with pytest.raises(in_step.StepWaitGaveUp, match="copy_engine at k: rank 0 of 2 waited 5 s for rank 1"):
+        in_step._rounds(lambda: None, (), 5, 0, mine, ("win", "bsp"), 2, in_step._World(), graphs=True)
+    assert looks[0] == 2 and sorted(released) == ["bsp", "win"]  # stopped at once, every graph released
