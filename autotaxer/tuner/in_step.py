@@ -446,8 +446,9 @@ def tie_arm(rec: Any, arms: Sequence[Decision]) -> int | None:
     M=8192 N=5120 ``nk`` went to ``bsp`` where ``torch_fused`` is 1.23x per op)."""
     from ..ops import get_op
 
-    forms = set(get_op(rec.key.op).fallback_forms())
-    isolated = rec.env.get("fastest_form") or (rec.variant if rec.variant in forms else None)
+    op = get_op(rec.key.op)
+    forms = set(op.fallback_forms())
+    isolated = fastest_form(rec, op)
     for i, arm in enumerate(arms[:-1]):
         if arm.variant == isolated and arm.variant in forms:
             return i
@@ -519,14 +520,15 @@ def _fastest_form_in_step(rec: Any, arms: Sequence[Decision], verdict: Verdict) 
     differs, in ``env["fastest_form_isolated"]``. Empty when the record names none."""
     from ..ops import get_op
 
-    forms = set(get_op(rec.key.op).fallback_forms())
+    op = get_op(rec.key.op)
+    forms = set(op.fallback_forms())
     passed = [(gain, arms[a].variant) for a, gain in verdict.passing if arms[a].variant in forms]
     served = arms[verdict.served].variant  # a form served on a tie (:func:`tie_arm`) counts as fastest
     in_step = max(passed)[1] if passed else (served if served in forms else arms[-1].variant)
-    isolated = rec.env.get("fastest_form") or (rec.variant if rec.variant in forms else None)
+    isolated = fastest_form(rec, op)
     if isolated is None or isolated == in_step:
         return {}
-    return {"fastest_form": in_step, "fastest_form_isolated": str(isolated)}
+    return {"fastest_form": in_step, "fastest_form_isolated": isolated}
 
 
 def _unchecked(mine: Any, note: str) -> tuple[StepCheck, Any]:
