@@ -324,7 +324,9 @@ for s in "$@"; do
         ;;
     save)
         checkpoint "$STATE"/*.db
-        for db in "$STATE"/*.db; do [ -f "$db" ] && cp "$db" "$OUT/"; done
+        if ! [ "$STATE" -ef "$OUT" ]; then  # STATE defaults to OUT: then they are there already
+            for db in "$STATE"/*.db; do [ -f "$db" ] && cp "$db" "$OUT/"; done
+        fi
         summary+=("save: $(cd "$STATE" && ls ./*.db 2>/dev/null | tr '\n' ' ')")
         ;;
     pack) pack ;;
