@@ -162,6 +162,17 @@ def test_ce_persistent_matches_reference_on_four_gpus(b_layout: str) -> None:
     _assert_ranks_pass(_check_all, 4, args, timeout=900)
 
 
+@pytest.mark.gpu(world_size=4)
+@pytest.mark.slow
+@pytest.mark.parametrize("b_layout", ["kn", "nk"])
+def test_ce_local_rest_matches_reference_on_four_gpus(b_layout: str) -> None:
+    """``ce_local_rest`` (issue 47) at world size 4: the rotated inbox slots, the first and last ranks'
+    peers' GEMM straight into ``out``, the middle ranks' through the scratch; its default, one more
+    configuration and every seed, both weight layouts, eager calls and CUDA-graph replays."""
+    args = ("bf16", 3, ("ce_local_rest",), (), True, (N, K), b_layout)
+    _assert_ranks_pass(_check_all, 4, args, timeout=600)
+
+
 @pytest.mark.gpu(world_size=2)
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

@@ -105,6 +105,11 @@ CE_CASES = {
         ({"gather_dim": 1, "b_layout": "nk"}, {"M": 512, "N": 1024, "K": "256ws"},
          {"streams": 2, "gemms": "peer", "signal": "triton", "chunks": 2, "accumulate": "fp32"}),
     ],
+    ("ag_gemm", "ce_local_rest"): [
+        ({"gather_dim": 0}, {"M": "256ws", "N": 1024, "K": 1024}, {"streams": 2, "signal": "memop"}),
+        ({"gather_dim": 0, "b_layout": "nk"}, {"M": "256ws", "N": 1024, "K": 1024},
+         {"streams": 1, "signal": "triton"}),
+    ],
     ("ag_gemm", "ce_grouped"): [
         ({"gather_dim": 0}, {"M": "256ws", "N": 1024, "K": 1024},
          {"streams": 2, "group": 2, "signal": "memop", "accumulate": "out"}),
@@ -155,7 +160,7 @@ def test_copy_engine_family_on_emulated_ranks(case: tuple[str, str], world_size:
     import sys
 
     op, variant = case
-    if world_size == 2 and variant in ("ce_fanout", "ce_grouped"):
+    if world_size == 2 and variant in ("ce_fanout", "ce_grouped", "ce_local_rest"):
         pytest.skip(f"{variant} needs 3 ranks or more")
     ws = world_size
     cases = [

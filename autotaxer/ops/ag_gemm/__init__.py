@@ -29,6 +29,7 @@ _EXPERIMENTAL_MODULES = (
     "experimental.ce_grouped",
     "experimental.ce_persistent",
     "experimental.ce_pull",
+    "experimental.ce_local_rest",
 )
 
 AG_GEMM = AgGemm()
@@ -53,7 +54,7 @@ AG_GEMM.default_from_world_size = {"ce_fanout": 3, "ce_grouped": 3}
 # So are torch's fused op's (300-450 us of host time a call at 4 ranks; its replay test passed on 2xH200,
 # 2026-11-28: bench/results/2026-11-28_ws2_ship_h200x2).
 AG_GEMM.replayed = frozenset(
-    {"copy_engine", "ce_fanout", "ce_grouped", "ce_persistent", "ce_pull", "torch_fused"}
+    {"copy_engine", "ce_fanout", "ce_grouped", "ce_persistent", "ce_pull", "ce_local_rest", "torch_fused"}
 )
 for _name in (*_VARIANT_MODULES, *_EXPERIMENTAL_MODULES):
     for _variant in importlib.import_module(f"{__name__}.{_name}").VARIANTS:
