@@ -31,7 +31,8 @@ are launched eagerly where a graph cannot help or cannot be made: not on CUDA, d
 capture (the user's graph records the eager launches), after a capture failed, and once the argument
 sets stop repeating (more than ``limit`` graphs evicted: addresses that change every call would
 capture every call); a run that is named (dispatch's are: key and variant) warns once when it turns
-eager. ``$AUTOTAXER_REPLAY=0`` launches every call eagerly.
+eager. ``$AUTOTAXER_REPLAY=0`` launches every call eagerly, and so does every run while
+:func:`eager_calls` holds (the in-step check's graph-timed steps, which time the step's own graph).
 
 Calls that also hand out what backward keeps (``Variant.run_for_backward``: training's, ``return_A``) are
 replayed the same way where the variant writes both into an ``out=`` pair (:func:`saving_launcher`).
@@ -39,6 +40,7 @@ replayed the same way where the variant writes both into an ``out=`` pair (:func
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable
@@ -55,6 +57,25 @@ REPLAY_ENV = "AUTOTAXER_REPLAY"
 DEFAULT_LIMIT = 256
 
 Run = Callable[..., Any]
+
+
+_EAGER_HOLDS = 0  # > 0: every ReplayedRun call is launched eagerly (eager_calls)
+
+
+@contextlib.contextmanager
+def eager_calls() -> Any:
+    """Launch every replayed run's calls eagerly while the block runs: no graph is captured or replayed,
+    the ones held are kept for later. The in-step check's graph-timed steps (``check_graphs``) use it:
+    what they time is the step's own CUDA graph, which records each call's eager launches anyway, so
+    the variants' graphs would only be replayed in the untimed steps. Those replays are where the check
+    segfaulted twice on 2xH200 (``ag_gemm`` ``copy_engine``, 2026-11-28); with ``$AUTOTAXER_REPLAY=0``
+    the same check finished (``bench/results/2026-11-28_ws2_finish_h200x2/``)."""
+    global _EAGER_HOLDS
+    _EAGER_HOLDS += 1
+    try:
+        yield
+    finally:
+        _EAGER_HOLDS -= 1
 
 
 def replay_enabled() -> bool:
@@ -171,7 +192,7 @@ class ReplayedRun:
         self.off: str | None = None
 
     def __call__(self, ws: Any, inputs: tuple, ctx: Any, out: Any = None) -> Any:
-        if self.off is not None or _eager_only(inputs, self.device_type):
+        if self.off is not None or _EAGER_HOLDS or _eager_only(inputs, self.device_type):
             return self.run(ws, inputs, ctx, out)
         if not self.warm:  # the first call: eager (compiles kernels, makes handles)
             self.warm = True

@@ -49,7 +49,9 @@ What is timed is ``step(*args)``: a step that replays a CUDA graph captured befo
 reaches dispatch (all arms would replay the same graph): capture after the warm-up, and pass
 ``check_graphs=True`` to :func:`autotaxer.warmup`: each arm's step is then captured in a CUDA graph of its
 own after its two eager steps and timed as replays, as the captured step will run (host time, which an
-eager step pays for every launch and a replay does not, no longer decides). Under
+eager step pays for every launch and a replay does not, no longer decides); those steps launch every
+call eagerly (:func:`autotaxer.runtime.replay.eager_calls`: the step's graph records the launches, and
+the variants' own graphs are not replayed in between). Under
 ``torch.compile`` the first step of the check traces with the winners, which the graph holds as
 autotaxer's custom op; the check switches the key at run time through it, so the ``bsp`` arm times BSP
 run by the custom op, not the collective and matmul inductor would have traced and scheduled around
@@ -62,6 +64,7 @@ wait then gives up after its bound.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -337,22 +340,29 @@ def switched_rounds(
     """Per arm, the step's seconds in each round, ``switch(arm)`` serving an arm before its steps (what
     :func:`_rounds` times for one key; the joint check's arms switch several keys at once); the rounds'
     order is seeded by ``index`` (the same on every rank)."""
+    from ..runtime.replay import eager_calls  # torch: imported where the check runs
+
     rng = random.Random(_ORDER_SEED + index)
     samples: list[list[float]] = [[] for _ in range(count)]
     runs: dict[int, Callable[[], Any]] = {}
     captured: list[Any] = []
     try:
-        for _ in range(rounds):
-            for arm in rng.sample(range(count), count):
-                switch(arm)
-                if arm not in runs:  # untimed: the switch's first call agrees with the other ranks; a
-                    step(*args)  # replayed variant's first call is eager and its second captures
-                    step(*args)
-                    runs[arm] = _capture(step, args, captured) if graphs else functools.partial(step, *args)
-                else:
-                    runs[arm]()  # untimed: the switch's first call agrees with the other ranks
-                samples[arm].append(_timed(runs[arm], (), world))
-                _stop_if_a_wait_gave_up(world)
+        # graphs: the step's own graph is timed; the variants' graphs are not replayed in between
+        with eager_calls() if graphs else contextlib.nullcontext():
+            for _ in range(rounds):
+                for arm in rng.sample(range(count), count):
+                    switch(arm)
+                    if arm not in runs:  # untimed: the switch's first call agrees with the other ranks;
+                        step(*args)  # without graphs a replayed variant's first call is eager, its second
+                        step(*args)  # captures
+                        if graphs:
+                            runs[arm] = _capture(step, args, captured)
+                        else:
+                            runs[arm] = functools.partial(step, *args)
+                    else:
+                        runs[arm]()  # untimed: the switch's first call agrees with the other ranks
+                    samples[arm].append(_timed(runs[arm], (), world))
+                    _stop_if_a_wait_gave_up(world)
     except BaseException:
         release_graphs(captured, quiet=True)  # the step's error is the one to see
         raise

@@ -526,3 +526,27 @@ def test_the_cuda_capture_runs_the_call_with_the_collector_paused(monkeypatch) -
     seen: list[bool] = []
     graph = replay.capture_cuda_graph(lambda: seen.append(gc.isenabled()))
     assert isinstance(graph, FakeGraph) and seen == [False] and gc.isenabled()
+
+
+def test_while_eager_calls_holds_calls_launch_eagerly_and_the_graphs_wait_for_after():
+    """``eager_calls`` (the in-step check's graph-timed steps): no capture and no replay inside, each call
+    launched and right; the graph captured before is replayed again after, and nested holds nest."""
+    from autotaxer.runtime.replay import eager_calls
+
+    calls = _Calls()
+    run = _replayed(calls)
+    a, b = _inputs(7)
+    out = torch.empty(4, 3)
+    run("ws", (a, b), None, out)  # eager (the first call)
+    run("ws", (a, b), None, out)  # captured and replayed (the stand-in graph's replay runs the call)
+    assert (run.captures, run.replays, calls.launches) == (1, 1, 2)
+    with eager_calls():
+        with eager_calls():
+            a.copy_(_inputs(8)[0])
+            torch.testing.assert_close(run("ws", (a, b), None, out), a @ b)
+        fresh = run("ws", (a, b), None)  # no out: a fresh output, launched eagerly
+        torch.testing.assert_close(fresh, a @ b)
+    assert (run.captures, run.replays, calls.launches) == (1, 1, 4)
+    assert len(run.graphs) == 1 and run.off is None
+    run("ws", (a, b), None, out)
+    assert (run.captures, run.replays, calls.launches) == (1, 2, 5)

@@ -595,6 +595,44 @@ def test_with_check_graphs_each_arm_is_captured_once_and_timed_as_replays(monkey
         assert ran == ["eager", "eager", "capture", "replay", "replay", "replay", "replay", "replay", "reset"]
 
 
+@pytest.mark.parametrize("graphs", [True, False])
+def test_graph_timed_steps_launch_every_call_eagerly_and_eager_timed_ones_replay(monkeypatch, graphs) -> None:
+    """With ``check_graphs`` the step's own graph is what is timed: every step of the rounds (and its
+    capture) runs while :func:`autotaxer.runtime.replay.eager_calls` holds, so no variant's graph is
+    replayed in between; without, the steps run as the model's do (replayed variants replayed), and the
+    hold is released after the rounds either way."""
+    import types
+
+    import autotaxer.tuner.in_step as in_step
+    from autotaxer.runtime import replay
+
+    held: list[int] = []
+
+    class Runtime:
+        def serve_decision(self, key, decision):
+            pass
+
+    def step():
+        held.append(replay._EAGER_HOLDS)
+
+    class Graph:
+        def reset(self):
+            pass
+
+    def capture(step_fn, args, captured):
+        captured.append(Graph())
+        step_fn(*args)
+        return step
+
+    monkeypatch.setattr(in_step, "_capture", capture)
+    mine = (Runtime(), types.SimpleNamespace(key="k"))
+    in_step._rounds(step, (), 2, 0, mine, ("win", "bsp"), 2, in_step._World(), graphs=graphs)
+    # per arm: two eager steps, (the capture,) a timed step, then an untimed and a timed one
+    assert len(held) == 2 * (6 if graphs else 5)
+    assert set(held) == ({1} if graphs else {0})
+    assert replay._EAGER_HOLDS == 0
+
+
 def test_check_graphs_destroys_its_graphs_when_a_step_fails(monkeypatch) -> None:
     """A step that raises mid-rounds: its graphs are released and its error (not the release's) raised."""
     import types
