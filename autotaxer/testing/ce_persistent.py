@@ -66,6 +66,31 @@ class HostChannel:
         raise AssertionError(f"rank {self.rank}: address {ptr:#x} is in none of its heap buffers")
 
 
+class HostWatch:
+    """A watch slot on the CPU board whose bound is far away (``tensor``: what a launcher takes as
+    ``watch``): in a phased run every flag is up before any GEMM waits, so no wait may give up."""
+
+    def __init__(self) -> None:
+        from autotaxer.kernels.common.watch import board
+
+        slots = board("cpu")
+        self.tensor = slots.tensor(slots.claim(int(2e9)))
+
+
+def host_workspaces(key: Any, params: dict, ranks: list, plans: list, dtype: Any) -> list:
+    """A copy-engine variant's workspace per rank of ``ranks`` (:class:`HostChannel`): its plan of
+    ``plans``, its inbox viewed as ``dtype`` and poisoned with NaN, and a :class:`HostWatch`."""
+    from autotaxer.ops import Workspace
+
+    workspaces = []
+    for ch, plan in zip(ranks, plans, strict=True):
+        inbox = ch.arena(0).view(dtype)
+        inbox.fill_(float("nan"))
+        buffers = {"channel": ch, "plan": plan, "inbox": inbox, "watch": HostWatch()}
+        workspaces.append(Workspace(key, dict(params), buffers))
+    return workspaces
+
+
 @contextlib.contextmanager
 def host_transport() -> Iterator[None]:
     """The copy engine, the flag kernels and the streams replaced by host operations (module docstring)

@@ -15,19 +15,11 @@ import torch
 
 from autotaxer import ProblemKey
 from autotaxer._target import Target
-from autotaxer.ops import Workspace, get_op, iter_grid, relative_error
-from autotaxer.testing.ce_persistent import HostChannel, host_transport
+from autotaxer.ops import get_op, iter_grid, relative_error
+from autotaxer.testing.ce_persistent import HostChannel, host_transport, host_workspaces
 
 H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
 N = 24
-
-
-class _Watch:
-    def __init__(self) -> None:
-        from autotaxer.kernels.common.watch import board
-
-        slots = board("cpu")
-        self.tensor = slots.tensor(slots.claim(int(2e9)))
 
 
 def _key(ws: int, m: int, k: int, gd: int = 0, b_layout: str = "kn") -> ProblemKey:
@@ -70,14 +62,9 @@ def _calls(ws: int, streams: int, b_layout: str = "kn", calls: int = 2) -> list[
     dtype = torch.bfloat16
     ranks: list[HostChannel] = []
     ranks.extend(HostChannel(r, ws, ranks, ws * rows * k * 2, "memop") for r in range(ws))
-    workspaces = []
-    for ch in ranks:
-        plan = make_rest_plan(ch, m=m, n=N, k=k, elem=2, dtype=dtype, streams=streams)
-        buffers = {"channel": ch, "plan": plan, "inbox": ch.arena(0).view(dtype), "watch": _Watch()}
-        workspaces.append(Workspace(key, dict(params), buffers))
+    plans = [make_rest_plan(ch, m=m, n=N, k=k, elem=2, dtype=dtype, streams=streams) for ch in ranks]
+    workspaces = host_workspaces(key, params, ranks, plans, dtype)
     inboxes = [w.buffers["inbox"] for w in workspaces]
-    for inbox in inboxes:
-        inbox.fill_(float("nan"))
     gen = torch.Generator().manual_seed(ws * 10 + streams)
     kept, failures = [], []
     with host_transport(), _phases(inboxes) as send:

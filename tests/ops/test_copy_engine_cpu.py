@@ -16,19 +16,11 @@ import torch
 
 from autotaxer import ProblemKey
 from autotaxer._target import Target
-from autotaxer.ops import Workspace, get_op, relative_error
-from autotaxer.testing.ce_persistent import HostChannel, host_transport
+from autotaxer.ops import get_op, relative_error
+from autotaxer.testing.ce_persistent import HostChannel, host_transport, host_workspaces
 
 H200 = Target(gpu_model="nvidia-h200", arch="sm_90", num_sms=132, device_type="cuda")
 N = 24
-
-
-class _Watch:
-    def __init__(self) -> None:
-        from autotaxer.kernels.common.watch import board
-
-        slots = board("cpu")
-        self.tensor = slots.tensor(slots.claim(int(2e9)))
 
 
 def _key(ws: int, gd: int, m: int, k: int) -> ProblemKey:
@@ -75,19 +67,25 @@ def _calls(
     dtype = torch.bfloat16
     ranks: list[HostChannel] = []
     ranks.extend(HostChannel(r, ws, ranks, ws * rows * ks * 2, "memop") for r in range(ws))
-    workspaces = []
-    for ch in ranks:
-        plan = make_plan(
-            ch, m=m, k=k, gather_dim=gd, elem=2, chunks=params["chunks"], order=params["order"],
-            gather_first=params["gather_first"], fp32_accumulate=params["accumulate"] == "fp32",
+    plans = [
+        make_plan(
+            ch,
+            m=m,
+            k=k,
+            gather_dim=gd,
+            elem=2,
+            chunks=params["chunks"],
+            order=params["order"],
+            gather_first=params["gather_first"],
+            fp32_accumulate=params["accumulate"] == "fp32",
         )  # fmt: skip
-        buffers = {"channel": ch, "plan": plan, "inbox": ch.arena(0).view(dtype), "watch": _Watch()}
+        for ch in ranks
+    ]
+    workspaces = host_workspaces(key, params, ranks, plans, dtype)
+    for w in workspaces:
         if params["accumulate"] == "fp32":
-            buffers["acc"] = torch.empty((m, N), dtype=torch.float32)
-        workspaces.append(Workspace(key, dict(params), buffers))
+            w.buffers["acc"] = torch.empty((m, N), dtype=torch.float32)
     inboxes = [w.buffers["inbox"] for w in workspaces]
-    for inbox in inboxes:
-        inbox.fill_(float("nan"))
     gen = torch.Generator().manual_seed(ws * 10 + gd)
     kept, failures = [], []
     with host_transport(), _phases(inboxes, late if late is not None else []) as send:
