@@ -13,6 +13,13 @@ into the output, ``fp32`` into an fp32 workspace converted at the end) and ``ord
 Calls that keep the gathered A (training: saved for the weight's gradient; ``return_A``) get it from
 :meth:`CopyEngineVariant.run_for_backward`: the inbox's peer shards copied out at the end of the call
 (2026-11-27; before, such calls were served the fastest form that could hand A out).
+
+Measured: 2×H200, the shipped ws2 tables' most frequent ``ag_gemm`` winner (23 of 89 eager records, 30
+of 89 graph-timed; ``bench/results/2026-11-28_ws2_finish_h200x2/``); 4×H200 (2026-11-28, dependent
+graph timing, tuned): 0.71-1.21× BSP over the TP4 layer's 8 ``ag_gemm`` keys, below BSP at M=1024, served
+at M=8192 N=14336 (1.12×; ``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``); 8×H200 (2026-11-22,
+seeds, N=K=8192): 1.1-1.8× slower than BSP at M=1024 and 4096, seven copies on one stream and seven
+GEMMs of M/8 rows (``bench/results/2026-11-22_ws8_h200x8/``).
 """
 
 from __future__ import annotations

@@ -5,6 +5,13 @@ staged shards into the local inbox. What both share (pruning, prepare and launch
 :class:`IrisFusedVariant`; their search space and seeds are data in :mod:`._space`. The launchers are
 ``autotaxer.kernels.ag_gemm.pull`` / ``ag_gemm_push`` (one kernel); both take a
 :class:`~autotaxer.kernels.ag_gemm.fused.FusedConfig` built from the trial's parameters.
+
+Measured: 2×H200, ``push`` 13 and 14, ``pull`` 5 and 3 of the shipped ws2 tables' 89 eager and graph
+records (small M above all); 4×H200 (2026-11-22, back-to-back timing), ``push`` 10 and 7, ``pull`` 4
+and 3 of the shipped ws4 tables' 26 records, and on 4×H100 (2026-11-28, seeds, dependent timing)
+``push`` 0.35-0.81× BSP at the TP4 layer's keys at M=1024 and 4096
+(``bench/results/2026-11-28_tp4_layer_h100x4/``); 8×H200 (2026-11-22), ``push`` 4 of the ws8 graph
+table's 18 records (M=8, 256 and 16384, 1.005-1.10×; ``bench/results/2026-11-22_lean_h200x8/``).
 """
 
 from __future__ import annotations

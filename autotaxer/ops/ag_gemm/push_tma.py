@@ -4,6 +4,11 @@ The same producers, flags and inbox as ``push`` (so the same heap buffers); the 
 tiles by tensor-memory access, which frees the registers ``push``'s ``cp.async`` addresses hold and
 lets 128x256 tiles and deeper pipelines fit. Its own variant, not a ``push`` parameter: ``push``'s
 records stay valid (its kernel sources are untouched), and AMD keeps ``push`` alone.
+
+Measured: 2×H200, 2 records of the shipped ws2 eager table; 4×H200 (2026-11-22), 4 records of each
+shipped ws4 table (M=512-1024, ``bench/results/2026-11-22_push_tma/``), and on 4×H100 (2026-11-28,
+seeds, dependent timing) 0.29-1.01× BSP at the TP4 layer's keys at M=1024 and 4096
+(``bench/results/2026-11-28_tp4_layer_h100x4/``); not yet at 8 GPUs.
 """
 
 from __future__ import annotations

@@ -6,8 +6,11 @@ Parameters: ``streams`` (side streams the owners are dealt to, at most one per p
 (``memop`` | ``triton``: how flags are raised and awaited). NVIDIA only (``cuMemcpyAsync``); the
 schedule is in ``autotaxer.kernels.gemm_rs.copy_engine``.
 
-History: written 2026-11-25, checked on one GPU with 2, 4 and 8 emulated ranks; its speed against BSP
-needs peers (the 2- and 8-GPU run issues).
+History: written 2026-11-25, checked on one GPU with 2, 4 and 8 emulated ranks. Measured: 2×H200, 5 and
+15 of the shipped ws2 eager and graph tables' 20 ``gemm_rs`` records
+(``bench/results/2026-11-28_ws2_finish_h200x2/``); 4×H200 (2026-11-28, dependent graph timing, tuned):
+1.01-1.43× BSP over the TP4 layer's 8 ``gemm_rs`` keys, served at five of them from M=4096 (1.16-1.55×;
+``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``); not yet at 8 GPUs.
 """
 
 from __future__ import annotations

@@ -6,8 +6,11 @@ launch on the Iris heap; ``autotaxer.kernels.gemm_rs.push_kernel``).
 loaded by their owner.
 
 History: written 2026-11-25 with its interpreter tests at 2, 4 and 8 emulated ranks and checked on one
-H100 at world size 1 (``pull`` later that day, also with 4 and 8 ranks emulated on one H100); its speed
-against BSP needs peers (the 2- and 8-GPU run issues: ``bench/device.sh``).
+H100 at world size 1 (``pull`` later that day, also with 4 and 8 ranks emulated on one H100). Measured:
+2×H200, ``push`` and ``push_tma`` one record each of the shipped ws2 graph table's 20 ``gemm_rs``
+records; 4×H100 (2026-11-28, seeds, dependent timing) ``push`` 0.49-0.93× and ``push_tma`` 0.70-0.97×
+BSP at the TP4 layer's keys at M=1024 and 4096 (``bench/results/2026-11-28_tp4_layer_h100x4/``); not yet
+at 8 GPUs.
 """
 
 from __future__ import annotations

@@ -4,9 +4,15 @@ and at ``gather_dim=0`` the peers' rows multiplied in one GEMM per contiguous ru
 Parameters: ``streams`` (side streams the peers are dealt to, at most one per peer: 8 with 7 peers
 means 7), ``gemms`` (``range``: one GEMM per run of
 peers, ``gather_dim=0`` only; ``peer``: one per peer and chunk), ``signal`` (``memop`` | ``triton``),
-``chunks`` per peer shard and ``accumulate`` (``gather_dim=1``). Experimental until measured on a 4-
-or 8-GPU machine: tuned by default from 3 ranks on, opt-in with ``--variants`` below. NVIDIA only
-(``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_fanout``.
+``chunks`` per peer shard and ``accumulate`` (``gather_dim=1``). Experimental: tuned by default from 3
+ranks on, opt-in with ``--variants`` below. NVIDIA only (``cuMemcpyAsync``); see
+``autotaxer.kernels.ag_gemm.experimental.ce_fanout``.
+
+Measured: 4×H200 (2026-11-22), one record of the shipped ws4 graph table; 4×H200 (2026-11-28,
+dependent graph timing, tuned) 0.81-1.11× BSP over the TP4 layer's 8 ``ag_gemm`` keys, served at M=16384
+N=14336 (1.05×, kept by the in-step check; ``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``). Its
+``range`` GEMMs on a middle rank cost 1.32-1.49× the whole product at M=1024
+(``bench/results/2026-11-29_gemm_split_h200/``: ``ce_local_rest``). Not yet at 8 GPUs.
 """
 
 from __future__ import annotations

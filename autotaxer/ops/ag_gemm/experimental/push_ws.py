@@ -11,6 +11,9 @@ epoch kept in step). ``num_warps`` 8 means two MMA warpgroups, 4 one.
 
 ``push_ws_fwd`` (two ranks) has no producer: the same GEMM's forward warp sends each box of the local
 shard that a local tile loads, from the ring slot into the peer's inbox.
+
+Measured on 2×H200 only: each holds one record of the shipped ws2 graph table (``gather_dim=1``, M=256
+and 512; ``bench/results/2026-11-22_push_ws_tune_ws2/``, ``2026-11-22_push_ws_fwd/``).
 """
 
 from __future__ import annotations
