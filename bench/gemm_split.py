@@ -4,9 +4,12 @@ the same product cut into the row runs a schedule issues (issue 47).
 At ``W`` ranks a copy-engine schedule multiplies the rows it has as they land: ``copy_engine`` one GEMM
 per peer and chunk (``ag_gemm``; ``gemm_rs`` one per destination's rows), ``ce_fanout``'s ``range`` the
 local shard and then each contiguous run of peers' rows (two runs on a middle rank, one on the first and
-last). Each piece is a GEMM of its own, with its own partial last wave; this measures what that costs
+last); ``ce_local_rest`` the local shard and one GEMM over every peer's rows, through a scratch copied
+into ``out`` on a middle rank (``local+rest_copied``). Each piece is a GEMM of its own, with its own
+partial last wave; this measures what that costs
 with no communication at all: cuBLAS through ``torch.mm``, each form a CUDA graph of ``--reps`` calls,
-the median of ``--samples`` replays, µs per call, and its ratio to the whole GEMM.
+every form replayed once a round in a shuffled order, the median of ``--rounds`` rounds, µs per call, and
+its ratio to the whole GEMM.
 
     python bench/gemm_split.py --out gemm_split.json
 """
@@ -32,11 +35,11 @@ KEYS: tuple[tuple[str, int, int, int], ...] = tuple(
         ("gemm_rs", 8192, 28672),
     )  # fmt: skip
 )
-FORMS = ("per_peer", "per_peer_x4", "local+run", "local+2runs")
+FORMS = ("per_peer", "per_peer_x4", "local+run", "local+2runs", "local+rest_copied")
 
 
-def timed(fn: Callable[[], None], reps: int, samples: int) -> float:
-    """µs per call of ``fn``: ``reps`` calls captured in one CUDA graph, median of ``samples`` replays."""
+def captured(fn: Callable[[], None], reps: int) -> Any:
+    """A CUDA graph of ``reps`` calls of ``fn`` (after three warm-up calls on a side stream)."""
     import torch
 
     side = torch.cuda.Stream()
@@ -49,16 +52,33 @@ def timed(fn: Callable[[], None], reps: int, samples: int) -> float:
     with torch.cuda.graph(graph):
         for _ in range(reps):
             fn()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    graph.reset()
-    return statistics.median(times)
+    return graph
+
+
+def interleaved(
+    fns: dict[str, Callable[[], None]], reps: int, rounds: int, seed: int = 0
+) -> dict[str, float]:
+    """µs per call of each of ``fns``: ``reps`` calls in one CUDA graph each, replayed once per round in a
+    shuffled order, the median over ``rounds`` rounds (side by side: drift hits every form alike)."""
+    import random
+
+    import torch
+
+    graphs = {name: captured(fn, reps) for name, fn in fns.items()}
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    order, rng = list(graphs), random.Random(seed)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for name in order:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[name].replay()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3 / reps)
+    for graph in graphs.values():
+        graph.reset()
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def pieces(form: str, m: int, ws: int) -> list[tuple[int, int]] | None:
@@ -79,7 +99,7 @@ def pieces(form: str, m: int, ws: int) -> list[tuple[int, int]] | None:
     raise ValueError(f"form: unknown {form!r}")
 
 
-def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, samples: int) -> dict[str, Any]:
+def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, rounds: int) -> dict[str, Any]:
     """One key's row: the whole GEMM and every form, µs."""
     import torch
 
@@ -97,11 +117,30 @@ def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, samples: int) -
 
         return fn
 
-    row: dict[str, Any] = {"op": op, "world_size": ws, "M": m, "N": n, "K": k}
-    row["whole_us"] = timed(run([(0, m)]), reps, samples)
+    shard, rank = m // ws, ws // 2
+    scratch = torch.empty(m - shard, n, device=dev, dtype=torch.bfloat16)
+    above = m - (rank + 1) * shard  # the peers' rows above the local shard come first in the scratch
+
+    def rest_copied() -> None:
+        """``ce_local_rest`` on a middle rank: the local GEMM, one GEMM over the peers' rows (here the
+        rows of ``a`` but the local ones stand in for the inbox's), its two parts copied into ``out``."""
+        torch.mm(a[rank * shard : (rank + 1) * shard], wt, out=out[rank * shard : (rank + 1) * shard])
+        torch.mm(a[: m - shard], wt, out=scratch)
+        out[(rank + 1) * shard :].copy_(scratch[:above])
+        out[: rank * shard].copy_(scratch[above:])
+
+    fns: dict[str, Callable[[], None]] = {"whole": run([(0, m)])}
     for form in FORMS:
+        if form == "local+rest_copied":
+            if op == "ag_gemm":  # ag_gemm's schedule only
+                fns[form] = rest_copied
+            continue
         runs = pieces(form, m, ws)
-        row[f"{form}_us"] = None if runs is None else timed(run(runs), reps, samples)
+        if runs is not None:
+            fns[form] = run(runs)
+    us = interleaved(fns, reps, rounds)
+    row: dict[str, Any] = {"op": op, "world_size": ws, "M": m, "N": n, "K": k, "whole_us": us["whole"]}
+    row.update({f"{form}_us": us.get(form) for form in FORMS})
     return row
 
 
@@ -109,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-sizes", default="4,8")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--samples", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", default=None, help="JSON file of the rows")
     args = parser.parse_args(argv)
     import torch
@@ -120,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for ws in (int(x) for x in args.world_sizes.split(",")):
         for op, m, n, k in KEYS:
-            rows.append(measure(op, m, n, k, ws, args.reps, args.samples))
+            rows.append(measure(op, m, n, k, ws, args.reps, args.rounds))
             torch.cuda.empty_cache()
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
-            "samples": args.samples}  # fmt: skip
+            "rounds": args.rounds}  # fmt: skip
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

@@ -1,3 +1,5 @@
 # 2026-11-29, nvidia-h200 (one NVIDIA H200), from the repository root
 source bench/device.sh
 python3 -P bench/gemm_split.py --out $OUT/gemm_split.json
+# gemm_split_sequential.json: the first run, at commit 9a54c51 (each form timed alone, median of 9
+# replays; no local+rest_copied form yet)

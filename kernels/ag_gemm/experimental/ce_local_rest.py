@@ -1,12 +1,12 @@
 """Copy-engine all-gather + two vendor GEMMs: the local shard's, then one over every peer's rows.
 
 Issue 47: at four and eight ranks and small M the copy-engine schedules' GEMMs cost more than the product
-they make. Each GEMM has its own partial last wave, and one per peer is a quarter (an eighth) of M: on one
-H200 (``bench/results/2026-11-29_gemm_split_h200/``, TP4 layer keys at M=1024) one cuBLAS GEMM per
-peer took 1.25-1.74x the whole GEMM, four per peer 3.2-3.7x, and ``ce_fanout``'s ``range`` on a middle
-rank (the local GEMM, then its peers' rows in two runs, ``r+1 .. W-1`` and ``0 .. r-1``) 1.32-1.49x,
-where the local GEMM and one run took 1.07-1.22x. The slowest rank sets the call's time, so two runs
-cost the whole schedule. Here on rank ``r``:
+they make. Each GEMM has its own partial last wave, and one per peer is a quarter (an eighth) of M. On one
+H200 with cuBLAS alone (``bench/results/2026-11-29_gemm_split_h200/``, TP4 layer keys at M=1024), four
+GEMMs per peer took 3.0-3.7x the whole product and one per peer 1.07-1.78x. ``ce_fanout``'s ``range`` on a
+middle rank (the local GEMM, then its peers' rows in two runs, ``r+1 .. W-1`` and ``0 .. r-1``) took 83
+and 395 µs (N=2560, 14336), the first and last ranks' local GEMM and one run 72 and 365. The slowest rank
+sets the call's time. Here on rank ``r``:
 
 * the lanes are ``ce_fanout``'s (the peers dealt to ``streams`` side streams, one copy per peer, each
   behind the peer's ``done`` token and followed by its flag), but rank ``r`` writes its shard into peer
@@ -17,7 +17,8 @@ cost the whole schedule. Here on rank ``r``:
   (``0 .. W-2``) those are one run of ``out``, written in place; on the others the GEMM writes a scratch
   (``RestPlan.scratch``) whose two parts are copied into ``out``'s two runs (``r+1 .. W-1`` first, then
   ``0 .. r-1``) on the caller's stream by the copy engine: one more pass over ``(W-1)/W`` of ``out``
-  (~10 µs at M=1024, N=14336) instead of a second GEMM's last wave;
+  instead of a second GEMM's last wave. Measured there, the copy takes most of what one GEMM saves: 75
+  and 382 µs against the two runs' 83 and 395, and more than the two runs from M=2048;
 * then it tells every peer that its inbox has been consumed and joins the lanes.
 
 ``gather_dim=0`` only (at ``gather_dim=1`` the peers' K-slices would need ``B``'s rows in the same
