@@ -17,8 +17,8 @@ sets the call's time. Here on rank ``r``:
   (``0 .. W-2``) those are one run of ``out``, written in place; on the others the GEMM writes a scratch
   (``RestPlan.scratch``) whose two parts are copied into ``out``'s two runs (``r+1 .. W-1`` first, then
   ``0 .. r-1``) on the caller's stream by the copy engine: one more pass over ``(W-1)/W`` of ``out``
-  instead of a second GEMM's last wave. Measured there, the copy takes most of what one GEMM saves: 75
-  and 382 µs against the two runs' 83 and 395, and more than the two runs from M=2048;
+  instead of a second GEMM's last wave. Measured there: 75 and 382 µs against the two runs' 83 and
+  395, the copy (2-10 µs) about a third of what one GEMM saves, and more than the two runs from M=2048;
 * then it tells every peer that its inbox has been consumed and joins the lanes.
 
 ``gather_dim=0`` only (at ``gather_dim=1`` the peers' K-slices would need ``B``'s rows in the same
