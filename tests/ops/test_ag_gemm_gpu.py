@@ -155,22 +155,14 @@ def test_ce_persistent_matches_reference_on_two_gpus(b_layout: str) -> None:
 @pytest.mark.gpu(world_size=4)
 @pytest.mark.slow
 @pytest.mark.parametrize("b_layout", ["kn", "nk"])
-def test_ce_persistent_matches_reference_on_four_gpus(b_layout: str) -> None:
-    """``ce_persistent`` at world size 4: three peers' copies on one or several side streams, the tiles of
-    four shards, its seeds (lanes for every peer among them)."""
-    args = ("bf16", 2, ("ce_persistent",), (), True, (N, K), b_layout)
+@pytest.mark.parametrize("variant", ["ce_persistent", "ce_local_rest"])
+def test_issue47_variant_matches_reference_on_four_gpus(variant: str, b_layout: str) -> None:
+    """Issue 47's variants at world size 4, their default, one more configuration and every seed, both
+    weight layouts, eager calls and CUDA-graph replays. ``ce_persistent``: three peers' copies on one or
+    several side streams, the tiles of four shards. ``ce_local_rest``: the rotated inbox slots, the first
+    and last ranks' peers' GEMM straight into ``out``, the middle ranks' through the scratch."""
+    args = ("bf16", 2, (variant,), (), True, (N, K), b_layout)
     _assert_ranks_pass(_check_all, 4, args, timeout=900)
-
-
-@pytest.mark.gpu(world_size=4)
-@pytest.mark.slow
-@pytest.mark.parametrize("b_layout", ["kn", "nk"])
-def test_ce_local_rest_matches_reference_on_four_gpus(b_layout: str) -> None:
-    """``ce_local_rest`` (issue 47) at world size 4: the rotated inbox slots, the first and last ranks'
-    peers' GEMM straight into ``out``, the middle ranks' through the scratch; its default, one more
-    configuration and every seed, both weight layouts, eager calls and CUDA-graph replays."""
-    args = ("bf16", 3, ("ce_local_rest",), (), True, (N, K), b_layout)
-    _assert_ranks_pass(_check_all, 4, args, timeout=600)
 
 
 @pytest.mark.gpu(world_size=2)
