@@ -266,6 +266,8 @@ def check_in_step(
         found = own.get((group, key_text))
         mine = found[:2] if found is not None else None
         lead = mine is not None and mine[0].ctx.rank == 0
+        if i:  # the last key's verdict is stored (by its group's rank 0) before any rank reads this one's
+            world.barrier()
         done = [r for r in world.gather(_checked_elsewhere(*mine) if lead else None) if r is not None]
         if done:  # another group or process checked the key meanwhile: served as it decided
             if mine is not None:

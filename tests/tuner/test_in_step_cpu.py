@@ -755,3 +755,50 @@ def test_a_wait_on_a_peer_that_gives_up_during_the_rounds_stops_the_check(monkey
     with pytest.raises(in_step.StepWaitGaveUp, match="copy_engine at k: rank 0 of 2 waited 5 s for rank 1"):
         in_step._rounds(lambda: None, (), 5, 0, mine, ("win", "bsp"), 2, in_step._World(), graphs=True)
     assert looks[0] == 2 and sorted(released) == ["bsp", "win"]  # stopped at once, every graph released
+
+
+def test_a_keys_verdict_is_stored_before_the_next_key_reads_whether_another_group_checked_it(monkeypatch):
+    """Two groups meeting one key (one schedule entry each): the first group's verdict is written by its
+    rank 0 at the end of its entry, and the second group's rank 0 reads the database at the start of its
+    own. A barrier between them orders the write before the read on every rank; without it the second
+    group could miss the verdict, check the key again and serve another one (a flaky CI run,
+    2026-11-29)."""
+    import types
+
+    import autotaxer.tuner.in_step as in_step
+
+    log: list[str] = []
+
+    class World:
+        rank = 0
+
+        def gather(self, obj):
+            return [obj]
+
+        def barrier(self):
+            log.append("barrier")
+
+    class Runtime:
+        def __init__(self, group):
+            self.group, self.ctx = group, types.SimpleNamespace(rank=0)
+
+        def traced(self, key):
+            return False
+
+    key = types.SimpleNamespace(text="ag_gemm|k")
+    rec = types.SimpleNamespace(key=key)
+    monkeypatch.setattr(in_step, "_World", World)
+    monkeypatch.setattr(in_step, "group_name", lambda group: group)
+    monkeypatch.setattr(in_step, "checkable", lambda rt, k: rec)
+    arms = [types.SimpleNamespace(variant=v) for v in ("win", "bsp")]
+    monkeypatch.setattr(in_step, "arms_of", lambda rt, r: arms)
+    monkeypatch.setattr(in_step, "_timed", lambda step, args, world: 0.001)
+    monkeypatch.setattr(in_step, "_rounds", lambda *args: [[1.0] * 3, [1.0] * 3])
+    monkeypatch.setattr(in_step, "_forms_us", lambda *args: {})
+    monkeypatch.setattr(in_step, "tie_arm", lambda *args: None)
+    monkeypatch.setattr(in_step, "_checked", lambda mine, *args: mine[0].group)
+    monkeypatch.setattr(in_step, "_checked_elsewhere", lambda rt, r: log.append(f"read {rt.group}"))
+    monkeypatch.setattr(in_step, "_settle", lambda rt, r, result, *args, **kw: log.append(f"store {result}"))
+    candidates = {Runtime("a"): [key], Runtime("b"): [key]}
+    in_step.check_in_step(lambda: None, (), candidates, 100.0, 3, progress=False)
+    assert log == ["read a", "store a", "barrier", "read b", "store b"]
