@@ -3,9 +3,9 @@
 Issue 47: at four and eight ranks and small M the copy-engine schedules' GEMMs cost more than the product
 they make. Each GEMM has its own partial last wave, and one per peer is a quarter (an eighth) of M. On one
 H200 with cuBLAS alone (``bench/results/2026-11-29_gemm_split_h200/``, TP4 layer keys at M=1024), four
-GEMMs per peer took 3.0-3.7x the whole product and one per peer 1.07-1.78x. ``ce_fanout``'s ``range`` on a
-middle rank (the local GEMM, then its peers' rows in two runs, ``r+1 .. W-1`` and ``0 .. r-1``) took 83
-and 395 µs (N=2560, 14336), the first and last ranks' local GEMM and one run 72 and 365. The slowest rank
+GEMMs per peer took 2.9-3.7x the whole product and one per peer 1.05-1.84x. ``ce_fanout``'s ``range`` on a
+middle rank (the local GEMM, then its peers' rows in two runs, ``r+1 .. W-1`` and ``0 .. r-1``) took 86
+and 389 µs (N=2560, 14336), the first and last ranks' local GEMM and one run 70 and 356. The slowest rank
 sets the call's time. Here on rank ``r``:
 
 * the lanes are ``ce_fanout``'s (the peers dealt to ``streams`` side streams, one copy per peer, each
@@ -17,8 +17,9 @@ sets the call's time. Here on rank ``r``:
   (``0 .. W-2``) those are one run of ``out``, written in place; on the others the GEMM writes a scratch
   (``RestPlan.scratch``) whose two parts are copied into ``out``'s two runs (``r+1 .. W-1`` first, then
   ``0 .. r-1``) on the caller's stream by the copy engine: one more pass over ``(W-1)/W`` of ``out``
-  instead of a second GEMM's last wave. Measured there: 75 and 382 µs against the two runs' 83 and
-  395, the copy (2-10 µs) about a third of what one GEMM saves, and more than the two runs from M=2048;
+  instead of a second GEMM's last wave. Measured there: 74 and 377 µs against the two runs' 86 and
+  389 (the scratch's path a quarter to two thirds of what one GEMM saves), and more than the two runs
+  from M=2048;
 * then it tells every peer that its inbox has been consumed and joins the lanes.
 
 ``gather_dim=0`` only (at ``gather_dim=1`` the peers' K-slices would need ``B``'s rows in the same
@@ -35,10 +36,11 @@ from typing import Any
 
 import torch
 
-from ...common import signal as sig
 from ...common.channel import fork_lanes, join_lanes
 from ...common.lanes import peer_lanes
 from .. import copy_engine as ce
+from .ce_fanout import _send_lane as _send  # the plan's rotated slots, one chunk a peer
+from .ce_fanout import peer_runs
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,9 @@ def rotated_slot(sender: int, receiver: int, world_size: int) -> int:
 
 
 def out_runs(rank: int, world_size: int, rows: int) -> tuple[tuple[int, int], ...]:
-    """``(first row of out, rows)`` of each run the peers' GEMM fills, in the scratch's order (the peers
-    above ``rank``, then those below); empty runs left out."""
-    m = world_size * rows
-    runs = ((rank + 1) * rows, m - (rank + 1) * rows), (0, rank * rows)
-    return tuple(run for run in runs if run[1])
+    """``(first row of out, rows)`` of each run the peers' GEMM fills, in the scratch's order:
+    ``ce_fanout``'s runs of peers (those above ``rank``, then those below), in rows."""
+    return tuple((lo * rows, (hi - lo + 1) * rows) for lo, hi in peer_runs(rank, world_size))
 
 
 def make_rest_plan(channel: ce.Channel, *, m: int, n: int, k: int, elem: int, dtype: Any,
@@ -82,18 +82,6 @@ def make_rest_plan(channel: ce.Channel, *, m: int, n: int, k: int, elem: int, dt
     if len(out_runs(r, ws, base.rows)) > 1:
         scratch = torch.empty(((ws - 1) * base.rows, n), dtype=dtype, device=channel.data.device)
     return RestPlan(base=base, lanes=peer_lanes(base.peers, streams), scratch=scratch)
-
-
-def _send(ch: ce.Channel, plan: RestPlan, a_shard: Any, peers: tuple[int, ...], stream: Any) -> None:
-    """On ``stream`` (the current stream): copy this rank's shard into each of ``peers``' inboxes (its
-    rotated slot there), each copy behind the peer's ``done`` token and followed by the peer's flag."""
-    base = plan.base
-    inbox_of, data_of = dict(base.remote_inbox), dict(base.remote_data)
-    src = a_shard.data_ptr()
-    for p in peers:
-        ce._await(ch, ch.done[p : p + 1], stream, offset=-1)  # p has read the previous call's data
-        sig.memcpy_async(inbox_of[p], src, base.shard_bytes, stream)
-        ce._raise(ch, data_of[p], stream)
 
 
 def ag_gemm_ce_local_rest(channel: ce.Channel, plan: RestPlan, inbox: Any, a_shard: Any, b: Any, out: Any,
