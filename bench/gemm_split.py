@@ -7,9 +7,10 @@ local shard and then each contiguous run of peers' rows (two runs on a middle ra
 last); ``ce_local_rest`` the local shard and one GEMM over every peer's rows, through a scratch copied
 into ``out`` on a middle rank (``local+rest_copied``). Each piece is a GEMM of its own, with its own
 partial last wave; this measures what that costs
-with no communication at all: cuBLAS through ``torch.mm``, each form a CUDA graph of ``--reps`` calls,
-every form replayed once a round in a shuffled order, the median of ``--rounds`` rounds, µs per call, and
-its ratio to the whole GEMM.
+with no communication at all: cuBLAS through ``torch.mm``, timed side by side by
+:func:`autotaxer.measure.time_interleaved` (graph mode: each form a CUDA graph of ``--reps`` calls, one
+sample of every form a round in a shuffled order, the median of ``--rounds`` rounds), µs per call, and its
+ratio to the whole GEMM.
 
     python bench/gemm_split.py --out gemm_split.json
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -36,49 +36,6 @@ KEYS: tuple[tuple[str, int, int, int], ...] = tuple(
     )  # fmt: skip
 )
 FORMS = ("per_peer", "per_peer_x4", "local+run", "local+2runs", "local+rest_copied")
-
-
-def captured(fn: Callable[[], None], reps: int) -> Any:
-    """A CUDA graph of ``reps`` calls of ``fn`` (after three warm-up calls on a side stream)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    return graph
-
-
-def interleaved(
-    fns: dict[str, Callable[[], None]], reps: int, rounds: int, seed: int = 0
-) -> dict[str, float]:
-    """µs per call of each of ``fns``: ``reps`` calls in one CUDA graph each, replayed once per round in a
-    shuffled order, the median over ``rounds`` rounds (side by side: drift hits every form alike)."""
-    import random
-
-    import torch
-
-    graphs = {name: captured(fn, reps) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    order, rng = list(graphs), random.Random(seed)
-    for _ in range(rounds):
-        rng.shuffle(order)
-        for name in order:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[name].replay()
-            end.record()
-            end.synchronize()
-            times[name].append(start.elapsed_time(end) * 1e3 / reps)
-    for graph in graphs.values():
-        graph.reset()
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def pieces(form: str, m: int, ws: int) -> list[tuple[int, int]] | None:
@@ -99,9 +56,14 @@ def pieces(form: str, m: int, ws: int) -> list[tuple[int, int]] | None:
     raise ValueError(f"form: unknown {form!r}")
 
 
-def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, rounds: int) -> dict[str, Any]:
-    """One key's row: the whole GEMM and every form, µs."""
+def measure(op: str, m: int, n: int, k: int, ws: int, ctx: Any, reps: int, rounds: int) -> dict[str, Any]:
+    """One key's row: the whole GEMM and every form, µs (:func:`autotaxer.measure.time_interleaved` on
+    ``ctx``, this process's one GPU, graph mode: each form a CUDA graph of ``reps`` calls, one sample of
+    each a round in a shuffled order)."""
     import torch
+    from autotaxer.kernels.ag_gemm.experimental.ce_local_rest import out_runs
+
+    from autotaxer.measure import time_interleaved
 
     dev = torch.device("cuda")
     k_rank = k if op == "ag_gemm" else k // ws
@@ -119,15 +81,16 @@ def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, rounds: int) ->
 
     shard, rank = m // ws, ws // 2
     scratch = torch.empty(m - shard, n, device=dev, dtype=torch.bfloat16)
-    above = m - (rank + 1) * shard  # the peers' rows above the local shard come first in the scratch
 
     def rest_copied() -> None:
         """``ce_local_rest`` on a middle rank: the local GEMM, one GEMM over the peers' rows (here the
-        rows of ``a`` but the local ones stand in for the inbox's), its two parts copied into ``out``."""
+        rows of ``a`` but the local ones stand in for the inbox's), its runs copied into ``out``."""
         torch.mm(a[rank * shard : (rank + 1) * shard], wt, out=out[rank * shard : (rank + 1) * shard])
         torch.mm(a[: m - shard], wt, out=scratch)
-        out[(rank + 1) * shard :].copy_(scratch[:above])
-        out[: rank * shard].copy_(scratch[above:])
+        at = 0
+        for first, count in out_runs(rank, ws, shard):
+            out[first : first + count].copy_(scratch[at : at + count])
+            at += count
 
     fns: dict[str, Callable[[], None]] = {"whole": run([(0, m)])}
     for form in FORMS:
@@ -138,7 +101,8 @@ def measure(op: str, m: int, n: int, k: int, ws: int, reps: int, rounds: int) ->
         runs = pieces(form, m, ws)
         if runs is not None:
             fns[form] = run(runs)
-    us = interleaved(fns, reps, rounds)
+    timed = time_interleaved(list(fns.values()), ctx, ("graph",), warmup=3, iters=reps, samples=rounds)
+    us = {name: t["graph"] for name, t in zip(fns, timed, strict=True)}
     row: dict[str, Any] = {"op": op, "world_size": ws, "M": m, "N": n, "K": k, "whole_us": us["whole"]}
     row.update({f"{form}_us": us.get(form) for form in FORMS})
     return row
@@ -156,10 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("gemm_split: needs a CUDA GPU", file=sys.stderr)
         return 2
+    from autotaxer._target import cuda_target
+    from autotaxer.ops import RunContext
+
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cuda"), target=cuda_target(0))
     rows = []
     for ws in (int(x) for x in args.world_sizes.split(",")):
         for op, m, n, k in KEYS:
-            rows.append(measure(op, m, n, k, ws, args.reps, args.rounds))
+            rows.append(measure(op, m, n, k, ws, ctx, args.reps, args.rounds))
             torch.cuda.empty_cache()
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "reps": args.reps,
             "rounds": args.rounds}  # fmt: skip

@@ -11,7 +11,7 @@ ranks on, opt-in with ``--variants`` below. NVIDIA only (``cuMemcpyAsync``); see
 Measured: 4×H200 (2026-11-22), one record of the shipped ws4 graph table; 4×H200 (2026-11-28,
 dependent graph timing, tuned) 0.81-1.11× BSP over the TP4 layer's 8 ``ag_gemm`` keys, served at M=16384
 N=14336 (1.05×, kept by the in-step check; ``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``). Its
-``range`` GEMMs on a middle rank take 11-30 µs more than the first and last ranks' single run at M=1024
+``range`` GEMMs on a middle rank take 16-33 µs more than the first and last ranks' single run at M=1024
 (cuBLAS alone on one H200, ``bench/results/2026-11-29_gemm_split_h200/``; ``ce_local_rest``). Not yet at
 8 GPUs.
 """

@@ -6,8 +6,8 @@ Parameters: ``streams`` (side streams the peers are dealt to, at most one per pe
 their rows are one matrix; on the ranks whose peers' rows are two runs of ``out`` the GEMM writes a
 scratch the copy engine copies into ``out``. Issue 47. Measured with cuBLAS alone on one H200, no
 communication (``bench/results/2026-11-29_gemm_split_h200/``): at M=1024 on four ranks its GEMMs and copy
-take 75 and 382 µs (N=2560, 14336), against 83 and 395 for ``ce_fanout``'s two runs on a middle rank and
-104 and 372 for one GEMM per peer. From M=2048 the copy costs more than a second run's tail. Experimental
+take 74 and 377 µs (N=2560, 14336), against 86 and 389 for ``ce_fanout``'s two runs on a middle rank and
+105 and 360 for one GEMM per peer. From M=2048 the copy costs more than a second run's tail. Experimental
 and opt-in (``--variants ce_local_rest``) until it wins on GPUs; checked on ranks emulated on CPU (3, 4
 and 8) and on one GPU (4 and 8); not yet run on peers. NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_local_rest``.
