@@ -16,7 +16,7 @@ against the plain persistent GEMM as ptxas compiled them for this GPU (each kern
 ``kernels/common/gemm.py``, the ``push`` kernel at one rank (the ``--fused`` runs) and ``push``/``pull``
 at two (both layouts, with and without producers). Needs a GPU, not a second one.
 
-    python3 -P bench/gemm_vs_cublas.py --out gemm_vs_cublas.json [--fused [--tma]]
+    python3 -P bench/gemm_vs_cublas.py --out gemm_vs_cublas.json [--fused [--tma]] [--b-layout nk]
     python3 -P bench/gemm_vs_cublas.py --resources --shapes 8192x8192 --ms 1024 --out kernel_resources.json
 """
 
@@ -137,6 +137,9 @@ def main() -> None:
         "--resources", action="store_true", help="registers and spills of each kernel instead of times"
     )
     parser.add_argument(
+        "--b-layout", choices=("kn", "nk"), default="kn", help="nk: b a transposed (N, K) weight (nn.Linear)"
+    )
+    parser.add_argument(
         "--configs", default=None, help="bm,bn,bk,group_m,warps,stages,programs;... (default: a fixed set)"
     )
     args = parser.parse_args()
@@ -157,7 +160,10 @@ def main() -> None:
     for n, k in shapes:
         for m in map(int, args.ms.split(",")):
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
+            if args.b_layout == "nk":
+                b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5).t()
+            else:
+                b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
             out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             ref = a.float() @ b.float()
             t_cublas = _time(lambda a=a, b=b, out=out: torch.matmul(a, b, out=out))
@@ -187,6 +193,7 @@ def main() -> None:
                 "M": m,
                 "N": n,
                 "K": k,
+                "b_layout": args.b_layout,
                 "cublas_ms": t_cublas,
                 "triton_ms": best[0] if best else None,
                 "config": best[1].__dict__ if best else None,
