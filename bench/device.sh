@@ -25,6 +25,9 @@
 #                visible GPUs (test_ag_gemm_gpu.py split in five): on 2xH200 (2026-11-27) the longest took
 #                306 s where the files one after another never finished in a call; TEST_LIMIT per process
 #   cublas       the fused kernels' GEMM core against cuBLAS at one rank -> $OUT/gemm_vs_cublas.json
+#   copy-sm      bench/copy_sm_probe.py: does a copy need SMs (host, same-device and, with 2+ GPUs visible,
+#                peer copies beside a spinning kernel) -> $OUT/copy_sm_probe.json (issue 47: run it first on
+#                a multi-GPU machine: a peer copy that needs SMs is starved by ce_persistent's grid)
 #   example      examples/tp_block.py under torchrun: loss against the unsharded model, then the time per
 #                step of autotaxer against --plain (S=$SEQ, H=$HIDDEN, bf16)
 #   tune         autotaxer tune --world-size $WS over $SHAPES (default: the ag_gemm LLM shapes in both
@@ -255,6 +258,9 @@ for s in "$@"; do
     emulated)
         step emulated "${LIMIT:-400}" python3 -P -m pytest -q -p no:cacheprovider -rs \
             tests/ops/test_emulated_ranks_gpu.py ${K:+-k "$K"}
+        ;;
+    copy-sm)
+        step copy_sm 120 python3 -P bench/copy_sm_probe.py --json-out "$OUT/copy_sm_probe.json"
         ;;
     cublas)
         step cublas 240 python3 -P bench/gemm_vs_cublas.py --fused --tma --shapes 8192x8192 --ms 256,1024,4096 \

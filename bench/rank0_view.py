@@ -19,6 +19,13 @@ waiting costs the GEMM (the polls against the local tiles' loads and the peers' 
 row says when the host took longer to enqueue the call than the gate held (then rank 0's tiles waited for the
 host): on an H200 host (2026-11-28) 4 ranks' call took 3.2-4.1 ms to enqueue, past the 3 ms gate of that run
 (``bench/results/2026-11-28_rank0_view_h200``); hence 8 ms.
+
+Caveat (2026-11-29, ``bench/results/2026-11-29_copy_needs_sms_h200``): on one GPU the lanes' copies are
+same-device ``cuMemcpyAsync``, which the driver runs as a copy kernel on the SMs, not on the copy engine
+(``bench/copy_sm_probe.py``). Gated, they compete with rank 0's spinning tiles for SMs: at M=1024 N=2560
+(80 tiles) rank 0 took 534-814 µs, and where the grid holds all SMs but one (M=1024 N=14336, M=4096)
+a case did not finish in 150-200 s. So the gated rows measure copies starved of SMs, not what waiting costs
+a GEMM whose rows arrive by copy engine. The first, ungated run (2026-11-28) ran the copies before the GEMM.
 """
 
 from __future__ import annotations

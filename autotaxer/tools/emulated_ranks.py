@@ -7,7 +7,9 @@ phases (the launchers' ``phase``), every rank's producing step before any rank's
 interpreter runs programs one after another, and on one GPU nothing then depends on N kernels being
 resident at once. What a phased run checks is the protocol at any world size (flag counts and slots,
 chunk order, per-destination release, parity and epochs over several calls with no reset, the inbox
-contents bit for bit) and the result against fp32, not the overlap.
+contents bit for bit) and the result against fp32, not the overlap. Nor the copy engine: on one GPU the
+copy-engine variants' peer copies are same-device ``cuMemcpyAsync``, which the driver runs as copy
+kernels on the SMs (``bench/copy_sm_probe.py``), so beside a kernel that spins on most SMs they crawl.
 
 What each op checks this way is its ``emulated`` integration (``autotaxer/ops/<op>/_emulated.py``: its
 fused kernels' protocol call by call, and rank 0's waits on peers that never signal), laid out in the

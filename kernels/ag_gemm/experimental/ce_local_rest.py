@@ -16,7 +16,9 @@ sets the call's time. Here on rank ``r``:
   up, **one** GEMM of the ``(W-1)·M/W`` inbox rows. On the first rank (peers ``1 .. W-1``) and the last
   (``0 .. W-2``) those are one run of ``out``, written in place; on the others the GEMM writes a scratch
   (``RestPlan.scratch``) whose two parts are copied into ``out``'s two runs (``r+1 .. W-1`` first, then
-  ``0 .. r-1``) on the caller's stream by the copy engine: one more pass over ``(W-1)/W`` of ``out``
+  ``0 .. r-1``) on the caller's stream by ``cuMemcpyAsync`` (a same-device copy, which the driver runs
+  as a copy kernel on the SMs, not on the copy engine: ``bench/copy_sm_probe.py``; here no kernel spins
+  beside it): one more pass over ``(W-1)/W`` of ``out``
   instead of a second GEMM's last wave. Measured there: 74 and 377 µs against the two runs' 86 and
   389 (the scratch's path a quarter to two thirds of what one GEMM saves), and more than the two runs
   from M=2048;

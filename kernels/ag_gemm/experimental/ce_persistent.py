@@ -52,7 +52,12 @@ BSP's 0.11-1.7 ms, in 47 of the 48 seeds timed at the six keys where tiles wait 
 (N=14336 at M=4096 and 16384: 1.5-3.1 and 6.0-6.7 ms, BSP 1.7 and 6.4 ms).
 The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`); the shared consumer,
 unchanged, is recompiled with that wait (:func:`with_globals`). ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS
-=every`` runs the old waits, for the A/B on GPUs.
+=every`` runs the old waits, for the A/B on GPUs. (6) The copies must not need SMs, since the grid leaves
+only :data:`RESERVED_SMS`. A same-device ``cuMemcpyAsync`` does need them: the driver runs it as a copy
+kernel (``bench/copy_sm_probe.py``, one H200, 2026-11-29). So the one-GPU emulation of this variant
+starves its own copies, and gated calls there took 534-814 µs at M=1024 N=2560 or did not finish where
+the grid holds all SMs but one. Peer copies over NVLink are taken to run on the copy engine;
+``bench/copy_sm_probe.py`` on two GPUs checks that (not yet run). If they do not, this is the stall.
 
 Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
 emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m
