@@ -356,13 +356,18 @@ class _SteppedClock:
         return getattr(self._time, name)
 
 
-def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -> str:
+def check_bound_read_once(
+    reads: str, bound_ms: int = 100, late_ms: int = 300, raise_ms: int | None = 10
+) -> str:
     """Rank 0 of 2 emulated ranks waits on rank 1's one chunk, withheld, on a clock that advances 1 ms a
-    reading (:class:`_SteppedClock`): 10 ms into the wait the host raises the watch slot's bound from
-    ``bound_ms`` to 1000 s; at ``late_ms`` the chunk lands and its flag goes up. With
-    ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` = ``reads``: ``once`` must give up at ``bound_ms`` (the wait
-    kept the bound it read once, 1 ms in), ``every`` must not (it read the new bound on a later poll) and
-    compute every row. Returns ``"OK ..."``; ``AssertionError`` otherwise."""
+    reading (:class:`_SteppedClock`): ``raise_ms`` into the wait (None: never) the host raises the watch
+    slot's bound from ``bound_ms`` to 1000 s; at ``late_ms`` the chunk lands and its flag goes up. With
+    ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` = ``reads`` and the bound raised at 10 ms: ``once`` must give
+    up at ``bound_ms`` (the wait kept the bound it read once, 1 ms in); ``every`` (it read the new bound
+    on a later poll) and ``late`` (it read the bound first after 10 ms, already raised) must not, and must
+    compute every row. With the bound never raised (``bound_ms`` under 10): every mode gives up, ``once``
+    and ``every`` at ``bound_ms``, ``late`` not before 10 ms (no read of the bound before then). Returns
+    ``"OK ..."``; ``AssertionError`` otherwise."""
     import os
 
     import torch
@@ -403,7 +408,8 @@ def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -
         inbox[rows * k : 2 * rows * k] = shards[1].reshape(-1)
         ranks[0].data[1 * MAX_CHUNKS] = int(ranks[1].epoch[0])
 
-    clock = _SteppedClock(1_000_000, {10: raise_bound, late_ms: land})
+    actions = {late_ms: land} if raise_ms is None else {raise_ms: raise_bound, late_ms: land}
+    clock = _SteppedClock(1_000_000, actions)
     saved_env, saved_time = os.environ.get(cp.BOUND_READS_ENV), watch_module.time
     os.environ[cp.BOUND_READS_ENV] = reads
     try:
@@ -423,16 +429,26 @@ def check_bound_read_once(reads: str, bound_ms: int = 100, late_ms: int = 300) -
         slots.release(slot)
     ref = torch.cat([s.double() for s in shards]) @ b.double()
     peer_rows = slice(m // ws, m)
-    if reads == "once":
+    late_check_ms = cp.LATE_CHECK_NS.value // 1_000_000 if reads == "late" else 0
+    if raise_ms is None:  # the bound holds: every mode gives up, ``late`` not before its first read
+        assert record.count == 1, f"reads={reads}: {record.count} waits gave up, 1 due"
+        due = max(bound_ms, late_check_ms)
+        assert due <= clock.readings < due + 5, (
+            f"reads={reads}: gave up after {clock.readings} ms, due at {due}"
+        )
+        assert out[peer_rows].isnan().all(), f"reads={reads}: rows computed from a chunk that had not landed"
+    elif reads == "once":
         assert record.count == 1, f"reads=once: {record.count} waits gave up, 1 due (the bound read once)"
         assert (record.peer, record.index) == (1, MAX_CHUNKS), record
         assert clock.readings < late_ms, f"reads=once: the wait spun {clock.readings} ms, past the bound"
         assert out[peer_rows].isnan().all(), "reads=once: rows computed from a chunk that had not landed"
     else:
-        assert record.count == 0, f"reads=every: {record.count} waits gave up (the raised bound was not read)"
-        assert clock.readings >= late_ms, f"reads=every: the wait ended after {clock.readings} ms"
+        assert record.count == 0, (
+            f"reads={reads}: {record.count} waits gave up (the raised bound was not read)"
+        )
+        assert clock.readings >= late_ms, f"reads={reads}: the wait ended after {clock.readings} ms"
         err = emulated_error(out, ref)
-        assert err < 1e-5, f"reads=every: relative error {err:.2e} after the late chunk"
+        assert err < 1e-5, f"reads={reads}: relative error {err:.2e} after the late chunk"
     err = emulated_error(out[: m // ws], ref[: m // ws])
     assert err < 1e-5, f"reads={reads}: the local rows' relative error {err:.2e}"
     return f"OK bound reads={reads}: {record.count} gave up after {clock.readings} clock readings"

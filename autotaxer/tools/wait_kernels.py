@@ -178,14 +178,15 @@ def _push_ws_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
 def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
     """``ce_persistent``'s GEMM (issue 47) at world size 4: the ``cp.async`` consumer, and (not ``quick``)
     the TMA one at both weight layouts and gather_dim=1; its flags read by the atomic and (``load``,
-    ``sleep``) by ``ld.acquire``."""
+    ``sleep``) by ``ld.acquire``; its waits reading the bound after 10 ms (``late``, the default) and, once,
+    after 50 us (``once``)."""
     import torch
 
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
 
     def launch(
         gd: int, tma: int, nk: bool, ws: int = 4, m: int = 4096, n: int = 8192, k: int = 8192,
-        poll: str = "atomic",
+        poll: str = "atomic", reads: str = "late",
     ) -> tuple:  # fmt: skip
         config = cp.CePersistentConfig(
             *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma, poll=cp.POLLS.index(poll)
@@ -198,10 +199,11 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
         )  # fmt: skip
         dt = torch.bfloat16
         _, args, kw = _ce_launch_args(cp, plan, ws, ms, ks, m, n, k, dt, nk)
-        return cp.KERNEL, args, kw
+        return cp.kernel_for(reads), args, kw
 
     yield "ag_gemm ce_persistent ws=4 gather_dim=0", lambda: launch(0, 0, False)
     yield "ag_gemm ce_persistent ws=4 gather_dim=0 poll=load", lambda: launch(0, 0, False, poll="load")
+    yield "ag_gemm ce_persistent ws=4 gather_dim=0 reads=once", lambda: launch(0, 0, False, reads="once")
     if not quick:
         yield "ag_gemm ce_persistent ws=4 gather_dim=0 tma nk", lambda: launch(0, 1, True)
         yield "ag_gemm ce_persistent ws=4 gather_dim=1 tma", lambda: launch(1, 1, False)

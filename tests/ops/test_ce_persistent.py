@@ -279,10 +279,35 @@ def test_a_tile_wait_reads_the_bound_once(interpret: Callable[..., str]) -> None
     assert "OK bound reads=once: 1 gave up" in out and "OK bound reads=every: 0 gave up" in out, out
 
 
+@pytest.mark.emulated
+def test_the_default_wait_reads_no_bound_before_ten_ms(interpret: Callable[..., str]) -> None:
+    """Issue 47's stall after the first fix: read 50 us into a wait, the bound still cost every waiting
+    warp a PCIe read a call, one after another (hundreds of us on one GPU). The default ``late`` waits read
+    it only after 10 ms: with a 5 ms bound never raised, ``once`` gives up at 5 ms and ``late`` not before
+    10; with the bound raised at 10 ms, ``late`` sees the raised one, so the late chunk is used. Fails on
+    the ``once`` waits as the default (the first check)."""
+    out = interpret(
+        """
+        from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+        print("default", cp.bound_reads())
+        print(emu.check_bound_read_once("once", bound_ms=5, raise_ms=None))
+        print(emu.check_bound_read_once("late", bound_ms=5, raise_ms=None))
+        print(emu.check_bound_read_once("late"))
+        """
+    )
+    assert "default late" in out, out
+    assert "OK bound reads=once: 1 gave up" in out and out.count("OK bound reads=late") == 2, out
+    assert "OK bound reads=late: 0 gave up" in out, out
+
+
 def test_bound_reads_setting_is_checked(monkeypatch) -> None:
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
 
     monkeypatch.delenv(cp.BOUND_READS_ENV, raising=False)
+    assert cp.bound_reads() == "late" and cp.kernel_for("late") is cp.KERNEL_LATE
+    assert cp.kernel_for("once") is cp.KERNEL and cp.kernel_for("every") is cp.KERNEL
+    assert cp.KERNEL_LATE.arg_names == cp.KERNEL.arg_names
+    monkeypatch.setenv(cp.BOUND_READS_ENV, "once")
     assert cp.bound_reads() == "once"
     monkeypatch.setenv(cp.BOUND_READS_ENV, "every")
     assert cp.bound_reads() == "every"

@@ -50,14 +50,22 @@ the slot's bound from pinned host memory on every poll: back-to-back PCIe reads 
 BSP's 0.11-1.7 ms, in 47 of the 48 seeds timed at the six keys where tiles wait that long (N=2048 and
 2560 at every M, N=14336 at M=1024), and at neither key where the local tiles' GEMM covers the copies
 (N=14336 at M=4096 and 16384: 1.5-3.1 and 6.0-6.7 ms, BSP 1.7 and 6.4 ms).
-The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`); the shared consumer,
-unchanged, is recompiled with that wait (:func:`with_globals`). ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS
-=every`` runs the old waits, for the A/B on GPUs. (6) The copies must not need SMs, since the grid leaves
-only :data:`RESERVED_SMS`. A same-device ``cuMemcpyAsync`` does need them: the driver runs it as a copy
-kernel (``bench/copy_sm_probe.py``, one H200, 2026-11-29). So the one-GPU emulation of this variant
-starves its own copies, and gated calls there took 534-814 µs at M=1024 N=2560 or did not finish where
-the grid holds all SMs but one. Peer copies over NVLink are taken to run on the copy engine;
-``bench/copy_sm_probe.py`` on two GPUs checks that (not yet run). If they do not, this is the stall.
+The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`), and by default
+only after :data:`LATE_CHECK_NS` (10 ms, ``late``); the shared consumer, unchanged, is recompiled with
+that wait (:func:`with_globals`). Read once after 50 us (``once``, the default until 2026-11-29), the
+bound still cost a PCIe read per waiting warp and call, and those reads ran one after another: on one
+H200 with four ranks emulated, behind a gate so that every part starts together, the lanes' copies and
+flags stopped for 420-440 us at once, 50 us into the GEMM (``torch.profiler``), and rank 0's GEMM took
+534-814 us at M=1024 N=2560 against 224-387 with ``late`` (85 us with nothing to wait on); at M=4096
+N=2560 ``once`` did not finish in minutes and ``late`` took 427-460 us
+(``bench/results/2026-11-29_bound_reads_h200``). The 4-GPU run after the first fix (666 us and 1.7-2.0
+ms at those keys, BSP 131 and 408) fits the same cost. ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` =
+``once`` or ``every`` runs the older waits, for the A/B on GPUs. (6) The copies must not need SMs, since
+the grid leaves only :data:`RESERVED_SMS`. A same-device ``cuMemcpyAsync`` does need them: the driver
+runs it as a copy kernel (``bench/copy_sm_probe.py``, one H200, 2026-11-29). So the one-GPU emulation
+of this variant starves its own copies where its grid takes most SMs (part of the 224-387 us above).
+Peer copies over NVLink are taken to run on the copy engine; ``bench/copy_sm_probe.py`` on two GPUs
+checks that (not yet run).
 
 Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
 emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m
@@ -211,17 +219,27 @@ def _send_lane(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, peers: tuple[
 
 # -- the tiles' waits: the watch slot's bound read once per wait (issue 47's stall) ----------------------
 
-#: ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS``: ``once`` (the default: a tile's wait reads the watch slot's
-#: bound, in pinned host memory, once, when it has spun :data:`CHECK_AFTER_NS`) or ``every`` (the shared
-#: consumer's :func:`..common.watch.spin_until`: a read on every poll after that; kept for the A/B run).
+#: ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS``, how a tile's wait reads the watch slot's bound (in pinned host
+#: memory): ``late`` (the default) once, after the wait has spun :data:`LATE_CHECK_NS`; ``once`` once,
+#: after :data:`CHECK_AFTER_NS` (the default before 2026-11-29); ``every`` on every poll after that (the
+#: shared consumer's :func:`..common.watch.spin_until`). Read when a workspace first launches its GEMM.
 BOUND_READS_ENV = "AUTOTAXER_CE_PERSISTENT_BOUND_READS"
-BOUND_READS = ("once", "every")
+BOUND_READS = ("late", "once", "every")
+#: Nanoseconds a tile's wait spins before ``once`` reads the bound (the shared waits' threshold).
+TILE_CHECK_AFTER_NS = CHECK_AFTER_NS
+#: ``late``'s threshold: longer than a tile waits in a working call (a shard's copy behind the host's
+#: enqueue), so no PCIe read at all until a peer is really late. Reading after 50 us, every waiting warp
+#: (480 of them at M=1024 N=2560, 80 programs) read pinned host memory about once per call, and those
+#: reads ran one after another: 534-814 us a call on one H200 with four ranks emulated, 224-387 with
+#: this (``bench/results/2026-11-29_bound_reads_h200``). A wait on a dead peer gives up after the larger
+#: of this and the bound.
+LATE_CHECK_NS = tl.constexpr(10_000_000)
 _BOUND_WORD = tl.constexpr(BOUND)
 
 
 def bound_reads() -> str:
-    """``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` (``once`` unless set); ``ValueError`` naming it."""
-    value = os.environ.get(BOUND_READS_ENV, "").strip() or "once"
+    """``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` (``late`` unless set); ``ValueError`` naming it."""
+    value = os.environ.get(BOUND_READS_ENV, "").strip() or "late"
     if value not in BOUND_READS:
         raise ValueError(f"{BOUND_READS_ENV}: expected one of {', '.join(BOUND_READS)}, got {value!r}")
     return value
@@ -309,7 +327,7 @@ def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
             seen, missing, pending = _poll(ptrs, live, epoch)
             if pending > 0:
                 waited = now_ns() - t0
-                if waited > CHECK_AFTER_NS:
+                if waited > TILE_CHECK_AFTER_NS:
                     if bound < 0:
                         bound = tl.load(watch_ptr + _BOUND_WORD, volatile=True)
                     if waited > bound:
@@ -322,7 +340,8 @@ def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
 
 def with_globals(fn: Any, **names: Any) -> Any:
     """The jitted function ``fn`` compiled again with the module globals ``names`` replaced: the same
-    source (so the consumer stays ``push``'s, line for line), its own function; ``fn`` is untouched."""
+    source (so the consumer stays ``push``'s, line for line), its own function, with ``fn``'s
+    annotations (its constexpr parameters) and ``do_not_specialize``; ``fn`` is untouched."""
     py = fn.fn
     for name in names:
         if name not in py.__globals__:
@@ -330,7 +349,9 @@ def with_globals(fn: Any, **names: Any) -> Any:
     scope = {**py.__globals__, **names}
     copy = types.FunctionType(py.__code__, scope, py.__name__, py.__defaults__, py.__closure__)
     copy.__qualname__ = py.__qualname__
-    return triton.jit(copy)
+    copy.__annotations__ = dict(py.__annotations__)  # which parameters are constexprs
+    copy.__kwdefaults__ = py.__kwdefaults__
+    return triton.jit(copy, do_not_specialize=getattr(fn, "do_not_specialize", None) or None)
 
 
 def _wait_segment_spinning(spin: Any) -> Any:
@@ -362,6 +383,18 @@ consume_tiles_load, consume_tiles_tma_load = _consumers_waiting(
 consume_tiles_sleep, consume_tiles_tma_sleep = _consumers_waiting(
     _wait_segment_spinning(with_globals(spin_until_read_once, _poll=_poll_sleep))
 )
+#: ``late``: :func:`spin_until_read_once` reading the bound after :data:`LATE_CHECK_NS`, and the same six
+#: consumers with their waits through it (by the names the kernel calls them).
+spin_until_read_late = with_globals(spin_until_read_once, TILE_CHECK_AFTER_NS=LATE_CHECK_NS)
+_LATE_CONSUMERS: dict[str, Any] = {}
+for _name, _spin in (
+    ("read_once", spin_until_read_late),
+    ("load", with_globals(spin_until_read_late, _poll=_poll_load)),
+    ("sleep", with_globals(spin_until_read_late, _poll=_poll_sleep)),
+):
+    _LATE_CONSUMERS[f"consume_tiles_{_name}"], _LATE_CONSUMERS[f"consume_tiles_tma_{_name}"] = (
+        _consumers_waiting(_wait_segment_spinning(_spin))
+    )
 
 
 # one compiled kernel for every rank: ranks emulated in one process load it once (a load while a peer's
@@ -408,6 +441,15 @@ def _ce_persistent_kernel(io, inbox_ptr, flags_ptr, epoch_ptr, sync_ptr, watch_p
 
 
 KERNEL = _ce_persistent_kernel
+#: The same kernel with the ``late`` waits (the default :func:`bound_reads`).
+KERNEL_LATE = with_globals(_ce_persistent_kernel, **_LATE_CONSUMERS)
+
+
+def kernel_for(reads: str) -> Any:
+    """The GEMM kernel of a :data:`BOUND_READS` mode (their arguments are the same)."""
+    if reads not in BOUND_READS:
+        raise ValueError(f"reads: expected one of {', '.join(BOUND_READS)}, got {reads!r}")
+    return KERNEL_LATE if reads == "late" else KERNEL
 
 
 def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any, flags: Any, epoch: Any,
@@ -442,7 +484,7 @@ def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
             WHOLE_K=False, GROUP_ACROSS=False, PREFETCH_K=0, TMA=tma,
         ),
-        READ_BOUND_ONCE=bound_reads() == "once", POLL=config.poll,
+        READ_BOUND_ONCE=bound_reads() != "every", POLL=config.poll,
     )  # fmt: skip
     names = KERNEL.arg_names
     if set(names) != set(args):
@@ -471,7 +513,7 @@ def launch_gemm(ch: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, 
     if args[KERNEL.arg_names.index("TILES")].TMA:  # the device-made descriptors' scratch
         scratch = cache.setdefault("tma_scratch", Scratch()) if cache is not None else Scratch()
     with scratch_allocator(scratch):
-        handle = KERNEL[(grid,)](*args, **options)
+        handle = kernel_for(bound_reads())[(grid,)](*args, **options)
     if cache is not None and hasattr(handle, "run") and len(cache) < 64:  # compiled (not the interpreter)
         cache[spec] = _CompiledLaunch(handle, grid, [None, *args[1:]], scratch)
 

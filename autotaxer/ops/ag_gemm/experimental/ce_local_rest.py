@@ -2,14 +2,14 @@
 shard's and then one over every peer's rows (``gather_dim=0``).
 
 Parameters: ``streams`` (side streams the peers are dealt to, at most one per peer counts) and ``signal``
-(``memop`` | ``triton``). One copy per peer; each receiving inbox holds its peers in arrival order, so
-their rows are one matrix; on the ranks whose peers' rows are two runs of ``out`` the GEMM writes a
-scratch copied into ``out`` (a same-device copy, which the driver runs on the SMs). Issue 47. Measured with cuBLAS alone on one H200, no
-communication (``bench/results/2026-11-29_gemm_split_h200/``): at M=1024 on four ranks its GEMMs and copy
-take 74 and 377 µs (N=2560, 14336), against 86 and 389 for ``ce_fanout``'s two runs on a middle rank and
-105 and 360 for one GEMM per peer. From M=2048 the copy costs more than a second run's tail. Experimental
-and opt-in (``--variants ce_local_rest``) until it wins on GPUs; checked on ranks emulated on CPU (3, 4
-and 8) and on one GPU (4 and 8); not yet run on peers. NVIDIA only (``cuMemcpyAsync``); see
+(``memop`` | ``triton``). One copy per peer; each receiving inbox holds its peers in arrival order, so their
+rows are one matrix; on the ranks whose peers' rows are two runs of ``out`` the GEMM writes a scratch copied
+into ``out`` (a same-device copy, which the driver runs on the SMs). Issue 47. Measured with cuBLAS alone on
+one H200, no communication (``bench/results/2026-11-29_gemm_split_h200/``): at M=1024 on four ranks its GEMMs
+and copy take 74 and 377 µs (N=2560, 14336), against 86 and 389 for ``ce_fanout``'s two runs on a middle rank
+and 105 and 360 for one GEMM per peer. From M=2048 the copy costs more than a second run's tail. Experimental
+and opt-in (``--variants ce_local_rest``) until it wins on GPUs; checked on ranks emulated on CPU (3, 4 and 8)
+and on one GPU (4 and 8); not yet run on peers. NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_local_rest``.
 """
 

@@ -9,15 +9,17 @@ TMA loop with ``tma=1``), so its tiles are the tuner's, not cuBLAS'. Both ``gath
 both ``b_layout`` values run.
 
 Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
-``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt
-to), ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags:
-``triton`` epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``poll`` (how the tiles
-read their flags: 0 an acquire atomic, the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with
-a ``nanosleep`` between polls; the second seed is the first with 1, the A/B for the 4-GPU runs; on one
-H200 with four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its
-first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses,
-not yet measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and
-compiled for sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
+``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt to),
+``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags: ``triton``
+epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``poll`` (how the tiles read their
+flags: 0 an acquire atomic, the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with a
+``nanosleep`` between polls; the second seed is the first with 1, the A/B for the 4-GPU runs; on one H200 with
+four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its first 4-GPU
+run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses: its waits read
+their bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated and gated,
+199-246 µs a call at M=1024 N=2560 instead of 507-704, ``bench/results/2026-11-29_bound_reads_h200``); not yet
+measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and compiled for
+sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
 """
 
