@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
               "later rank's copy needs)", file=sys.stderr)  # fmt: skip
         return 2
     import torch
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import bound_reads
 
     from autotaxer import ProblemKey
     from autotaxer._target import cuda_target
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     target = cuda_target(0)
     variant = get_op("ag_gemm").variants["ce_persistent"]
+    reads = bound_reads()  # the tiles' bound reads ($AUTOTAXER_CE_PERSISTENT_BOUND_READS), named in each row
     per_us = _cycles_per_us()
     signals = args.signals.split(",")
     rows = []
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             for delay in (float(d) for d in args.delay_us.split(",")):
                 for params in ({**s, "poll": POLLS.index(poll)} for s in seeds[: args.configs]):
                     row = {"M": m, "N": n, "K": k, "b_layout": layout, "world_size": args.world_size,
-                           "poll": poll, "delay_us": delay, "params": params,
+                           "poll": poll, "delay_us": delay, "params": params, "bound_reads": reads,
                            "cublas_us": round(cublas, 2)}  # fmt: skip
                     try:
                         row.update(
