@@ -56,14 +56,14 @@ that wait (:func:`with_globals`). Read once after 50 us (``once``, the default u
 bound still cost a PCIe read per waiting warp and call, and those reads ran one after another: on one
 H200 with four ranks emulated, behind a gate so that every part starts together, the lanes' copies and
 flags stopped for 420-440 us at once, 50 us into the GEMM (``torch.profiler``), and rank 0's GEMM took
-534-814 us at M=1024 N=2560 against 224-387 with ``late`` (85 us with nothing to wait on); at M=4096
+507-704 us at M=1024 N=2560 against 199-246 with ``late`` (85 us with nothing to wait on); at M=4096
 N=2560 ``once`` did not finish in minutes and ``late`` took 427-460 us
 (``bench/results/2026-11-29_bound_reads_h200``). The 4-GPU run after the first fix (666 us and 1.7-2.0
 ms at those keys, BSP 131 and 408) fits the same cost. ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS`` =
 ``once`` or ``every`` runs the older waits, for the A/B on GPUs. (6) The copies must not need SMs, since
 the grid leaves only :data:`RESERVED_SMS`. A same-device ``cuMemcpyAsync`` does need them: the driver
 runs it as a copy kernel (``bench/copy_sm_probe.py``, one H200, 2026-11-29). So the one-GPU emulation
-of this variant starves its own copies where its grid takes most SMs (part of the 224-387 us above).
+of this variant starves its own copies where its grid takes most SMs (part of the 199-246 us above).
 Peer copies over NVLink are taken to run on the copy engine; ``bench/copy_sm_probe.py`` on two GPUs
 checks that (not yet run).
 
@@ -230,7 +230,7 @@ TILE_CHECK_AFTER_NS = CHECK_AFTER_NS
 #: ``late``'s threshold: longer than a tile waits in a working call (a shard's copy behind the host's
 #: enqueue), so no PCIe read at all until a peer is really late. Reading after 50 us, every waiting warp
 #: (480 of them at M=1024 N=2560, 80 programs) read pinned host memory about once per call, and those
-#: reads ran one after another: 534-814 us a call on one H200 with four ranks emulated, 224-387 with
+#: reads ran one after another: 507-704 us a call on one H200 with four ranks emulated, 199-246 with
 #: this (``bench/results/2026-11-29_bound_reads_h200``). A wait on a dead peer gives up after the larger
 #: of this and the bound.
 LATE_CHECK_NS = tl.constexpr(10_000_000)
