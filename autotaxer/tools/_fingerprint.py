@@ -335,10 +335,10 @@ class _Schedule:
 
 
 def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
-    """The schedule ``copy_engine``, ``ce_fanout`` or ``bsp`` (its collective and GEMM) issues for a shipped
-    record's key and params on rank 0, through the variant's own ``prepare`` and ``run``, against a
-    stand-in channel and collectives on CPU tensors (real shapes, lazily backed; no copy, collective or
-    GEMM runs)."""
+    """The schedule ``copy_engine``, ``ce_fanout`` or ``bsp`` (its collective and GEMM) of ``ag_gemm``, or
+    ``gemm_rs``'s ``copy_engine``, issues for a shipped record's key and params on rank 0, through the
+    variant's own ``prepare`` and ``run``, against a stand-in channel and collectives on CPU tensors (real
+    shapes, lazily backed; no copy, collective or GEMM runs)."""
     import contextlib
 
     import torch
@@ -430,7 +430,14 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
             if callable(getattr(module, attr, None)):
                 saved.append((module, attr, getattr(module, attr)))
                 setattr(module, attr, fake)
-    for attr, fake in (("current_stream", lambda *a: Stream(rec.current)), ("stream", on)):
+    made: list[Any] = []
+
+    def new_event(*args: Any, **kwargs: Any) -> Event:  # a workspace's own events, named in creation order
+        made.append(Event(f"event{len(made)}"))
+        return made[-1]
+
+    fakes = (("current_stream", lambda *a: Stream(rec.current)), ("stream", on), ("Event", new_event))
+    for attr, fake in fakes:
         saved.append((torch.cuda, attr, getattr(torch.cuda, attr)))
         setattr(torch.cuda, attr, fake)
     import torch.distributed as dist
@@ -444,19 +451,25 @@ def _copy_engine_call(scenario: dict[str, Any]) -> list[Any]:
         saved.append((dist, attr, getattr(dist, attr)))
         setattr(dist, attr, collective(attr))
     try:
-        ws, gd, m, n, k = (scenario[f] for f in ("world_size", "gather_dim", "M", "N", "K"))
+        op = scenario.get("op", "ag_gemm")
+        ws, m, n, k = (scenario[f] for f in ("world_size", "M", "N", "K"))
         target = Target("nvidia-h200", "sm_90", scenario["num_sms"], "cuda")
-        key = ProblemKey.make("ag_gemm", target.gpu_model, ws, "bf16", {"M": m, "N": n, "K": k},
-                              {"gather_dim": gd, "b_layout": scenario["b_layout"]})  # fmt: skip
+        if op == "gemm_rs":  # rank 0 holds A (M, K/ws) and B (K/ws, N)
+            layout = {"scatter_dim": scenario["scatter_dim"], "b_layout": scenario["b_layout"]}
+            shard, k_b = (m, k // ws), k // ws
+        else:
+            gd = scenario["gather_dim"]
+            layout = {"gather_dim": gd, "b_layout": scenario["b_layout"]}
+            shard, k_b = ((m // ws, k) if gd == 0 else (m, k // ws)), k
+        key = ProblemKey.make(op, target.gpu_model, ws, "bf16", {"M": m, "N": n, "K": k}, layout)
         ctx = RunContext(rank=0, world_size=ws, device=torch.device("cpu"), target=target)
         ctx.iris = lambda: None
         ctx.watch_slot = lambda key, name: type("Slot", (), {"tensor": rec.buffer(torch.zeros(8), "watch")})()
-        shard = (m // ws, k) if gd == 0 else (m, k // ws)
         a_shard = rec.buffer(torch.empty(shard, dtype=torch.bfloat16), "a")
-        b = torch.empty(k, n, dtype=torch.bfloat16) if scenario["b_layout"] == "kn" else torch.empty(
-            n, k, dtype=torch.bfloat16).t()  # fmt: skip
+        b = torch.empty(k_b, n, dtype=torch.bfloat16) if scenario["b_layout"] == "kn" else torch.empty(
+            n, k_b, dtype=torch.bfloat16).t()  # fmt: skip
         rec.buffer(b, "b")
-        variant = get_op("ag_gemm").variants[scenario["variant"]]
+        variant = get_op(op).variants[scenario["variant"]]
         with Record():
             workspace = variant.prepare(key, scenario["params"], ctx)
             rec.events.append(["run"])
@@ -488,13 +501,14 @@ def main() -> None:
         for scenario in request["launches"]:
             before = len(recorder.launches)
             try:
-                if scenario.get("op", "ag_gemm") == "flash_decode":
+                op = scenario.get("op", "ag_gemm")
+                if op == "flash_decode":
                     _flash_decode_call(names, scenario)
-                elif scenario.get("op", "ag_gemm") == "gemm_rs":
-                    _gemm_rs_call(names, scenario)
                 elif scenario["variant"] in ("copy_engine", "ce_fanout", "bsp"):
                     answer["launches"].append(_copy_engine_call(scenario))
                     continue
+                elif op == "gemm_rs":
+                    _gemm_rs_call(names, scenario)
                 else:
                     _fused_call(names, scenario)
                 answer["launches"].append(recorder.launches[before:])

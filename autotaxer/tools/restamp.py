@@ -16,10 +16,10 @@ each) and, per variant of the tables' records, decides:
   ``flash_decode``'s fused and bsp; ``gemm_rs``'s push, push_tma and pull): their launchers' every
   launch (grid, options, every argument) and each launched kernel's PTX for sm_90 (helpers inlined; line
   information off, the entry's name left out), so the GPU runs identical code. Copy-engine variants
-  (``copy_engine``, ``ce_fanout``) and ``ag_gemm``'s ``bsp``: the variant's ``prepare`` and ``run``
-  against a stand-in channel and collectives issue the same schedule (every copy, collective, flag raise
-  and wait, epoch advance, event and stream wait, and tensor call with its arguments, in order, on the
-  same streams).
+  (``copy_engine`` of both ops, ``ce_fanout``) and ``ag_gemm``'s ``bsp``: the variant's ``prepare`` and
+  ``run`` against a stand-in channel and collectives issue the same schedule (every copy, collective, flag
+  raise and wait, epoch advance, event and stream wait, and tensor call with its arguments, in order, on
+  the same streams).
 - ``changed``: neither holds; the records stay stale and need re-tuning.
 - ``stale before``: the record's hash was not the base tree's either.
 
@@ -51,7 +51,7 @@ from typing import Any
 TRACED = {
     "ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd", "copy_engine", "ce_fanout", "bsp"),
     "flash_decode": ("fused", "bsp"),
-    "gemm_rs": ("push", "push_tma", "pull"),
+    "gemm_rs": ("push", "push_tma", "pull", "copy_engine"),
 }
 #: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
 REMAPPED = ("kernels", "migrations", "tuning_db")

@@ -156,6 +156,22 @@ def test_copy_engine_schedules_are_traced_and_tell_configurations_apart() -> Non
     assert fingerprint._copy_engine_call(fanout)[0]["events"] > 20
 
 
+def test_gemm_rs_copy_engine_schedules_are_traced_and_tell_configurations_apart() -> None:
+    """``gemm_rs``'s ``copy_engine`` is traced as a schedule too (its workspace's own CUDA events named in
+    creation order): the same twice; another stream count, scatter dim or world size gives another one."""
+    scenario = {"op": "gemm_rs", "variant": "copy_engine", "world_size": 4, "scatter_dim": 0,
+                "b_layout": "nk", "dtype": "bf16", "M": 512, "N": 256, "K": 1024, "num_sms": 132,
+                "params": {"streams": 3, "signal": "triton"}}  # fmt: skip
+    first = fingerprint._copy_engine_call(scenario)
+    assert first == fingerprint._copy_engine_call(scenario) and first[0]["events"] > 20
+    others = (
+        dict(scenario, params={"streams": 1, "signal": "triton"}), dict(scenario, scatter_dim=1),
+        dict(scenario, world_size=2, params={"streams": 1, "signal": "triton"}),
+    )  # fmt: skip
+    for other in others:
+        assert fingerprint._copy_engine_call(other) != first, other
+
+
 def test_bsp_schedules_are_traced_with_their_collective() -> None:
     """``ag_gemm``'s ``bsp`` (a collective, then the GEMM) is traced as a schedule: the same twice, and
     another layout or world size (another collective or another gather) gives another one."""
