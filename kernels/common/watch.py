@@ -48,8 +48,28 @@ _EXPECTED, _SEEN, _WRITTEN, _ALARM = (
     tl.constexpr(ALARM),
 )
 
+#: ``$AUTOTAXER_WAIT_CHECK_AFTER_US``: how long a wait spins before it reads its bound, in µs (50 unless
+#: set). Past it, :func:`spin_until` and :func:`spin_one` read the bound from pinned host memory on every
+#: poll: a PCIe read per waiting warp and poll. Such reads from many warps ran one after another on one
+#: H200 (``ce_persistent``'s tiles, ``bench/results/2026-11-29_bound_reads_h200``), so a long wait can cost
+#: far more than itself. A switch for A/B runs on peers (e.g. ``10000``), read once at import; records do
+#: not carry it, so tables meant to ship are tuned without it.
+CHECK_AFTER_ENV = "AUTOTAXER_WAIT_CHECK_AFTER_US"
+
+
+def check_after_ns() -> int:
+    """``$AUTOTAXER_WAIT_CHECK_AFTER_US`` (a whole number of µs, at least 1) in ns, else 50 µs;
+    ``ValueError`` naming the variable."""
+    text = os.environ.get(CHECK_AFTER_ENV, "").strip()
+    if not text:
+        return 50_000
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{CHECK_AFTER_ENV}: expected a whole number of microseconds >= 1, got {text!r}")
+    return int(text) * 1000
+
+
 #: A wait reads its bound only after spinning this long (a host-memory read off the fast path).
-CHECK_AFTER_NS = tl.constexpr(50_000)
+CHECK_AFTER_NS = tl.constexpr(check_after_ns())
 
 #: Larger than any flag index or value a kernel keeps (the neutral element of the minima below).
 _NONE = tl.constexpr(2**31 - 1)
