@@ -39,42 +39,28 @@ def spin(out_ptr, ns):
     tl.store(out_ptr + tl.program_id(0), n)
 
 
-def _check(result: Any, what: str) -> None:
-    err = result[0] if isinstance(result, tuple) else result
-    if int(err) != 0:
-        raise RuntimeError(f"{what} failed: {err}")
-
-
 def _copy(kind: str, dst: Any, src: Any, nbytes: int, stream: Any) -> None:
-    """Issue one copy of ``kind`` on ``stream`` (raw driver calls: what the copy-engine variants issue)."""
-    from cuda.bindings import driver as drv
+    """Issue one copy of ``kind`` on ``stream``: ``cuMemcpyAsync`` as the copy-engine variants issue it
+    (:func:`autotaxer.kernels.common.signal.memcpy_async`), or ``d2d_batch``'s ``cuMemcpyBatchAsync``."""
+    from autotaxer.kernels.common import signal as sig
 
-    s = drv.CUstream(int(stream.cuda_stream))
-    if kind == "d2d_batch":
-        attr = drv.CUmemcpyAttributes()
-        attr.srcAccessOrder = drv.CUmemcpySrcAccessOrder.CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
-        attr.flags = drv.CUmemcpyFlags.CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
-        loc = drv.CUmemLocation()
-        loc.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        loc.id = dst.device.index
-        attr.srcLocHint, attr.dstLocHint = loc, loc
-        args = (
-            [drv.CUdeviceptr(dst.data_ptr())],
-            [drv.CUdeviceptr(src.data_ptr())],
-            [nbytes],
-            1,
-            [attr],
-            [0],
-            1,
-        )
-        try:
-            result = drv.cuMemcpyBatchAsync(*args, s)
-        except TypeError:  # CUDA 12.8-12.9 bindings: a failure index before the stream
-            result = drv.cuMemcpyBatchAsync(*args, 0, s)
-        _check(result, "cuMemcpyBatchAsync")
-    else:
-        _check(drv.cuMemcpyAsync(drv.CUdeviceptr(dst.data_ptr()), drv.CUdeviceptr(src.data_ptr()), nbytes, s),
-               "cuMemcpyAsync")  # fmt: skip
+    if kind != "d2d_batch":
+        sig.memcpy_async(dst.data_ptr(), src.data_ptr(), nbytes, stream)
+        return
+    drv = sig._driver()
+    attr = drv.CUmemcpyAttributes()
+    attr.srcAccessOrder = drv.CUmemcpySrcAccessOrder.CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+    attr.flags = drv.CUmemcpyFlags.CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE
+    loc = drv.CUmemLocation()
+    loc.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    loc.id = dst.device.index
+    attr.srcLocHint, attr.dstLocHint = loc, loc
+    args = ([drv.CUdeviceptr(dst.data_ptr())], [drv.CUdeviceptr(src.data_ptr())], [nbytes], 1, [attr], [0], 1)
+    try:
+        result = drv.cuMemcpyBatchAsync(*args, sig._stream(stream))
+    except TypeError:  # CUDA 12.8-12.9 bindings: a failure index before the stream
+        result = drv.cuMemcpyBatchAsync(*args, 0, sig._stream(stream))
+    sig._check(result, "cuMemcpyBatchAsync")
 
 
 def _buffers(kind: str, nbytes: int) -> tuple[Any, Any, int, int]:
@@ -100,6 +86,7 @@ def run_case(kind: str, occupancy: str, nbytes: int, spin_us: float) -> dict[str
     import torch
 
     dst, src, issue_dev, spin_dev = _buffers(kind, nbytes)
+    base = kind.removesuffix("_dst")  # the copy itself; ``_dst``: the spinner on the destination's GPU
     with torch.cuda.device(spin_dev):
         sms = torch.cuda.get_device_properties(spin_dev).multi_processor_count
         out = torch.zeros(sms * 16, dtype=torch.int64, device=f"cuda:{spin_dev}")
@@ -109,7 +96,7 @@ def run_case(kind: str, occupancy: str, nbytes: int, spin_us: float) -> dict[str
     with torch.cuda.device(issue_dev):
         copy_stream = torch.cuda.Stream(issue_dev)
         issued, copied = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        _copy(kind.removesuffix("_dst"), dst, src, nbytes, copy_stream)  # once untimed (first-call costs)
+        _copy(base, dst, src, nbytes, copy_stream)  # once untimed (first-call costs)
     devices = {issue_dev, spin_dev, dst.device.index}
     for d in devices:
         torch.cuda.synchronize(d)
@@ -123,7 +110,7 @@ def run_case(kind: str, occupancy: str, nbytes: int, spin_us: float) -> dict[str
         spun.record()
     with torch.cuda.device(issue_dev), torch.cuda.stream(copy_stream):
         issued.record()
-        _copy(kind.removesuffix("_dst"), dst, src, nbytes, copy_stream)
+        _copy(base, dst, src, nbytes, copy_stream)
         copied.record()
     for d in devices:
         torch.cuda.synchronize(d)
