@@ -108,11 +108,25 @@ def _warm_up(variant: Any, works: list, ctxs: list, mains: list, inputs: list, o
     torch.cuda.synchronize()
 
 
+def sms_per_rank(num_sms: int, world_size: int) -> int:
+    """Each emulated rank's share of the GPU's ``num_sms`` SMs (at least 2: a persistent grid keeps one
+    free for its flag kernels)."""
+    return max(2, num_sms // world_size)
+
+
 def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], heap_bytes: int = 1 << 28,
-            seed: int = 0) -> tuple[Any, Any, list, list, list]:  # fmt: skip
+            seed: int = 0, *, share_sms: bool = False) -> tuple[Any, Any, list, list, list]:  # fmt: skip
     """``key.world_size`` ranks of a host-scheduled variant on the current GPU, prepared on one emulated
     heap and warmed up (every kernel loaded, the channels' flags as new): ``(op, variant, contexts,
-    workspaces, main streams)``, one of each per rank. What :func:`check_variant` runs its calls on."""
+    workspaces, main streams)``, one of each per rank. What :func:`check_variant` runs its calls on.
+
+    ``share_sms``: each rank's context sees :func:`sms_per_rank` SMs instead of the whole GPU's, as a rank
+    of its own GPU would see all of them. A variant sizes its persistent grid by that count
+    (``ce_persistent``: all SMs but one), and its spinning tiles must leave room for its copies and flag
+    kernels; with every rank's grid sized for the whole GPU, the first ranks' grids take every SM and the
+    copies that would release them never start (at 8 ranks, 128 tiles a rank: a hang until the bound)."""
+    import dataclasses
+
     import torch
 
     from autotaxer._target import cuda_target
@@ -124,6 +138,8 @@ def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], h
     variant = op.variants[variant_name]
     device = torch.device("cuda")
     target = cuda_target(0)
+    if share_sms:
+        target = dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, ws))
     heap = EmulatedHeap(ws, heap_bytes, device)
     ctxs, works, mains = [], [], []
     for r in range(ws):
@@ -148,6 +164,7 @@ def check_variant(
     calls: int = 3,
     heap_bytes: int = 1 << 28,
     seed: int = 0,
+    share_sms: bool = True,
 ) -> str:
     """``calls`` calls of a host-scheduled variant (the copy-engine family) on ``key.world_size`` ranks
     emulated on the current GPU, each rank on a stream of its own, against the op's fp32 reference and
@@ -159,12 +176,14 @@ def check_variant(
     call with the waits skipped loads every kernel beforehand) and more streams than the GPU has hardware
     queues (``CUDA_DEVICE_MAX_CONNECTIONS``, 8 by default, 32 at most), where a wait blocks a queue that a
     later rank's copy needs. So run this in a process started with ``CUDA_DEVICE_MAX_CONNECTIONS=32``,
-    under a timeout."""
+    under a timeout. ``share_sms`` (the default): each rank sees its share of the SMs (:func:`emulate`)."""
     import torch
 
     from autotaxer.ops import relative_error
 
-    op, variant, ctxs, works, mains = emulate(op_name, variant_name, key, params, heap_bytes, seed)
+    op, variant, ctxs, works, mains = emulate(
+        op_name, variant_name, key, params, heap_bytes, seed, share_sms=share_sms
+    )
     ws, device = key.world_size, torch.device("cuda")
     for call in range(1, calls + 1):
         inputs = [op.make_inputs(key, r, device, seed + call) for r in range(ws)]

@@ -176,7 +176,11 @@ def test_copy_engine_family_on_emulated_ranks(case: tuple[str, str], world_size:
              json.dumps(cases)],
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{op} {variant} ws{ws}: hung (a flag never came, or the GPU's queues ran out)")
+    except subprocess.TimeoutExpired as e:
+        done = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        pytest.fail(
+            f"{op} {variant} ws{ws}: hung after {done.count('OK')} of {len(cases)} cases (a flag"
+            f" never came, or the GPU's queues ran out); finished:\n{done}"
+        )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert proc.stdout.count("OK") == len(cases), proc.stdout
