@@ -18,8 +18,10 @@ four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Ex
 run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses: its waits read
 their bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated and gated,
 199-246 µs a call at M=1024 N=2560 instead of 507-704, ``bench/results/2026-11-29_bound_reads_h200``); not yet
-measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter, and compiled for
-sm_90); tuned only when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
+measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter and, compiled, on
+one H200 with each emulated rank on its share of the SMs,
+``bench/results/2026-11-29_emulated_share_sms_h200``); tuned only when named with ``--variants``. NVIDIA
+only (``cuMemcpyAsync``); see
 ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
 """
 
