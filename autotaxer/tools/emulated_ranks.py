@@ -115,7 +115,8 @@ def sms_per_rank(num_sms: int, world_size: int) -> int:
 
 
 def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], heap_bytes: int = 1 << 28,
-            seed: int = 0, *, share_sms: bool = False) -> tuple[Any, Any, list, list, list]:  # fmt: skip
+            seed: int = 0, *, share_sms: bool = False,
+            warm_up: bool = True) -> tuple[Any, Any, list, list, list]:  # fmt: skip
     """``key.world_size`` ranks of a host-scheduled variant on the current GPU, prepared on one emulated
     heap and warmed up (every kernel loaded, the channels' flags as new): ``(op, variant, contexts,
     workspaces, main streams)``, one of each per rank. What :func:`check_variant` runs its calls on.
@@ -124,7 +125,9 @@ def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], h
     of its own GPU would see all of them. A variant sizes its persistent grid by that count
     (``ce_persistent``: all SMs but one), and its spinning tiles must leave room for its copies and flag
     kernels; with every rank's grid sized for the whole GPU, the first ranks' grids take every SM and the
-    copies that would release them never start (at 8 ranks, 128 tiles a rank: a hang until the bound)."""
+    copies that would release them never start (at 8 ranks, 128 tiles a rank: a hang until the bound).
+    ``warm_up=False``: prepared only, for a fused kernel, whose waits on peers run on the GPU and cannot be
+    skipped (``bench/concurrent_ranks.py`` loads its kernels itself)."""
     import dataclasses
 
     import torch
@@ -150,8 +153,9 @@ def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], h
         works.append(variant.prepare(key, params, ctx))
         mains.append(torch.cuda.Stream())
     torch.cuda.synchronize()
-    _warm_up(variant, works, ctxs, mains, [op.make_inputs(key, r, device, seed) for r in range(ws)],
-             [op.empty_output(key, device) for _ in range(ws)])  # fmt: skip
+    if warm_up:
+        _warm_up(variant, works, ctxs, mains, [op.make_inputs(key, r, device, seed) for r in range(ws)],
+                 [op.empty_output(key, device) for _ in range(ws)])  # fmt: skip
     return op, variant, ctxs, works, mains
 
 
