@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from rank0_view import _cycles_per_us, parse_shapes  # noqa: E402
+
+#: The fused variants whose kernels wait on peers in the kernel (the copy-engine family waits on streams).
+FUSED = ("push", "push_tma", "pull")
 
 
 def _reset(work: Any) -> None:
@@ -142,6 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gate-us", type=float, default=8000.0, help="longer than the host takes to enqueue")
     parser.add_argument("--json-out")
     args = parser.parse_args(argv)
+    if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
+        print("concurrent_ranks: run with CUDA_DEVICE_MAX_CONNECTIONS=32 (each rank's spinning kernel must"
+              " have a hardware queue of its own)", file=sys.stderr)  # fmt: skip
+        return 2
+    unknown = sorted(set(filter(None, args.variants.split(","))) - set(FUSED))
+    if unknown:
+        print(
+            f"concurrent_ranks: --variants: {', '.join(unknown)} not one of {', '.join(FUSED)}",
+            file=sys.stderr,
+        )
+        return 2
 
     import dataclasses
 
