@@ -28,7 +28,6 @@ each rank has a quarter of the SMs at four ranks: the rows show what waiting cos
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -36,7 +35,7 @@ import sys
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from rank0_view import _cycles_per_us, parse_shapes  # noqa: E402
+from rank0_view import _cycles_per_us, emulation_parser, parse_shapes  # noqa: E402
 
 #: The fused variants whose kernels wait on peers in the kernel (the copy-engine family waits on streams).
 FUSED = ("push", "push_tma", "pull")
@@ -137,14 +136,8 @@ def run_case(variant_name: str, key: Any, params: dict[str, Any], *, calls: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world-size", type=int, default=4)
+    parser = emulation_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default="push,push_tma")
-    parser.add_argument("--shapes", default="1024x2560x8192:nk,4096x2560x8192:nk")
-    parser.add_argument("--configs", type=int, default=2, help="seed configurations a shape tries")
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--gate-us", type=float, default=8000.0, help="longer than the host takes to enqueue")
-    parser.add_argument("--json-out")
     args = parser.parse_args(argv)
     if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
         print("concurrent_ranks: run with CUDA_DEVICE_MAX_CONNECTIONS=32 (each rank's spinning kernel must"

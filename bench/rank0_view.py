@@ -157,17 +157,23 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(f"{case} {p['signal']:>6} {times} {r['ok']}{'' if gated else ' (enqueue outran the gate)'}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def emulation_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a gated emulation of N ranks on one GPU (this script's, ``concurrent_ranks.py``'s)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--shapes", default="1024x2560x8192:nk,4096x2560x8192:nk")
-    parser.add_argument("--polls", default="atomic,load,sleep")
-    parser.add_argument("--delay-us", default="0,100", help="each lane's sleep before its copies")
     parser.add_argument("--configs", type=int, default=2, help="seed configurations a shape tries")
-    parser.add_argument("--signals", default="triton,memop", help="the flags' back ends to try")
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--gate-us", type=float, default=8000.0, help="longer than the host takes to enqueue")
     parser.add_argument("--json-out")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = emulation_parser(__doc__.splitlines()[0])
+    parser.add_argument("--polls", default="atomic,load,sleep")
+    parser.add_argument("--delay-us", default="0,100", help="each lane's sleep before its copies")
+    parser.add_argument("--signals", default="triton,memop", help="the flags' back ends to try")
     args = parser.parse_args(argv)
     if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
         print("rank0_view: run with CUDA_DEVICE_MAX_CONNECTIONS=32 (a wait must not block a queue that a "
