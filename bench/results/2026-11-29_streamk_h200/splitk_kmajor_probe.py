@@ -1,17 +1,20 @@
 """Probe, prepared 2026-11-29 and not yet run on a GPU: the split-K probe of
-``../2026-11-29_gemm_core_tp4_h200/splitk_probe.py`` with a second unit order, ``K_MAJOR`` (``u = s * tiles +
-t``: a wave's units are the same K slice of many tiles, so concurrent programs share A and B slices in L2
-as whole tiles in lockstep do; the first order, ``u = t * S + s``, puts a tile's slices side by side, so a
-wave reads every slice at once). Checked under Triton's interpreter (both orders, both weight layouts,
-against ``a @ b``). Run after ``source bench/device.sh``: ``python3 -P
-bench/results/2026-11-29_streamk_h200/splitk_kmajor_probe.py`` (writes ``$OUT/splitk_kmajor_probe.json``);
-the stream-K README says why (lost L2 reuse, likely the cost of the dealt runs).
+``../2026-11-29_gemm_core_tp4_h200/splitk_probe.py`` with a second unit order, ``K_MAJOR`` (``u = s *
+tiles + t``: a wave's units are the same K slice of many tiles, so concurrent programs share A and B slices
+in L2 as whole tiles in lockstep do; the first order, ``u = t * S + s``, puts a tile's slices side by side,
+so a wave reads every slice at once). Checked under Triton's interpreter (both orders, both weight
+layouts, against ``a @ b``). The rows are the split-K probe's own (its ``key_row``: each key's forms side
+by side with cuBLAS) at its sub-wave keys and two of its tiles, the K-major forms named ``S-<splits>``.
+Run after ``source bench/device.sh``: ``python3 -P bench/results/2026-11-29_streamk_h200/
+splitk_kmajor_probe.py`` (writes ``$OUT/splitk_kmajor_probe.json``); the stream-K README says why (lost
+L2 reuse, likely the cost of the dealt runs).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 
 import torch
 import triton
@@ -20,14 +23,16 @@ from autotaxer.kernels.common.gemm import num_sms, store_tile
 from autotaxer.kernels.common.tiles import grouped_tile
 from autotaxer.kernels.common.tma import Scratch, b_descriptor, scratch_allocator, tma_k_range
 
-from autotaxer.tools.one_rank import interleaved
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "2026-11-29_gemm_core_tp4_h200")
+)
+import splitk_probe as base  # noqa: E402  (its keys, tiles, checks and side-by-side timing)
 
-KEYS = [  # (M, N, K, B layout): the TP4 layer's weak keys and two at M=256
-    (1024, 2560, 8192, "nk"), (1024, 8192, 2048, "nk"), (4096, 8192, 2048, "nk"), (1024, 14336, 8192, "nk"),
-    (4096, 2560, 8192, "nk"), (256, 2560, 8192, "nk"), (256, 14336, 8192, "nk"), (1024, 2048, 8192, "kn"),
-]  # fmt: skip
-TILES = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 4, 5), (64, 256, 64, 8, 3)]
-SPLITS = [1, 2, 3, 4, 6]
+#: Splits of both orders: ``-S`` is ``S`` in K-major order.
+SPLITS = [1, 2, 3, 4, 6, -2, -3, -4, -6]
+#: The split-K probe's keys below two waves of 128x128 tiles, and its two best tiles there.
+KEYS = [(1024, 2560, 8192, "nk"), (256, 2560, 8192, "nk"), (256, 14336, 8192, "nk"), (1024, 2048, 8192, "kn")]
+TILES = [(128, 256, 64, 8, 4), (128, 128, 64, 4, 5)]
 
 
 @triton.jit
@@ -70,66 +75,32 @@ def splitk_kernel(a_ptr, b_ptr, c_ptr, part_ptr, cnt_ptr, M, N, K, sam, sbk, sbn
                 store_tile(c_ptr, acc, offs_m, offs_n, M, N, scm, scn)
 
 
-def make(a, b, out, bm, bn, bk, warps, stages, splits, group_m=8, k_major=False):
-    """A call of the probe kernel on ``a @ b -> out`` at these tiles and ``splits`` units a tile."""
+def make(a, b, out, bm, bn, bk, warps, stages, splits, group_m=8):
+    """A call of the probe kernel on ``a @ b -> out`` at these tiles and ``abs(splits)`` units a tile
+    (``splits < 0``: K-major order)."""
     m, k = a.shape
     n = b.shape[1]
+    s = abs(splits)
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-    part = torch.empty(tiles * splits * bm * bn if splits > 1 else 1, dtype=torch.float32, device=a.device)
+    part = torch.empty(tiles * s * bm * bn if s > 1 else 1, dtype=torch.float32, device=a.device)
     cnt = torch.zeros(tiles, dtype=torch.int32, device=a.device)
-    grid = min(num_sms(a.device), tiles * splits)
+    grid = min(num_sms(a.device), tiles * s)
     scratch = Scratch()
 
     def run():
         with scratch_allocator(scratch):
             splitk_kernel[(grid,)](
                 a, b, out, part, cnt, m, n, k, a.stride(0), b.stride(0), b.stride(1), out.stride(0),
-                out.stride(1), BM=bm, BN=bn, BK=bk, S=splits, GROUP_M=group_m, B_ROW_MAJOR=b.stride(1) == 1,
-                K_MAJOR=k_major, num_warps=warps, num_stages=stages,
+                out.stride(1), BM=bm, BN=bn, BK=bk, S=s, GROUP_M=group_m, B_ROW_MAJOR=b.stride(1) == 1,
+                K_MAJOR=splits < 0, num_warps=warps, num_stages=stages,
             )  # fmt: skip
 
     return run
 
 
-def key_row(m: int, n: int, k: int, layout: str) -> dict:
-    """Every tile and split of one key, checked, then timed side by side with cuBLAS."""
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    if layout == "nk":
-        b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5).t()
-    else:
-        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) / k**0.5
-    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    ref = a.float() @ b.float()
-    fns, names = [lambda: torch.matmul(a, b, out=out)], ["cublas"]
-    for bm, bn, bk, warps, stages in TILES:
-        tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-        for splits, k_major in [(sp, km) for sp in SPLITS for km in ((False, True) if sp > 1 else (False,))]:
-            if bm > m or (splits > 1 and (tiles >= 2 * 132 or tiles * splits > 6 * 132)):
-                continue
-            run = make(a, b, out, bm, bn, bk, warps, stages, splits, k_major=k_major)
-            for _ in range(3):  # three calls: the counters keep counting across calls
-                out.fill_(float("nan"))
-                run()
-            err = ((out.float() - ref).norm() / ref.norm()).item()
-            if not err < 1e-2:
-                raise SystemExit(f"M={m} N={n} {bm}x{bn} S={splits}: WRONG, relative error {err}")
-            fns.append(run)
-            names.append(f"{bm}x{bn}x{bk} w{warps} s{stages} S{splits}{' kmajor' if k_major else ''}")
-    times = interleaved(fns, reps=30, rounds=5)
-    forms = dict(zip(names[1:], times[1:], strict=True))
-    plain = min((t, name) for name, t in forms.items() if name.endswith(" S1"))
-    best = min((t, name) for name, t in forms.items())
-    cb = times[0]
-    print(
-        f"M={m} N={n} K={k} {layout}: cublas {cb * 1e3:.1f} us | best S=1 {plain[0] * 1e3:.1f} ({plain[1]})"
-        f" ratio {cb / plain[0]:.3f} | best {best[0] * 1e3:.1f} ({best[1]}) ratio {cb / best[0]:.3f}",
-        flush=True,
-    )
-    return {"M": m, "N": n, "K": k, "b_layout": layout, "cublas_ms": cb, "forms": forms}
-
-
 def main() -> None:
-    rows = [key_row(*key) for key in KEYS]
+    base.make, base.SPLITS, base.TILES = make, SPLITS, TILES
+    rows = [base.key_row(*key) for key in KEYS]
     path = os.path.join(os.environ.get("OUT", "."), "splitk_kmajor_probe.json")
     with open(path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
