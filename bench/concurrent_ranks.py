@@ -29,46 +29,36 @@ each rank has a quarter of the SMs at four ranks: the rows show what waiting cos
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 from typing import Any
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from rank0_view import _cycles_per_us, emulation_parser, parse_shapes  # noqa: E402
+from rank0_view import _cycles_per_us, emulation_parser, has_32_queues, parse_shapes  # noqa: E402
 
 #: The fused variants whose kernels wait on peers in the kernel (the copy-engine family waits on streams).
 FUSED = ("push", "push_tma", "pull")
 
 
-def _reset(work: Any) -> None:
-    """A workspace's flags, queue and watch slot as a fresh one has them (its compiled launches kept)."""
-    from autotaxer.kernels.common.watch import BOUND
-
-    buf = work.buffers
-    buf["flags"].zero_()
-    buf["sync"].zero_()
-    slot = buf["watch"].tensor
-    bound = int(slot[BOUND])
-    slot.zero_()
-    slot[BOUND] = bound
-
-
 def _load_kernels(variant: Any, works: list, ctxs: list, mains: list, inputs: list, outs: list) -> None:
-    """Every rank's kernel compiled and loaded by a call of its own whose waits give up at once."""
+    """Every rank's kernel compiled and loaded by a call of its own whose waits give up at once (its watch
+    slot's bound 0); then every workspace's flags, queue and slot as a fresh one has them (its bound kept,
+    its compiled launches too)."""
     import torch
     from autotaxer.kernels.common.watch import BOUND
 
+    slots = [work.buffers["watch"].tensor for work in works]
+    bounds = [int(slot[BOUND]) for slot in slots]
     for r, work in enumerate(works):
-        slot = work.buffers["watch"].tensor
-        bound = int(slot[BOUND])
-        slot[BOUND] = 0
+        slots[r][BOUND] = 0
         with torch.cuda.stream(mains[r]):
             variant.run(work, inputs[r], ctxs[r], out=outs[r])
         torch.cuda.synchronize()
+    for work, slot, bound in zip(works, slots, bounds, strict=True):
+        work.buffers["flags"].zero_()
+        work.buffers["sync"].zero_()
+        slot.zero_()
         slot[BOUND] = bound
-    for work in works:
-        _reset(work)
     torch.cuda.synchronize()
 
 
@@ -139,9 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = emulation_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--variants", default="push,push_tma")
     args = parser.parse_args(argv)
-    if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
-        print("concurrent_ranks: run with CUDA_DEVICE_MAX_CONNECTIONS=32 (each rank's spinning kernel must"
-              " have a hardware queue of its own)", file=sys.stderr)  # fmt: skip
+    if not has_32_queues(
+        "concurrent_ranks", "each rank's spinning kernel must have a hardware queue of its own"
+    ):
         return 2
     unknown = sorted(set(filter(None, args.variants.split(","))) - set(FUSED))
     if unknown:

@@ -169,15 +169,23 @@ def emulation_parser(description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def has_32_queues(script: str, why: str) -> bool:
+    """Whether this process runs with ``CUDA_DEVICE_MAX_CONNECTIONS=32`` (the GPU's hardware queues, for
+    ranks emulated on one GPU whose kernels spin); if not, says so on stderr, naming ``script`` and
+    ``why``."""
+    if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "32":
+        return True
+    print(f"{script}: run with CUDA_DEVICE_MAX_CONNECTIONS=32 ({why})", file=sys.stderr)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = emulation_parser(__doc__.splitlines()[0])
     parser.add_argument("--polls", default="atomic,load,sleep")
     parser.add_argument("--delay-us", default="0,100", help="each lane's sleep before its copies")
     parser.add_argument("--signals", default="triton,memop", help="the flags' back ends to try")
     args = parser.parse_args(argv)
-    if os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
-        print("rank0_view: run with CUDA_DEVICE_MAX_CONNECTIONS=32 (a wait must not block a queue that a "
-              "later rank's copy needs)", file=sys.stderr)  # fmt: skip
+    if not has_32_queues("rank0_view", "a wait must not block a queue that a later rank's copy needs"):
         return 2
     import torch
     from autotaxer.kernels.ag_gemm.experimental.ce_persistent import bound_reads
