@@ -30,7 +30,8 @@ Only ``--write`` rewrites the tables (``moved`` and ``same launches`` records ge
 without it the command only reports. Exit 0, or 1 when a record is ``changed``. ``--accept-changed
 EVIDENCE`` also re-stamps ``changed`` records, for a change measured not to alter what the kernels
 compute and to cost (almost) nothing: each such record keeps ``EVIDENCE`` (a committed results file and
-what it measured) in ``env["restamped"]``, so the exception stays visible in the table.
+what it measured) in ``env["restamped"]``, after the evidence of an earlier re-stamp (``; earlier: ...``),
+so the exception stays visible in the table.
 """
 
 from __future__ import annotations
@@ -206,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                 if r.get("kernel_hash") == old_hash:
                     r["kernel_hash"] = new_hash
                     if accepted:
-                        r.setdefault("env", {})["restamped"] = args.accept_changed
+                        env = r.setdefault("env", {})
+                        earlier = env.get("restamped")
+                        env["restamped"] = args.accept_changed + (f"; earlier: {earlier}" if earlier else "")
     if args.write:
         for f, table in tables.items():
             tmp_file = f.with_suffix(".json.tmp")

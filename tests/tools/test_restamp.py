@@ -114,6 +114,15 @@ def test_accept_changed_restamps_changed_records_and_keeps_the_evidence(tmp_path
         "restamped": "measured: bench/results/x",
     }
     assert bsp == {"op": "ag_gemm", "variant": "bsp", "kernel_hash": "b0", "env": {}, **key}  # untouched
+    # a second change accepted later keeps the first one's evidence after its own
+    fake["base"], fake[None] = (
+        fake[None],
+        _fingerprints([[{"schedule": "b"}], [{"schedule": "z"}]], copy_engine=("e2", "z"), bsp=("b0", "")),
+    )
+    assert restamp.main([*args, "--accept-changed", "measured again: bench/results/y"]) == 0
+    ce = json.loads((tmp_path / "t.json").read_text())["records"][0]
+    assert ce["kernel_hash"] == "e2"
+    assert ce["env"]["restamped"] == "measured again: bench/results/y; earlier: measured: bench/results/x"
 
 
 def test_tuple_arguments_are_compared_leaf_by_leaf() -> None:
