@@ -14,8 +14,10 @@ as on real peers. Before the timed calls, each rank's kernel is loaded by a call
 up at once (its watch slot's bound set to 0; the flags, queues and slot are then reset), because CUDA may
 not load a kernel while another spins. That first call compiles the kernel once per rank specialisation
 (Triton specialises the rank argument: 0, 1 and the rest), and each value of
-``$AUTOTAXER_WAIT_CHECK_AFTER_US`` is a kernel of its own: budget minutes a configuration on a fresh machine
-(2026-11-29: one configuration of ``push_tma`` and nothing of the second value finished in 265 s each).
+``$AUTOTAXER_WAIT_CHECK_AFTER_US`` is a kernel of its own. A load call that has not ended after
+``limit_s`` ends the script naming the rank and its watch slot: on 2026-11-29 such calls hung, their waits
+having given up, until the kernels' give-up decision was made one for the CTA
+(``bench/results/2026-11-29_give_up_hang_h200``).
 
 A row (variant, shape, configuration): the slowest rank's time from the gate's end (µs, median over
 ``--calls``), each rank's median, every rank's output on every call against fp32 (NaN-poisoned, fresh inputs),
@@ -40,25 +42,39 @@ from rank0_view import _cycles_per_us, emulation_parser, has_32_queues, parse_sh
 FUSED = ("push", "push_tma", "pull")
 
 
-def _load_kernels(variant: Any, works: list, ctxs: list, mains: list, inputs: list, outs: list) -> None:
+def _load_kernels(variant: Any, works: list, ctxs: list, mains: list, inputs: list, outs: list,
+                  *, limit_s: float = 120.0) -> None:  # fmt: skip
     """Every rank's kernel compiled and loaded by a call of its own whose waits give up at once (its watch
-    slot's bound 0); then every workspace's flags, queue and slot as a fresh one has them (its bound kept,
-    its compiled launches too)."""
+    slot's bound 0); then every workspace's flags, queue and slot as a fresh one has them (its bound and
+    alarm address kept, its compiled launches too). A call that has not ended ``limit_s`` after it was
+    enqueued ends the script (exit 1) naming the rank and its slot's words."""
+    import time
+
     import torch
-    from autotaxer.kernels.common.watch import BOUND
+    from autotaxer.kernels.common.watch import ALARM, BOUND, GAVE_UP
 
     slots = [work.buffers["watch"].tensor for work in works]
-    bounds = [int(slot[BOUND]) for slot in slots]
+    kept = [(int(slot[BOUND]), int(slot[ALARM])) for slot in slots]
     for r, work in enumerate(works):
+        t0 = time.monotonic()
         slots[r][BOUND] = 0
         with torch.cuda.stream(mains[r]):
             variant.run(work, inputs[r], ctxs[r], out=outs[r])
-        torch.cuda.synchronize()
-    for work, slot, bound in zip(works, slots, bounds, strict=True):
+        enqueued = time.monotonic()
+        while not mains[r].query():
+            if time.monotonic() - enqueued > limit_s:
+                words = slots[r].tolist()
+                raise SystemExit(f"concurrent_ranks: rank {r}'s load call (bound 0) has not ended "
+                                 f"{limit_s:.0f} s after it was enqueued; watch slot {words}")  # fmt: skip
+            time.sleep(0.01)
+        gave_up = int(slots[r][GAVE_UP])
+        print(f"    rank {r} loaded in {time.monotonic() - t0:.1f} s ({gave_up} waits gave up)", flush=True)
+    torch.cuda.synchronize()
+    for work, slot, (bound, alarm) in zip(works, slots, kept, strict=True):
         work.buffers["flags"].zero_()
         work.buffers["sync"].zero_()
         slot.zero_()
-        slot[BOUND] = bound
+        slot[BOUND], slot[ALARM] = bound, alarm
     torch.cuda.synchronize()
 
 

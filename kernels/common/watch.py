@@ -15,7 +15,8 @@ CPU tensor under Triton's interpreter), one per (op, variant, key) that a worksp
 Time is ``%globaltimer`` (ns) on NVIDIA, ``s_memrealtime`` (100 MHz) on AMD, the host's monotonic clock
 under the interpreter, so the bound does not depend on clock speed. A program that gave up carries
 ``ok = 0`` and polls its later flags once instead of waiting again: a kernel whose peer is gone ends
-within about one bound. The result of such a call is wrong; the host raises before it is used further.
+within about one bound. The CTA gives up together (:func:`past_bound`): a decision each warp took from its
+own clock reading hung the CTA at mismatched barriers. The result of such a call is wrong; the host raises before it is used further.
 
 :class:`WatchBoard` is the host side of the buffer (slots, alarm, records); naming what a slot serves and
 raising the error is ``autotaxer.ops._peer_wait``'s job.
@@ -128,6 +129,37 @@ def give_up(watch_ptr, peer, index, expected, seen):
     tl.atomic_add(alarm, 1, sem="release", scope="sys")
 
 
+#: Lanes of :func:`cta_uniform`'s reduction: at least the threads of the largest CTA (32 warps), so that no
+#: warp holds a copy of another's lanes and the sum runs through every thread.
+_CTA_LANES = tl.constexpr(1024)
+
+
+@triton.jit
+def cta_uniform(x):
+    """``x`` (an ``int32`` scalar) as the thread holding lane 0 of a CTA-wide reduction has it, in every
+    thread: a value each thread reads for itself made one value for the CTA.
+
+    Triton treats a scalar as the same in every thread, but ``%globaltimer`` and a word of host memory are
+    read by each warp at its own moment, so warps that straddle a clock tick (or a host write) disagree.
+    A branch some warps take and others do not, with a CTA barrier inside or after it (the atomics of
+    :func:`give_up`, the reduction of the next poll), deadlocks the CTA: on one H200 (2026-11-29) the
+    ``push`` and ``push_tma`` kernels hung in about one call of three whose waits gave up, their giving-up
+    record written. A reduction ends in shared memory that every thread reads, so its result is uniform."""
+    lane = tl.arange(0, _CTA_LANES)
+    return tl.sum(tl.where(lane == 0, x, 0), axis=0)
+
+
+@triton.jit
+def past_bound(waited, watch_ptr):
+    """1 in every thread of the CTA when a wait that has spun ``waited`` ns must give up (past
+    :data:`CHECK_AFTER_NS` and the slot's bound, read from the slot only then), else 0; the decision of
+    one thread (:func:`cta_uniform`), so that the CTA gives up together."""
+    over = tl.full((), 0, tl.int32)
+    if waited > CHECK_AFTER_NS:  # each thread its own answer: nothing in here synchronises the CTA
+        over = (waited > tl.load(watch_ptr + _BOUND, volatile=True)).to(tl.int32)
+    return cta_uniform(over)
+
+
 @triton.jit
 def spin_until(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     """Spin until every live flag of ``ptrs`` reaches ``epoch`` (acquire loads at system scope, side by side
@@ -148,14 +180,12 @@ def spin_until(ptrs, live, epoch, watch_ptr, peer, idx, ok):
             missing = live & (seen < epoch)
             pending = tl.sum(missing.to(tl.int32), axis=0)
             if pending > 0:
-                waited = now_ns() - t0
-                if waited > CHECK_AFTER_NS:
-                    if waited > tl.load(watch_ptr + _BOUND, volatile=True):
-                        first = tl.min(tl.where(missing, idx, _NONE), axis=0)
-                        low = tl.min(tl.where(missing, seen, _NONE), axis=0)
-                        who = tl.min(tl.where(missing & (idx == first), peer, _NONE), axis=0)
-                        give_up(watch_ptr, who, first, epoch, low)
-                        ok = 0
+                if past_bound(now_ns() - t0, watch_ptr) != 0:
+                    first = tl.min(tl.where(missing, idx, _NONE), axis=0)
+                    low = tl.min(tl.where(missing, seen, _NONE), axis=0)
+                    who = tl.min(tl.where(missing & (idx == first), peer, _NONE), axis=0)
+                    give_up(watch_ptr, who, first, epoch, low)
+                    ok = 0
     return ok
 
 
@@ -178,11 +208,9 @@ def spin_one(flag_ptr, expected, watch_ptr, peer, index, ok, EQUAL: tl.constexpr
             else:
                 pending = seen < expected
             if pending:
-                waited = now_ns() - t0
-                if waited > CHECK_AFTER_NS:
-                    if waited > tl.load(watch_ptr + _BOUND, volatile=True):
-                        give_up(watch_ptr, peer, index, expected, seen)
-                        ok = 0
+                if past_bound(now_ns() - t0, watch_ptr) != 0:
+                    give_up(watch_ptr, peer, index, expected, seen)
+                    ok = 0
     return ok
 
 

@@ -94,3 +94,39 @@ def test_never_signal_push_ws_load_warp_on_one_hopper(transport: str) -> None:
     call.consumer(a, b, out)  # rank 0 only: no producer of rank 1 ever raises a flag
     with pytest.raises(autotaxer.PeerTimeoutError, match="rank 1, which never signalled"):
         autotaxer.check()
+
+
+_GIVE_UP_SCRIPT = """
+import json, sys
+from autotaxer import ProblemKey
+from autotaxer._target import cuda_target
+from autotaxer.tools.emulated_ranks import give_up_calls
+variant, ws = sys.argv[1], int(sys.argv[2])
+key = ProblemKey.make("ag_gemm", cuda_target(0).gpu_model, ws, "bf16", {"M": 1024, "N": 2560, "K": 8192},
+                      {"gather_dim": 0, "b_layout": "nk"})
+print(json.dumps(give_up_calls(variant, key, calls=12)), flush=True)
+"""
+
+
+@pytest.mark.parametrize("variant", ["push", "push_tma", "pull"])
+def test_every_call_whose_waits_give_up_ends(variant: str) -> None:
+    """Rank 0 of two emulated ranks at a TP layer's key (M=1024 N=2560 K=8192, ``nn.Linear``'s weight), its
+    peer never running, 12 calls with the bound 0: every call's waits give up and every call ends. Before
+    the CTA took one give-up decision (``kernels.common.watch.cta_uniform``), about one call in three of
+    ``push`` and ``push_tma`` hung after its record was written (1xH200, 2026-11-29)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_DEVICE_MAX_CONNECTIONS="32")
+    try:
+        proc = subprocess.run(
+            [sys.executable, *(["-P"] if sys.flags.safe_path else []), "-c", _GIVE_UP_SCRIPT, variant, "2"],
+            env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{variant}: the process did not end in 240 s (a call whose waits gave up hung)")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    gave_up = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(gave_up) == 12 and all(n > 0 for n in gave_up), gave_up

@@ -89,7 +89,7 @@ from ...common.gemm import TileConfig
 from ...common.lanes import peer_lanes
 from ...common.sync import epoch_begin
 from ...common.tma import Scratch, scratch_allocator
-from ...common.watch import BOUND, CHECK_AFTER_NS, _hip, give_up, now_ns, unnamed_slot
+from ...common.watch import BOUND, CHECK_AFTER_NS, _hip, cta_uniform, give_up, now_ns, unnamed_slot
 from .. import copy_engine as ce
 from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
 from ..consume import consume_tiles
@@ -327,14 +327,16 @@ def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
             seen, missing, pending = _poll(ptrs, live, epoch)
             if pending > 0:
                 waited = now_ns() - t0
-                if waited > TILE_CHECK_AFTER_NS:
+                over = tl.full((), 0, tl.int32)
+                if waited > TILE_CHECK_AFTER_NS:  # each thread its own answer (cta_uniform says why)
                     if bound < 0:
                         bound = tl.load(watch_ptr + _BOUND_WORD, volatile=True)
-                    if waited > bound:
-                        first = tl.min(tl.where(missing, idx, 2**31 - 1), axis=0)
-                        low = tl.min(tl.where(missing, seen, 2**31 - 1), axis=0)
-                        give_up(watch_ptr, peer, first, epoch, low)
-                        ok = 0
+                    over = (waited > bound).to(tl.int32)
+                if cta_uniform(over) != 0:
+                    first = tl.min(tl.where(missing, idx, 2**31 - 1), axis=0)
+                    low = tl.min(tl.where(missing, seen, 2**31 - 1), axis=0)
+                    give_up(watch_ptr, peer, first, epoch, low)
+                    ok = 0
     return ok
 
 
