@@ -16,7 +16,8 @@ Time is ``%globaltimer`` (ns) on NVIDIA, ``s_memrealtime`` (100 MHz) on AMD, the
 under the interpreter, so the bound does not depend on clock speed. A program that gave up carries
 ``ok = 0`` and polls its later flags once instead of waiting again: a kernel whose peer is gone ends
 within about one bound. The CTA gives up together (:func:`past_bound`): a decision each warp took from its
-own clock reading hung the CTA at mismatched barriers. The result of such a call is wrong; the host raises before it is used further.
+own clock reading hung the CTA at mismatched barriers. The result of such a call is wrong; the host raises
+before it is used further.
 
 :class:`WatchBoard` is the host side of the buffer (slots, alarm, records); naming what a slot serves and
 raising the error is ``autotaxer.ops._peer_wait``'s job.
