@@ -65,7 +65,11 @@ the grid leaves only :data:`RESERVED_SMS`. A same-device ``cuMemcpyAsync`` does 
 runs it as a copy kernel (``bench/copy_sm_probe.py``, one H200, 2026-11-29). So the one-GPU emulation
 of this variant starves its own copies where its grid takes most SMs (part of the 199-246 us above).
 Peer copies over NVLink are taken to run on the copy engine; ``bench/copy_sm_probe.py`` on two GPUs
-checks that (not yet run).
+checks that (not yet run). (7) A wait's give-up decision is the CTA's (``common.watch.past_bound``), and
+``poll`` 1 and 2 pass their count of missing flags through the CTA too (:func:`_poll_load`): each warp's
+own clock reading once let some warps give up while others polled on, which hung ``push`` and
+``push_tma`` at mismatched barriers (``bench/results/2026-11-29_give_up_hang_h200``; this variant's waits
+were changed the same way, checked under the interpreter and in its sm_90 PTX, not yet on a GPU).
 
 Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
 emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m
@@ -375,8 +379,20 @@ def _consumers_waiting(wait: Any) -> tuple[Any, Any]:
 #: The waits through :func:`spin_until_read_once`, and the consumers that take them.
 wait_segment_read_once = _wait_segment_spinning(spin_until_read_once)
 consume_tiles_read_once, consume_tiles_tma_read_once = _consumers_waiting(wait_segment_read_once)
-#: :func:`_poll` with the flags read by :func:`_load_acquire` (``poll`` 1).
-_poll_load = with_globals(_poll, _read_atomic=_load_acquire)
+
+
+@triton.jit
+def _poll_load(ptrs, live, epoch):
+    """:func:`_poll` with the flags read by :func:`_load_acquire` (``poll`` 1). The atomic read's values
+    reach every warp through shared memory; these loads are each warp's own, and so is the count of
+    missing flags. The count returned is thread 0's (:func:`~...common.watch.cta_uniform`), so that every
+    warp takes the wait's loop and leaves it together: the give-up decision inside it synchronises the
+    CTA, and a warp already past it would meet that barrier elsewhere."""
+    seen = _load_acquire(ptrs, live)
+    missing = live & (seen < epoch)
+    return seen, missing, cta_uniform(tl.sum(missing.to(tl.int32), axis=0))
+
+
 #: The consumers of ``poll`` 1 and 2: :func:`spin_until_read_once` with its flags read by
 #: :func:`_poll_load` and :func:`_poll_sleep`.
 consume_tiles_load, consume_tiles_tma_load = _consumers_waiting(
