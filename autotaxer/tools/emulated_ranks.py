@@ -14,7 +14,8 @@ kernels on the SMs (``bench/copy_sm_probe.py``), so beside a kernel that spins o
 What each op checks this way is its ``emulated`` integration (``autotaxer/ops/<op>/_emulated.py``: its
 fused kernels' protocol call by call, and rank 0's waits on peers that never signal), laid out in the
 emulated heap of :mod:`autotaxer.ops._emulated_heap`; the emulated Iris context and the checks that serve
-every op (:func:`check_variant`, :func:`never_signal`) are here. Used by the interpreter tests
+every op (:func:`check_variant`, :func:`never_signal`, and on a GPU :func:`give_up_calls`: calls whose
+waits all give up must all end) are here. Used by the interpreter tests
 (``tests/ops/test_kernels_interpreter.py``, ``tests/ops/test_gemm_rs_push_interpreter.py``,
 ``tests/runtime/test_peer_wait_cpu.py``) and the one-GPU tests (``tests/ops/test_emulated_ranks_gpu.py``,
 run by ``bench/device.sh emulated``). A failed check raises ``AssertionError`` naming the call, rank
