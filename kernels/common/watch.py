@@ -168,6 +168,12 @@ def spin_until(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     0 once a wait of this program gave up (then later waits poll once and go on). ``idx`` are the flags'
     indices and ``peer`` the rank that raises them (a scalar, or one per flag): what the record names.
 
+    The loop is the CTA's: Triton hands each atomic read's value to every thread through shared memory
+    (the sm_90 PTX: one thread reads a flag, ``bar.sync``, every thread loads it), so every warp counts the
+    same flags missing, and the give-up decision is one thread's (:func:`past_bound`). A read each warp
+    makes for itself (``ce_persistent``'s ``ld.acquire`` polls) needs its count passed through
+    :func:`cta_uniform` too.
+
     ``ok`` may be a literal (``1``): it is made an ``int32`` tensor first, since the loop below assigns it
     one and a compiled (not interpreted) kernel's variable keeps one type on every path."""
     ok = tl.cast(ok, tl.int32)
