@@ -256,12 +256,13 @@ def never_signal(kind: str, *, device: Any = "cpu", timeout_s: float = 0.3, worl
 
 
 def give_up_calls(variant_name: str, key: Any, calls: int = 12, limit_s: float = 10.0) -> list[int]:
-    """``calls`` calls by rank 0 of a fused ``ag_gemm`` variant (``push``, ``push_tma``, ``pull``; its first
-    valid seed configuration) on ``key.world_size`` ranks emulated on the current GPU whose peers never
-    run, its watch slot's bound 0, so that every wait on a peer gives up after
-    :data:`~autotaxer.kernels.common.watch.CHECK_AFTER_NS`: how many waits gave up in each call.
-    ``AssertionError`` naming the call that has not ended ``limit_s`` after it was enqueued (its kernel
-    hung; run this in a process of its own, under a timeout, since the GPU stays busy)."""
+    """``calls`` calls by rank 0 of ``key``'s op's variant ``variant_name`` (one whose kernels wait on peers
+    in the kernel, e.g. ``ag_gemm``'s ``push``, ``push_tma``, ``pull``; its first valid seed configuration)
+    on ``key.world_size`` ranks emulated on the current GPU whose peers never run, its watch slot's bound
+    0, so that every wait on a peer gives up after :data:`~autotaxer.kernels.common.watch.CHECK_AFTER_NS`:
+    how many waits gave up in each call. ``AssertionError`` naming the call that has not ended
+    ``limit_s`` after it was enqueued (its kernel hung; run this in a process of its own, under a
+    timeout, since the GPU stays busy)."""
     import dataclasses
     import time
 
@@ -271,13 +272,13 @@ def give_up_calls(variant_name: str, key: Any, calls: int = 12, limit_s: float =
     from autotaxer.kernels.common.watch import BOUND, GAVE_UP
     from autotaxer.ops import get_op
 
-    variant = get_op("ag_gemm").variants[variant_name]
+    variant = get_op(key.op).variants[variant_name]
     target = cuda_target(0)
     share = dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, key.world_size))
     seeds = [variant.complete_params(p) for p in variant.seed_configs(key, share)]
     params = next(p for p in seeds if variant.check(key, share, p) is None)
     op, variant, ctxs, works, mains = emulate(
-        "ag_gemm", variant_name, key, params, heap_bytes=1 << 30, share_sms=True, warm_up=False
+        key.op, variant_name, key, params, heap_bytes=1 << 30, share_sms=True, warm_up=False
     )
     device = torch.device("cuda")
     inputs = op.make_inputs(key, 0, device, 0)
