@@ -51,23 +51,19 @@ def _load_kernels(variant: Any, works: list, ctxs: list, mains: list, inputs: li
     import time
 
     import torch
-    from autotaxer.kernels.common.watch import ALARM, BOUND, GAVE_UP
+    from autotaxer.kernels.common.watch import ALARM, BOUND
+
+    from autotaxer.tools.emulated_ranks import call_giving_up
 
     slots = [work.buffers["watch"].tensor for work in works]
     kept = [(int(slot[BOUND]), int(slot[ALARM])) for slot in slots]
     for r, work in enumerate(works):
         t0 = time.monotonic()
-        slots[r][BOUND] = 0
-        with torch.cuda.stream(mains[r]):
-            variant.run(work, inputs[r], ctxs[r], out=outs[r])
-        enqueued = time.monotonic()
-        while not mains[r].query():
-            if time.monotonic() - enqueued > limit_s:
-                words = slots[r].tolist()
-                raise SystemExit(f"concurrent_ranks: rank {r}'s load call (bound 0) has not ended "
-                                 f"{limit_s:.0f} s after it was enqueued; watch slot {words}")  # fmt: skip
-            time.sleep(0.01)
-        gave_up = int(slots[r][GAVE_UP])
+        gave_up = call_giving_up(variant, work, ctxs[r], mains[r], inputs[r], outs[r], limit_s)
+        if gave_up is None:
+            words = slots[r].tolist()
+            raise SystemExit(f"concurrent_ranks: rank {r}'s load call (bound 0) has not ended "
+                             f"{limit_s:.0f} s after it was enqueued; watch slot {words}")  # fmt: skip
         print(f"    rank {r} loaded in {time.monotonic() - t0:.1f} s ({gave_up} waits gave up)", flush=True)
     torch.cuda.synchronize()
     for work, slot, (bound, alarm) in zip(works, slots, kept, strict=True):
@@ -157,25 +153,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
 
-    import dataclasses
-
     import torch
     from autotaxer.kernels.common.watch import check_after_ns
 
     from autotaxer import ProblemKey
-    from autotaxer._target import cuda_target
     from autotaxer.ops import get_op
-    from autotaxer.tools.emulated_ranks import sms_per_rank
+    from autotaxer.tools.emulated_ranks import rank_target
 
     ws = args.world_size
-    target = cuda_target(0)
-    share = dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, ws))
+    share = rank_target(ws)
     gate_cycles = int(args.gate_us * _cycles_per_us())
     rows = []
     for name in filter(None, args.variants.split(",")):
         variant = get_op("ag_gemm").variants[name]
         for m, n, k, layout in parse_shapes(args.shapes):
-            key = ProblemKey.make("ag_gemm", target.gpu_model, ws, "bf16", {"M": m, "N": n, "K": k},
+            key = ProblemKey.make("ag_gemm", share.gpu_model, ws, "bf16", {"M": m, "N": n, "K": k},
                                   {"gather_dim": 0, "b_layout": layout})  # fmt: skip
             seeds = [variant.complete_params(p) for p in variant.seed_configs(key, share)]
             for params in [p for p in seeds if variant.check(key, share, p) is None][: args.configs]:

@@ -115,6 +115,19 @@ def sms_per_rank(num_sms: int, world_size: int) -> int:
     return max(2, num_sms // world_size)
 
 
+def rank_target(world_size: int, share_sms: bool = True) -> Any:
+    """The target each of ``world_size`` ranks emulated on the current GPU sees: with ``share_sms``, its
+    :func:`sms_per_rank` share of the SMs (see :func:`emulate`), else the whole GPU."""
+    import dataclasses
+
+    from autotaxer._target import cuda_target
+
+    target = cuda_target(0)
+    if not share_sms:
+        return target
+    return dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, world_size))
+
+
 def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], heap_bytes: int = 1 << 28,
             seed: int = 0, *, share_sms: bool = False,
             warm_up: bool = True) -> tuple[Any, Any, list, list, list]:  # fmt: skip
@@ -129,11 +142,8 @@ def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], h
     copies that would release them never start (at 8 ranks, 128 tiles a rank: a hang until the bound).
     ``warm_up=False``: prepared only, for a fused kernel, whose waits on peers run on the GPU and cannot be
     skipped (``bench/concurrent_ranks.py`` loads its kernels itself)."""
-    import dataclasses
-
     import torch
 
-    from autotaxer._target import cuda_target
     from autotaxer.ops import get_op
     from autotaxer.ops._base import RunContext
 
@@ -141,9 +151,7 @@ def emulate(op_name: str, variant_name: str, key: Any, params: dict[str, Any], h
     op, ws = get_op(op_name), key.world_size
     variant = op.variants[variant_name]
     device = torch.device("cuda")
-    target = cuda_target(0)
-    if share_sms:
-        target = dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, ws))
+    target = rank_target(ws, share_sms)
     heap = EmulatedHeap(ws, heap_bytes, device)
     ctxs, works, mains = [], [], []
     for r in range(ws):
@@ -255,26 +263,44 @@ def never_signal(kind: str, *, device: Any = "cpu", timeout_s: float = 0.3, worl
     raise AssertionError(f"never_signal({kind!r}): rank 0's waits ended without giving up")
 
 
-def give_up_calls(variant_name: str, key: Any, calls: int = 12, limit_s: float = 10.0) -> list[int]:
-    """``calls`` calls by rank 0 of ``key``'s op's variant ``variant_name`` (one whose kernels wait on peers
-    in the kernel, e.g. ``ag_gemm``'s ``push``, ``push_tma``, ``pull``; its first valid seed configuration)
-    on ``key.world_size`` ranks emulated on the current GPU whose peers never run, its watch slot's bound
-    0, so that every wait on a peer gives up after :data:`~autotaxer.kernels.common.watch.CHECK_AFTER_NS`:
-    how many waits gave up in each call. ``AssertionError`` naming the call that has not ended
-    ``limit_s`` after it was enqueued (its kernel hung; run this in a process of its own, under a
-    timeout, since the GPU stays busy)."""
-    import dataclasses
+def call_giving_up(variant: Any, work: Any, ctx: Any, stream: Any, inputs: Any, out: Any,
+                   limit_s: float) -> int | None:  # fmt: skip
+    """One call of ``variant`` on ``work`` enqueued on ``stream`` with its watch slot's bound set to 0, so
+    that every wait on a peer that has not signalled gives up after
+    :data:`~autotaxer.kernels.common.watch.CHECK_AFTER_NS`: how many waits gave up in it, or ``None`` when
+    the call has not ended ``limit_s`` after it was enqueued (its kernel hung; the GPU stays busy)."""
     import time
 
     import torch
 
-    from autotaxer._target import cuda_target
     from autotaxer.kernels.common.watch import BOUND, GAVE_UP
+
+    slot = work.buffers["watch"].tensor
+    slot[BOUND] = 0
+    before = int(slot[GAVE_UP])
+    with torch.cuda.stream(stream):
+        variant.run(work, inputs, ctx, out=out)
+    enqueued = time.monotonic()
+    while not stream.query():
+        if time.monotonic() - enqueued > limit_s:
+            return None
+        time.sleep(0.005)
+    return int(slot[GAVE_UP]) - before
+
+
+def give_up_calls(variant_name: str, key: Any, calls: int = 12, limit_s: float = 10.0) -> list[int]:
+    """``calls`` calls by rank 0 of ``key``'s op's variant ``variant_name`` (one whose kernels wait on peers
+    in the kernel, e.g. ``ag_gemm``'s ``push``, ``push_tma``, ``pull``; its first valid seed configuration)
+    on ``key.world_size`` ranks emulated on the current GPU whose peers never run
+    (:func:`call_giving_up`): how many waits gave up in each call. ``AssertionError`` naming the call that
+    has not ended ``limit_s`` after it was enqueued (its kernel hung; run this in a process of its own,
+    under a timeout, since the GPU stays busy)."""
+    import torch
+
     from autotaxer.ops import get_op
 
     variant = get_op(key.op).variants[variant_name]
-    target = cuda_target(0)
-    share = dataclasses.replace(target, num_sms=sms_per_rank(target.num_sms, key.world_size))
+    share = rank_target(key.world_size)
     seeds = [variant.complete_params(p) for p in variant.seed_configs(key, share)]
     params = next(p for p in seeds if variant.check(key, share, p) is None)
     op, variant, ctxs, works, mains = emulate(
@@ -282,21 +308,15 @@ def give_up_calls(variant_name: str, key: Any, calls: int = 12, limit_s: float =
     )
     device = torch.device("cuda")
     inputs = op.make_inputs(key, 0, device, 0)
-    slot = works[0].buffers["watch"].tensor
-    slot[BOUND] = 0
     torch.cuda.synchronize()
-    gave_up = []
+    gave_up: list[int] = []
     for call in range(calls):
-        before = int(slot[GAVE_UP])
-        with torch.cuda.stream(mains[0]):
-            variant.run(works[0], inputs, ctxs[0], out=op.empty_output(key, device))
-        enqueued = time.monotonic()
-        while not mains[0].query():
-            if time.monotonic() - enqueued > limit_s:
-                raise AssertionError(
-                    f"{variant_name} at {key.text} {params}: call {call} (rank 0, every wait giving up) has"
-                    f" not ended {limit_s:g} s after it was enqueued; calls before it gave up {gave_up} waits"
-                )
-            time.sleep(0.005)
-        gave_up.append(int(slot[GAVE_UP]) - before)
+        out = op.empty_output(key, device)
+        n = call_giving_up(variant, works[0], ctxs[0], mains[0], inputs, out, limit_s)
+        if n is None:
+            raise AssertionError(
+                f"{variant_name} at {key.text} {params}: call {call} (rank 0, every wait giving up) has"
+                f" not ended {limit_s:g} s after it was enqueued; calls before it gave up {gave_up} waits"
+            )
+        gave_up.append(n)
     return gave_up
