@@ -2,7 +2,7 @@
 
     CUDA_DEVICE_MAX_CONNECTIONS=32 python -P bench/rank0_view.py --world-size 4 \\
         --shapes 1024x2560x8192:nk,4096x2560x8192:nk --polls atomic,load,sleep --delay-us 0,100 \\
-        [--configs 2] [--signals triton,memop] [--calls 20] [--json-out rank0.json]
+        [--configs 2] [--signals triton,memop] [--calls 20] [--source host] [--json-out rank0.json]
 
 Issue 47: at four GPUs ``ce_persistent`` took 4-5x BSP's time at the keys where its tiles wait longest
 (``bench/results/2026-11-27_ce_persistent_h200x4``), after the bound read that stalled it first was fixed.
@@ -26,6 +26,10 @@ same-device ``cuMemcpyAsync``, which the driver runs as a copy kernel on the SMs
 (80 tiles) rank 0 took 534-814 µs, and where the grid holds all SMs but one (M=1024 N=14336, M=4096)
 a case did not finish in 150-200 s. So the gated rows measure copies starved of SMs, not what waiting costs
 a GEMM whose rows arrive by copy engine. The first, ungated run (2026-11-28) ran the copies before the GEMM.
+``--source host`` (:class:`HostSources`) makes the rows into rank 0 pinned-host-to-device copies, which run
+on a copy engine, one peer's after another as on peers, and leaves the others out: rank 0's GEMM against
+the overlap ceiling, max(the copies alone, the GEMM with nothing to wait on), at PCIe's bandwidth instead
+of NVLink's; ``host_together`` lets every peer's rows arrive at once.
 """
 
 from __future__ import annotations
@@ -65,14 +69,122 @@ def _cycles_per_us() -> float:
     return 10_000_000 / (start.elapsed_time(end) * 1000.0)
 
 
+class HostSources:
+    """``--source host`` / ``host_together``: the rows into rank 0 copied from pinned host memory (a copy
+    engine, no SM), every other copy left out.
+
+    On one GPU a same-device ``cuMemcpyAsync`` is a copy kernel on the SMs, which ``ce_persistent``'s grid
+    leaves one of; a copy from pinned host memory runs on a copy engine, as a peer's NVLink copy is taken
+    to. Each call's shards are staged in pinned buffers (:meth:`stage`); the copy function the lanes call
+    (``signal.memcpy_async``) is swapped for :meth:`copy`, which reads a shard's staged copy and leaves
+    out every copy whose destination is not rank 0's inbox: those would share PCIe (about 50 GB/s, a
+    tenth of NVLink's) with rank 0's rows. ``host`` makes each left-out copy a wait of the time such a
+    copy takes alone (:attr:`bytes_per_us`; ``copy_sm_probe.spin`` on the lane's stream, one program that
+    the reserved SM runs; ``torch.cuda._sleep``, which counts SM cycles, ran 1.5-1.65x longer beside the
+    GEMM on 2026-11-29), so that rank 0
+    receives as on peers, one shard after another (rank ``r`` sends to ``r-1`` first: ``r+1``'s rows come
+    first, then ``r+2``'s), each at the link's full speed. ``host_together`` leaves them out, so every
+    peer's rows arrive at once, sharing the link. The flags are raised as before, so the other ranks' GEMMs
+    run on stale inboxes: only rank 0's output is checked."""
+
+    def __init__(self, shape: tuple[int, int], world_size: int, inbox: Any, *, in_order: bool,
+                 per_us: float) -> None:  # fmt: skip
+        import torch
+
+        self.host = [torch.empty(shape, dtype=torch.bfloat16, pin_memory=True) for _ in range(world_size)]
+        self.inbox = (inbox.data_ptr(), inbox.data_ptr() + inbox.numel() * inbox.element_size())
+        self.device: list[int] = []
+        self.nbytes = self.host[0].numel() * self.host[0].element_size()
+        self.in_order, self.per_us = in_order, per_us
+        self.spun = torch.zeros(1, dtype=torch.int64, device="cuda")
+        sys.path.insert(0, __file__.rsplit("/", 1)[0])
+        from copy_sm_probe import spin
+
+        self.spin = spin
+        self.bytes_per_us = self.nbytes / self._one_copy_us()
+
+    def _one_copy_us(self) -> float:
+        """One staged shard's copy to the device alone: median µs of 7."""
+        import torch
+
+        dst = torch.empty_like(self.host[0], device="cuda")
+        times = []
+        for _ in range(7):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(self.host[0], non_blocking=True)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0)
+        return statistics.median(times)
+
+    def stage(self, shards: list[Any]) -> None:
+        """Copy this call's shards into the pinned buffers (synchronously, before the gate)."""
+        for host, shard in zip(self.host, shards, strict=True):
+            host.copy_(shard)
+        self.device = [s.data_ptr() for s in shards]
+        self.landed: list[tuple[int, Any]] = []
+
+    def copy(self, real: Any, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """The lanes' copy: from the staged shard into rank 0's inbox; any other one left out (``host``:
+        its time slept on ``stream``)."""
+        import torch
+
+        if not self.inbox[0] <= dst < self.inbox[1]:
+            if self.in_order:  # on the GPU's ns timer: a clock-cycle sleep ran 1.5x long beside the GEMM
+                self.spin[(1,)](self.spun, int(nbytes / self.bytes_per_us * 1000.0))
+            return
+        rank = -1
+        for rank, (base, host) in enumerate(zip(self.device, self.host, strict=True)):  # noqa: B007
+            if base <= src < base + self.nbytes:
+                src = host.data_ptr() + (src - base)
+                break
+        real(dst, src, nbytes, stream)
+        landed = torch.cuda.Event(enable_timing=True)
+        landed.record(stream)
+        self.landed.append((rank, landed))
+
+    def arrivals_us(self, start: Any) -> list[list[float]]:
+        """``[source rank, µs from start]`` for each chunk copied into rank 0 in the last call."""
+        return [[rank, round(start.elapsed_time(e) * 1000.0, 1)] for rank, e in self.landed]
+
+    def copies_alone_us(self, calls: int, gate_cycles: int) -> float:
+        """The same bytes into rank 0 with no GEMM beside them (``host``: the peers' shards one after
+        another on one stream; ``host_together``: one stream each, all at once), behind a gate; median µs
+        over ``calls``."""
+        import torch
+
+        peers = self.host[1:]
+        dst = [torch.empty_like(h, device="cuda") for h in peers]
+        streams = (
+            [torch.cuda.Stream()] * len(peers) if self.in_order else [torch.cuda.Stream() for _ in peers]
+        )
+        times = []
+        for _ in range(calls + 3):
+            start = torch.cuda.Event(enable_timing=True)
+            ends = [torch.cuda.Event(enable_timing=True) for _ in peers]
+            torch.cuda._sleep(gate_cycles // 4)
+            start.record()
+            for d, h, s, e in zip(dst, peers, streams, ends, strict=True):
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    d.copy_(h, non_blocking=True)
+                    e.record()
+            torch.cuda.synchronize()
+            times.append(max(start.elapsed_time(e) for e in ends) * 1000.0)
+        return statistics.median(times[3:])
+
+
 def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int, gate_cycles: int,
-             per_us: float) -> dict[str, Any]:  # fmt: skip
+             per_us: float, source: str = "device") -> dict[str, Any]:  # fmt: skip
     """One configuration at ``key``: rank 0's GEMM and the others' (µs, medians), every rank's error on the
-    last call (each call's inputs fresh), the host's time to enqueue a call against the gate's."""
+    last call (each call's inputs fresh; rank 0's alone with ``source`` ``host``, :class:`HostSources`,
+    which adds the copies' time alone), the host's time to enqueue a call against the gate's."""
     import time
 
     import torch
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+    from autotaxer.kernels.common import signal as sig
 
     from autotaxer.ops import relative_error
     from autotaxer.tools.emulated_ranks import emulate
@@ -82,6 +194,14 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
     ws, device = key.world_size, torch.device("cuda")
     send = cp._send_lane
     setup_s = time.monotonic() - t0
+    real_copy = sig.memcpy_async
+    hosted = None
+    if source.startswith("host"):
+        m_shard = int(key["M"]) // ws
+        hosted = HostSources(
+            (m_shard, int(key["K"])), ws, works[0].buffers["inbox"], in_order=source == "host", per_us=per_us
+        )
+        sig.memcpy_async = partial(hosted.copy, real_copy)
 
     def delayed_send(*args: Any) -> None:
         torch.cuda._sleep(delay_cycles)
@@ -95,6 +215,8 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
             inputs = [op.make_inputs(key, r, device, call) for r in range(ws)]
             shards = [a.contiguous() for a, _ in inputs]
             outs = [op.empty_output(key, device) for _ in range(ws)]
+            if hosted is not None:
+                hosted.stage(shards)
             torch.cuda._sleep(gate_cycles)  # the gate: nothing below starts before the host enqueued it all
             t_call = time.monotonic()
             started = []
@@ -117,7 +239,8 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
                     events[r][1].record()
                     cp.end_call(buf["channel"], buf["plan"], main, lanes)
                 before = events[r][1]
-            enqueue.append((time.monotonic() - t_call) * 1e6)
+            if call >= 3:  # the untimed calls load kernels (a compile outruns any gate)
+                enqueue.append((time.monotonic() - t_call) * 1e6)
             for r in range(ws):
                 torch.cuda.current_stream().wait_stream(mains[r])
             torch.cuda.synchronize()
@@ -126,9 +249,20 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
                 others += [events[r][0].elapsed_time(events[r][1]) * 1000.0 for r in range(1, ws)]
     finally:
         cp._send_lane = send
+        sig.memcpy_async = real_copy
     last = calls + 2
-    errors = [relative_error(outs[r], op.reference(key, r, device, last)) for r in range(ws)]
+    checked = range(1 if hosted is not None else ws)
+    errors = [relative_error(outs[r], op.reference(key, r, device, last)) for r in checked]
+    extra = {}
+    if hosted is not None:  # when each chunk landed in the last call, from rank 0's GEMM's start
+        arrivals = hosted.arrivals_us(events[0][0])
+        extra = {
+            "copies_us": round(hosted.copies_alone_us(calls, gate_cycles), 2),
+            "arrivals_us": arrivals,
+            "rank0_last_us": round(rank0[-1], 1),
+        }
     return {
+        **extra,
         "rank0_us": round(statistics.median(rank0), 2),
         "others_us": round(statistics.median(others), 2),
         "max_error": max(errors),
@@ -141,9 +275,12 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    """One line per row: the case, rank 0's and the others' GEMM, cuBLAS, and both over cuBLAS."""
+    """One line per row: the case, rank 0's and the others' GEMM, cuBLAS, and both over cuBLAS; with
+    ``--source host`` also the copies alone and rank 0's GEMM over the overlap ceiling (the larger of the
+    copies alone and the others' GEMM, which waits on nothing)."""
     print(f"{'M':>6} {'N':>6} {'B':>3} {'poll':>7} {'delay':>6} {'tiles':>9} {'sig':>6} {'rank0':>8} "
-          f"{'others':>8} {'cuBLAS':>8} {'r0/cuB':>7} {'oth/cuB':>7} ok")  # fmt: skip
+          f"{'others':>8} {'cuBLAS':>8} {'r0/cuB':>7} {'oth/cuB':>7} {'copies':>8} {'r0/ceil':>7} "
+          "ok")  # fmt: skip
     for r in rows:
         p = r["params"]
         tiles = f"{p['block_m']}x{p['block_n']}{'t' if p['tma'] else ''}"
@@ -153,6 +290,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             continue
         r0, oth, cub = r["rank0_us"], r["others_us"], r["cublas_us"]
         times = f"{r0:>8.1f} {oth:>8.1f} {cub:>8.1f} {r0 / cub:>7.2f} {oth / cub:>7.2f}"
+        copies = r.get("copies_us")
+        times += f" {copies:>8.1f} {r0 / max(copies, oth):>7.2f}" if copies else f" {'':>8} {'':>7}"
         gated = r["enqueue_us_max"] < r["gate_us"]
         print(f"{case} {p['signal']:>6} {times} {r['ok']}{'' if gated else ' (enqueue outran the gate)'}")
 
@@ -184,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--polls", default="atomic,load,sleep")
     parser.add_argument("--delay-us", default="0,100", help="each lane's sleep before its copies")
     parser.add_argument("--signals", default="triton,memop", help="the flags' back ends to try")
+    parser.add_argument("--set", default="", help="k=v,... overriding the seeds' integer parameters")
+    parser.add_argument(
+        "--source",
+        choices=("device", "host", "host_together"),
+        default="device",
+        help="host, host_together: the rows into rank 0 copied from pinned host memory (HostSources)",
+    )
     args = parser.parse_args(argv)
     if not has_32_queues("rank0_view", "a wait must not block a queue that a later rank's copy needs"):
         return 2
@@ -200,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     reads = bound_reads()  # the tiles' bound reads ($AUTOTAXER_CE_PERSISTENT_BOUND_READS), named in each row
     per_us = _cycles_per_us()
     signals = args.signals.split(",")
+    overrides = {k: int(v) for k, _, v in (item.partition("=") for item in filter(None, args.set.split(",")))}
     rows = []
     for m, n, k, layout in parse_shapes(args.shapes):
         key = ProblemKey.make(
@@ -212,16 +359,19 @@ def main(argv: list[str] | None = None) -> int:
         gemm = partial(torch.mm, a, b)
         cublas = statistics.median(ms_per_call(gemm, 1) for _ in range(args.calls)) * 1000.0
         seeds = [s for s in variant.seed_configs(key, target) if s["signal"] in signals and s["poll"] == 0]
+        seeds = [{**s, **overrides} for s in seeds]
         for poll in args.polls.split(","):
             for delay in (float(d) for d in args.delay_us.split(",")):
                 for params in ({**s, "poll": POLLS.index(poll)} for s in seeds[: args.configs]):
                     row = {"M": m, "N": n, "K": k, "b_layout": layout, "world_size": args.world_size,
                            "poll": poll, "delay_us": delay, "params": params, "bound_reads": reads,
+                           "source": args.source,
                            "cublas_us": round(cublas, 2)}  # fmt: skip
                     try:
                         row.update(
                             run_case(key, params, calls=args.calls, delay_cycles=int(delay * per_us),
-                                     gate_cycles=int(args.gate_us * per_us), per_us=per_us)
+                                     gate_cycles=int(args.gate_us * per_us), per_us=per_us,
+                                     source=args.source)
                         )  # fmt: skip
                     except Exception as exc:  # noqa: BLE001 - the row names it, the sweep goes on
                         row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"

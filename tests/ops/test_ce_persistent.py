@@ -335,7 +335,40 @@ def test_the_second_seed_is_the_first_reading_by_load() -> None:
     )
     seeds = get_op("ag_gemm").variants["ce_persistent"].seeds_of(key)
     assert seeds[0]["poll"] == 0 and seeds[1] == {**seeds[0], "poll": 1}
-    assert all(s["poll"] == 0 for s in seeds[2:])
+    assert seeds[2] == {**seeds[1], "group_m": 1}  # 256-row shards in 2 chunks of one tile row
+    assert all(s["poll"] == 0 for s in seeds[3:])
+
+
+@pytest.mark.parametrize("ws", [2, 4, 8])
+def test_a_seed_groups_its_tiles_inside_one_chunk(ws: int) -> None:
+    """Where the first seed's tile groups span several chunks of a shard (its first tiles then wait for
+    the shard's last chunk), the third seed is it with groups of whole tile rows inside one chunk; at
+    gather_dim=1 (chunks cut K) or one chunk a shard, no such seed."""
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width
+
+    from autotaxer import ProblemKey
+    from autotaxer.ops import get_op
+
+    variant = get_op("ag_gemm").variants["ce_persistent"]
+    for m in (256, 1024, 4096, 16384):
+        for gd in (0, 1):
+            key = ProblemKey.make(
+                "ag_gemm", "nvidia-h200", ws, "bf16", {"M": m, "N": 2560, "K": 8192}, {"gather_dim": gd}
+            )
+            seeds = variant.seeds_of(key)
+            first = seeds[0]
+            rows, bm = m // ws, first["block_m"]
+            width = chunk_width(rows, first["chunks"], bm)
+            group = min(first["group_m"], max(rows // bm, 1))  # the kernel keeps a group inside a shard
+            spans = gd == 0 and first["chunks"] > 1 and width >= bm and group * bm > width
+            if not spans:
+                assert all(s["group_m"] == first["group_m"] for s in seeds), key.text
+                continue
+            grouped = seeds[2]
+            assert grouped == {**seeds[1], "group_m": grouped["group_m"]}, key.text
+            rows = grouped["group_m"] * grouped["block_m"]
+            assert rows <= width and width % rows == 0, key.text
+            assert grouped["group_m"] in variant.search_space(key, None)["group_m"]
 
 
 @pytest.mark.emulated

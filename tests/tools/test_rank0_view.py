@@ -47,3 +47,62 @@ def test_the_table_names_a_failed_row_and_a_row_the_host_outran() -> None:
     lines = out.getvalue().splitlines()
     assert "ERROR RuntimeError: boom" in lines[1]
     assert "1.50" in lines[2] and "(enqueue outran the gate)" in lines[2]
+
+
+class _Staged:
+    """A staged buffer's stand-in: its address."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _hosted(in_order: bool) -> object:
+    """A :class:`HostSources` over made-up addresses (no GPU): rank 0's inbox at [1000, 2000), shards of
+    100 bytes on the device at 10_000 + 1000 r, staged at 50_000 + 1000 r."""
+    hosted = object.__new__(rank0_view.HostSources)
+    hosted.inbox, hosted.nbytes, hosted.in_order = (1000, 2000), 100, in_order
+    hosted.device = [10_000 + 1000 * r for r in range(4)]
+    hosted.host = [_Staged(50_000 + 1000 * r) for r in range(4)]
+    hosted.landed = []
+    return hosted
+
+
+def test_host_sources_copy_the_staged_rows_into_rank0_and_leave_out_the_rest(monkeypatch) -> None:
+    """``--source host_together``: a copy into rank 0's inbox reads the staged shard at the same offset;
+    a copy to any other rank is not made at all (it would share PCIe with rank 0's rows)."""
+    import torch
+
+    made = []
+
+    class _Event:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def record(self, stream: object) -> None:
+            made.append(("event", stream))
+
+    monkeypatch.setattr(torch.cuda, "Event", _Event)
+    hosted = _hosted(in_order=False)
+    copy = lambda dst, src, n, stream: made.append((dst, src, n, stream))  # noqa: E731
+    hosted.copy(copy, 1200, 12_040, 30, "lane")  # rank 2's rows from offset 40 into rank 0's inbox
+    hosted.copy(copy, 3000, 11_000, 30, "lane")  # rank 1's rows to another rank: left out
+    assert made == [(1200, 52_040, 30, "lane"), ("event", "lane")]
+    assert [rank for rank, _ in hosted.landed] == [2]
+
+
+def test_host_sources_in_order_wait_instead_of_the_left_out_copy(monkeypatch) -> None:
+    """``--source host``: the left-out copy becomes a wait of the time it would take, so that the next
+    copy on that lane lands when it would on peers."""
+    waits = []
+
+    class _Spin:
+        def __getitem__(self, grid: tuple[int]) -> object:
+            return lambda out, ns: waits.append((grid, ns))
+
+    hosted = _hosted(in_order=True)
+    hosted.spin, hosted.spun, hosted.bytes_per_us = _Spin(), None, 2.0
+    hosted.copy(lambda *a: waits.append(a), 3000, 11_000, 30, "lane")
+    assert waits == [((1,), 15_000)]  # 30 bytes at 2 bytes a µs: 15 µs

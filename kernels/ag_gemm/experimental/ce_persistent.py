@@ -69,7 +69,13 @@ checks that (not yet run). (7) A wait's give-up decision is the CTA's (``common.
 ``poll`` 1 and 2 pass their count of missing flags through the CTA too (:func:`_poll_load`): each warp's
 own clock reading once let some warps give up while others polled on, which hung ``push`` and
 ``push_tma`` at mismatched barriers (``bench/results/2026-11-29_give_up_hang_h200``; this variant's waits
-were changed the same way, checked under the interpreter and in its sm_90 PTX, not yet on a GPU).
+were changed the same way, checked under the interpreter and in its sm_90 PTX; on one H200, 2026-11-29, the
+GPU test of waits that give up passes). (8) Tiles run in grouped order, a group's ``group_m`` row tiles
+first, so a group wider than a chunk makes a shard's first tiles wait for its last chunk: the chunks do not
+pipeline. With rows landing by copy engine (pinned host copies on one H200, ``bench/rank0_view.py --source
+host``, M=4096 N=14336 K=8192 ``nk``, four chunks of two tile rows), rank 0's GEMM took 1.19x the larger of
+the GEMM alone and the copies alone with ``group_m=8`` and 1.04x with 2, whose GEMM alone is 12% slower;
+the tuner's third seed keeps the groups inside a chunk (``bench/results/2026-11-29_ce_arrivals_h200``).
 
 Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
 emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m

@@ -14,15 +14,17 @@ Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``n
 epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``poll`` (how the tiles read their
 flags: 0 an acquire atomic, the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with a
 ``nanosleep`` between polls; the second seed is the first with 1, the A/B for the 4-GPU runs; on one H200 with
-four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall). Experimental: its first 4-GPU
-run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses: its waits read
-their bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated and gated,
-199-246 µs a call at M=1024 N=2560 instead of 507-704, ``bench/results/2026-11-29_bound_reads_h200``); not yet
-measured again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter and, compiled, on
-one H200 with each emulated rank on its share of the SMs,
-``bench/results/2026-11-29_emulated_share_sms_h200``); tuned only when named with ``--variants``. NVIDIA
-only (``cuMemcpyAsync``); see
-``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
+four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall); the third seed, where the first
+one's tile groups span a shard's chunks, is the second with groups inside a chunk (:func:`chunk_group_seed`: a
+wider group waits for the shard's last chunk; ``bench/results/2026-11-29_ce_arrivals_h200``). Experimental:
+its first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses:
+its waits read their bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated
+and gated, 199-246 µs a call at M=1024 N=2560 instead of 507-704,
+``bench/results/2026-11-29_bound_reads_h200``); not yet measured again on GPUs (checked on 2, 4 and 8 ranks
+emulated under Triton's interpreter and, compiled, on one H200 with each emulated rank on its share of the
+SMs, ``bench/results/2026-11-29_emulated_share_sms_h200``); tuned only when named with ``--variants``. NVIDIA
+only (``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and
+its hazards.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "block_m": (128, 64, 32, 16),
     "block_n": (256, 128),
     "block_k": (64, 128),
-    "group_m": (8, 4),
+    "group_m": (8, 4, 2, 1),
     "num_warps": (8, 4),
     "num_stages": (3, 4, 5),
     "chunks": (4, 1, 2, 8, 16),
@@ -60,6 +62,8 @@ SEED_TRANSPORTS = (("one", "triton"), ("one", "memop"), ("each", "memop"), ("eac
 OPTIONAL: dict[str, Any] = {"poll": 0}
 #: The read of the tiles' flags the second seed tries (``load``: ``ld.acquire.sys``, see ``poll`` above).
 SEED_POLL = 1
+#: Group sizes a seed whose tile groups stay inside one chunk picks from, largest first.
+CHUNK_GROUPS = (4, 2, 1)
 #: Shared memory of one CTA on H100/H200 (the fused variants' budget).
 SMEM_BYTES = _SMEM_BYTES["nvidia"]
 
@@ -99,8 +103,37 @@ def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
                      "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma, "signal": signal,
                      "poll": 0}
                 )  # fmt: skip
-    # the first seed's flags read by ld.acquire, second: the A/B of the tiles' read in one run
-    return [seeds[0], {**seeds[0], "poll": SEED_POLL}, *seeds[1:]] if seeds else seeds
+    if not seeds:
+        return seeds
+    # the first seed's flags read by ld.acquire, second: the A/B of the tiles' read in one run; third,
+    # where the first seed's groups span chunks, that seed with groups inside a chunk
+    first = seeds[0]
+    by_load = {**first, "poll": SEED_POLL}
+    grouped = chunk_group_seed(key, by_load)
+    return [first, by_load, *([grouped] if grouped else []), *seeds[1:]]
+
+
+def chunk_group_seed(key: ProblemKey, seed: dict[str, Any]) -> dict[str, Any] | None:
+    """``seed`` with its tile groups inside one chunk (the largest of :data:`CHUNK_GROUPS` dividing a
+    chunk's row tiles), or None where its groups already are, or no group could be (``gather_dim=1``:
+    chunks cut K; one chunk a shard; chunks shorter than a tile row).
+
+    The tiles run in grouped order, a group's rows first: with ``group_m=8`` over a 1024-row shard in
+    four chunks, a shard's first tiles need all four, so its tiles wait for its last chunk. On one H200,
+    four ranks emulated, rows landing by copy engine one shard after another (``bench/rank0_view.py
+    --source host``, M=4096 N=14336 K=8192 ``nk``, 2026-11-29): rank 0's GEMM took 1.19x the larger of the
+    GEMM alone and the copies alone with ``group_m=8`` and 1.04x with 2, whose GEMM alone is 12% slower
+    (less reuse of B in L2): a gain where the copies take longer than the GEMM."""
+    from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width
+
+    if key["gather_dim"] != 0 or seed["chunks"] == 1:
+        return None
+    rows, bm = _shard_rows(key), seed["block_m"]
+    tiles = chunk_width(rows, seed["chunks"], bm) // bm
+    spanned = min(seed["group_m"], max(rows // bm, 1))  # the kernel's group: never wider than a shard
+    if tiles == 0 or (spanned <= tiles and tiles % spanned == 0):  # a tile spans chunks, or groups fit
+        return None
+    return {**seed, "group_m": next(g for g in CHUNK_GROUPS if g <= tiles and tiles % g == 0)}
 
 
 class CePersistentVariant(CopyEngineBase):
