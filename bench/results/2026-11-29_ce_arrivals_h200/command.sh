@@ -19,3 +19,6 @@ R="python3 -P bench/rank0_view.py --world-size 4 --source host --polls load --de
 $R --shapes 4096x14336x8192:nk
 $R --shapes 4096x14336x8192:nk --set group_m=2
 $R --shapes 1024x14336x8192:nk --set group_m=1
+# call 5: the same at a key whose copies outlast the GEMM
+$R --shapes 4096x2560x8192:nk
+$R --shapes 4096x2560x8192:nk --set group_m=2

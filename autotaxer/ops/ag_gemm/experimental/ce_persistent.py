@@ -123,7 +123,8 @@ def chunk_group_seed(key: ProblemKey, seed: dict[str, Any]) -> dict[str, Any] | 
     four ranks emulated, rows landing by copy engine one shard after another (``bench/rank0_view.py
     --source host``, M=4096 N=14336 K=8192 ``nk``, 2026-11-29): rank 0's GEMM took 1.19x the larger of the
     GEMM alone and the copies alone with ``group_m=8`` and 1.04x with 2, whose GEMM alone is 12% slower
-    (less reuse of B in L2): a gain where the copies take longer than the GEMM."""
+    (less reuse of B in L2); at N=2560, where the copies outlast the GEMM, the GEMM alone is as fast either
+    way and the call took 8% less."""
     from autotaxer.kernels.ag_gemm.experimental.ce_persistent import chunk_width
 
     if key["gather_dim"] != 0 or seed["chunks"] == 1:
