@@ -24,6 +24,10 @@
 #   par-tests    every GPU test file but the emulated one at once, each a pytest process of its own on the
 #                visible GPUs (test_ag_gemm_gpu.py split in five): on 2xH200 (2026-11-27) the longest took
 #                306 s where the files one after another never finished in a call; TEST_LIMIT per process
+#   ce-host      bench/rank0_view.py --source host on one GPU: ce_persistent's rank 0 with its peers' rows landing
+#                by copy engine (pinned host copies) one shard after another, against the GEMM alone and the
+#                copies alone ($CE_SHAPES, default 4096x2560x8192:nk; $CE_SET e.g. group_m=2; $EMU_WS ranks,
+#                default 4; each shape ~90 s of set-up) -> $OUT/ce_host.json
 #   cublas       the fused kernels' GEMM core against cuBLAS at one rank -> $OUT/gemm_vs_cublas.json
 #   copy-sm      bench/copy_sm_probe.py: does a copy need SMs (host, same-device and, with 2+ GPUs visible,
 #                peer copies beside a spinning kernel) -> $OUT/copy_sm_probe.json (issue 47: run it first on
@@ -261,6 +265,12 @@ for s in "$@"; do
         ;;
     copy-sm)
         step copy_sm 120 python3 -P bench/copy_sm_probe.py --json-out "$OUT/copy_sm_probe.json"
+        ;;
+    ce-host)
+        step ce_host "${LIMIT:-300}" env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 -P bench/rank0_view.py \
+            --world-size "${EMU_WS:-4}" --source host --shapes "${CE_SHAPES:-4096x2560x8192:nk}" --polls load \
+            --delay-us 0 --configs 1 --signals memop --calls 10 ${CE_SET:+--set "$CE_SET"} \
+            --json-out "$OUT/ce_host.json"
         ;;
     cublas)
         step cublas 240 python3 -P bench/gemm_vs_cublas.py --fused --tma --shapes 8192x8192 --ms 256,1024,4096 \
