@@ -216,7 +216,7 @@ def _fused_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
 
 
 def _gemm_rs_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
-    """The launches of ``gemm_rs``'s ``push``, ``push_tma`` or ``pull`` (one fused kernel, through its
+    """The launches of ``gemm_rs``'s ``push`` or ``push_tma`` (one fused kernel, through its
     launcher ``gemm_rs_push``) for a record's key and params, rank 0 (its shapes, buffers and launch
     arithmetic from the launcher's own module)."""
     import torch
@@ -236,7 +236,7 @@ def _gemm_rs_call(names: dict[str, Any], scenario: dict[str, Any]) -> None:
         flags=torch.zeros(host.flags_count(m, n, ws, sd, config), dtype=torch.int32),
         sync=torch.zeros(host.SYNC_WORDS, dtype=torch.int64), heap_bases=torch.zeros(ws, dtype=torch.int64),
         rank=0, world_size=ws, scatter_dim=sd, config=config, num_sms=scenario["num_sms"],
-        tma=variant == "push_tma", pull=variant == "pull",
+        tma=variant == "push_tma",
     )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ each) and, per variant of the tables' records, decides:
   stamped under other rules (a narrower scope) compares by its code, not by what its scope took in.
 - ``same launches``: for every shipped record of a traced variant (:data:`TRACED`), the tree makes the
   same launches in both trees. Triton variants (``ag_gemm``'s push, pull, push_tma, push_ws, push_ws_fwd;
-  ``flash_decode``'s fused and bsp; ``gemm_rs``'s push, push_tma and pull): their launchers' every
+  ``flash_decode``'s fused and bsp; ``gemm_rs``'s push and push_tma): their launchers' every
   launch (grid, options, every argument) and each launched kernel's PTX for sm_90 (helpers inlined; line
   information off, the entry's name left out), so the GPU runs identical code. Copy-engine variants
   (``copy_engine`` of both ops, ``ce_fanout``) and ``ag_gemm``'s ``bsp``: the variant's ``prepare`` and
@@ -52,7 +52,7 @@ from typing import Any
 TRACED = {
     "ag_gemm": ("push", "pull", "push_tma", "push_ws", "push_ws_fwd", "copy_engine", "ce_fanout", "bsp"),
     "flash_decode": ("fused", "bsp"),
-    "gemm_rs": ("push", "push_tma", "pull", "copy_engine"),
+    "gemm_rs": ("push", "push_tma", "copy_engine"),
 }
 #: Top-level folders the package installs under ``autotaxer.*`` (``package-dir`` in pyproject.toml).
 REMAPPED = ("kernels", "migrations", "tuning_db")

@@ -104,7 +104,7 @@ def _gemm_rs_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
 
     from autotaxer.kernels.gemm_rs import push as rs
 
-    def launch(scatter_dim: int, tma: bool, pull: bool, world_size: int = 2, rank: int = 0) -> tuple:
+    def launch(scatter_dim: int, tma: bool, world_size: int = 2, rank: int = 0) -> tuple:
         m, n, k = 4096, 4096, 1024
         config = rs.RsConfig(block_m=128, block_n=128, block_k=64, group_m=8, num_warps=8, num_stages=3)
         mo, no = rs.out_dims(m, n, world_size, scatter_dim)
@@ -117,18 +117,18 @@ def _gemm_rs_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:
                 flags=torch.zeros(rs.flags_count(m, n, world_size, scatter_dim, config), dtype=torch.int32),
                 sync=torch.zeros(rs.SYNC_WORDS, dtype=torch.int64),
                 heap_bases=torch.zeros(world_size, dtype=torch.int64), rank=rank, world_size=world_size,
-                scatter_dim=scatter_dim, config=config, num_sms=132, tma=tma, pull=pull,
+                scatter_dim=scatter_dim, config=config, num_sms=132, tma=tma,
             )  # fmt: skip
         _, args, kw = rec.launches[0]
         return rec.fn, args, kw
 
-    for name, tma, pull in (("push", False, False), ("push_tma", True, False), ("pull", False, True)):
+    for name, tma in (("push", False), ("push_tma", True)):
         for sd in (0,) if quick else (0, 1):
             if quick and name != "push":
                 continue
-            yield f"gemm_rs {name} scatter_dim={sd}", lambda sd=sd, tma=tma, pull=pull: launch(sd, tma, pull)
+            yield f"gemm_rs {name} scatter_dim={sd}", lambda sd=sd, tma=tma: launch(sd, tma)
     if not quick:
-        yield "gemm_rs push ws=4 rank=1", lambda: launch(0, False, False, world_size=4, rank=1)
+        yield "gemm_rs push ws=4 rank=1", lambda: launch(0, False, world_size=4, rank=1)
 
 
 def _flash_decode_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]]]:

@@ -45,14 +45,13 @@ class Strides(NamedTuple):
 
 class Form(NamedTuple):
     """Constexpr: what the ranks, the call's tensors and the variant decide (``STEPS``: the launch's
-    steps, bit 1 GEMM and push, bit 2 reduce; ``PULL``: the owner loads the tiles)."""
+    steps, bit 1 GEMM and push, bit 2 reduce)."""
 
     WORLD_SIZE: int
     SCATTER_DIM: int
     B_ROW_MAJOR: bool
     EVEN_K: bool
     STEPS: int
-    PULL: bool
 
 
 class Tiles(NamedTuple):

@@ -1,4 +1,4 @@
-"""Host side of the fused ``gemm_rs`` kernel (``push``, ``push_tma`` and ``pull``): config, buffers'
+"""Host side of the fused ``gemm_rs`` kernel (``push`` and ``push_tma``): config, buffers'
 shapes, launch.
 
 The kernel and its synchronisation are in :mod:`.push_kernel`; its arguments are the groups of
@@ -88,7 +88,6 @@ def gemm_rs_push(
     world_size: int,
     scatter_dim: int,
     tma: bool = False,
-    pull: bool = False,
     config: RsConfig,
     num_sms: int,
     phase: str = "all",
@@ -99,8 +98,7 @@ def gemm_rs_push(
     arrivals. Nothing is reset between calls; ``phase`` other than ``"all"`` is for the interpreter.
     ``tma``: the GEMM's K loop by TMA loads where :func:`tma_ready` allows (else the plain one, same
     buffers and protocol), its descriptors' scratch from ``scratch`` (kept by the caller: one per
-    workspace). ``pull``: the same buffers, each tile kept in its maker's heap and loaded by its owner.
-    ``watch``: the watch slot bounding the waits on peers (``kernels/common/watch.py``; None: the
+    workspace). ``watch``: the watch slot bounding the waits on peers (``kernels/common/watch.py``; None: the
     process's slot for unnamed launches)."""
     config.validate()
     if scatter_dim not in (0, 1):
@@ -134,10 +132,8 @@ def gemm_rs_push(
         _group(Sizes, (m, n, k, mo, no)),
         _group(Strides, (a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1))),
         grid,
-        # WORLD_SIZE, SCATTER_DIM, B_ROW_MAJOR, EVEN_K, STEPS, PULL
-        _group(
-            Form, (world_size, scatter_dim, b.stride(1) == 1, k % config.block_k == 0, PHASES[phase], pull)
-        ),
+        # WORLD_SIZE, SCATTER_DIM, B_ROW_MAJOR, EVEN_K, STEPS
+        _group(Form, (world_size, scatter_dim, b.stride(1) == 1, k % config.block_k == 0, PHASES[phase])),
         # BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, TMA
         _group(Tiles, (config.block_m, config.block_n, config.block_k, config.group_m, use_tma)),
     )

@@ -15,10 +15,6 @@ persistent launch, two steps per program:
    its own last), spin on the flag with acquire loads until it holds this call's epoch, then add the
    partial in fp32; store the sum in the output's dtype.
 
-``FORM.PULL`` (the ``pull`` variant): step 1 stores each tile in this rank's own inbox (slot ``owner``) and
-releases its own flag ``[parity, owner, tile]``; step 2 spins on the flag in the source's heap and loads
-the tile from there (remote acquire loads and reads over NVLink instead of remote stores).
-
 Every wait gives up after the bound of the watch slot ``bufs.watch`` (``kernels/common/watch.py``), recorded
 there; a program that gave up polls its later flags once, so the kernel always ends.
 
@@ -71,8 +67,7 @@ def gemm_rs_push_kernel(
     workspace (``bufs.inbox`` and ``bufs.flags`` this rank's heap buffers), ``sizes``, ``strides``;
     constexpr ``FORM`` and ``TILES``. ``TILES.TMA``: the tiles' K loop by TMA loads (A K-contiguous, B
     row-major or, ``FORM.B_ROW_MAJOR`` false, column-major; 16-byte aligned), rows past the slice read
-    from the next one and never stored. ``FORM.PULL`` (``pull``): each tile stays in this rank's own heap
-    (slot ``owner``), its flag released here, and the owner loads it from there."""
+    from the next one and never stored."""
     BLOCK_M: tl.constexpr = TILES.BLOCK_M  # shapes take constexprs (a group's field is a plain value)
     BLOCK_N: tl.constexpr = TILES.BLOCK_N
     pid = tl.program_id(0)
@@ -137,19 +132,13 @@ def gemm_rs_push_kernel(
                     FORM.EVEN_K,
                     False,
                 )
-            if FORM.PULL:  # kept here, in the owner's slot: the owner loads it
-                dst = inbox + owner * slot
-            else:  # into this rank's slot of the owner's inbox
-                dst = inbox + rank * slot + heap_delta(bufs.inbox, rank, owner, bufs.heap_bases)
+            # into this rank's slot of the owner's inbox
+            dst = inbox + rank * slot + heap_delta(bufs.inbox, rank, owner, bufs.heap_bases)
             ptrs = dst + lr.to(tl.int64)[:, None] * sizes.No + lc[None, :]
             tl.store(ptrs, acc.to(bufs.inbox.dtype.element_ty), mask=live_r[:, None] & live_c[None, :])
             tl.debug_barrier()  # every thread's stores precede the single release below
-            if FORM.PULL:
-                flag = flags + owner * per_owner + tile
-                tl.atomic_xchg(flag, epoch, sem="release", scope="sys")
-            else:
-                flag = flags + rank * per_owner + tile
-                iris.atomic_xchg(flag, epoch, rank, owner, bufs.heap_bases, sem="release", scope="sys")
+            flag = flags + rank * per_owner + tile
+            iris.atomic_xchg(flag, epoch, rank, owner, bufs.heap_bases, sem="release", scope="sys")
     if FORM.STEPS & 2:
         ok = 1  # 0 once a wait of this program gave up
         for tile in range(pid, per_owner, num_programs):
@@ -161,15 +150,9 @@ def gemm_rs_push_kernel(
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in range(FORM.WORLD_SIZE):
                 src = (rank + FORM.WORLD_SIZE - 1 - s) % FORM.WORLD_SIZE  # in the order the partials are made
-                if FORM.PULL:  # the tile and its flag in the source's heap, slot and flag row of this rank
-                    delta = heap_delta(bufs.inbox, rank, src, bufs.heap_bases)
-                    index = rank * per_owner + tile
-                    flag = flags + index + heap_delta(bufs.flags, rank, src, bufs.heap_bases)
-                    part_ptrs = inbox + rank * slot + delta + at
-                else:
-                    index = src * per_owner + tile
-                    flag = flags + index
-                    part_ptrs = inbox + src * slot + at
+                index = src * per_owner + tile
+                flag = flags + index
+                part_ptrs = inbox + src * slot + at
                 ok = spin_one(flag, epoch, bufs.watch, src, index, ok)
                 tl.debug_barrier()  # the acquiring thread's observation precedes every thread's loads
                 part = tl.load(part_ptrs, mask=live, other=0.0, cache_modifier=".cg")

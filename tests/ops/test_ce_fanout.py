@@ -114,6 +114,16 @@ def test_check_prunes_what_cannot_run_or_repeats_another_point() -> None:
         )
 
 
+def test_the_space_tunes_one_chunk_a_peer_at_gather_dim_0() -> None:
+    """Several chunks a peer (one GEMM each) were retired at gather_dim=0 after losing at every 4-GPU key
+    they were timed at; gather_dim=1 (never timed on peers) keeps them. Named explicitly, they still run."""
+    v = get_op("ag_gemm").variants["ce_fanout"]
+    assert v.search_space(_key(4, 0), H200)["chunks"] == (1,)
+    assert v.search_space(_key(4, 1), H200)["chunks"] == (1, 2, 4)
+    peer = {"streams": 4, "gemms": "peer", "signal": "triton", "chunks": 4, "accumulate": "out"}
+    assert v.check(_key(4, 0), H200, peer) is None
+
+
 # -- the whole schedule on an emulated heap: one thread per rank, CPU tensors, copies by memmove ---------
 
 

@@ -23,8 +23,7 @@ _SCRIPT = textwrap.dedent(
     cfg = RsConfig(block_m=16, block_n=16, block_k=16, group_m=2, num_warps=4, num_programs=3)
     for ws, sd, m, n, k, layout, dtype, core in json.loads(sys.argv[1]):
         dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype]  # (no bf16 dot in the interpreter)
-        print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=core == "tma",
-                                 pull=core == "pull"))  # fmt: skip
+        print(check_gemm_rs_push(ws, sd, m, n, k, cfg, layout=layout, dtype=dtype, tma=core == "tma"))
     """
 )
 
@@ -40,8 +39,6 @@ def test_push_matches_fp32_on_emulated_ranks(world_size: int, scatter_dim: int, 
     m, n = (mo * world_size, 40) if scatter_dim == 0 else (40, mo * world_size)
     k = 24 * world_size
     checks = [(world_size, scatter_dim, m, n, k, "kn", "fp32", "plain")]
-    # pull: every tile kept where it is made, its flag raised there, loaded and awaited by its owner
-    checks.append((world_size, scatter_dim, m, n, k, "nk" if world_size == 4 else "kn", "fp32", "pull"))
     if world_size <= 4:  # 8 ranks: the protocol at scale; the layouts and cores are covered at 2 and 4
         checks.append((world_size, scatter_dim, m, n, k + 8 * world_size, "nk", "fp16", "plain"))
         # push_tma's core: TMA loads of A and B (both layouts), edges zero-filled, tiles past a slice unused

@@ -5,8 +5,7 @@ The row-parallel half of tensor parallelism (and the backward of ``ag_gemm``): e
 ``scatter_dim`` (0: rows, ``(M/ws, N)``; 1: columns, ``(M, N/ws)``), PyTorch's
 ``fused_matmul_reduce_scatter`` contract. Variants: ``bsp`` (GEMM + NCCL ``reduce_scatter_tensor``),
 ``bsp_symm`` (the same on NCCL symmetric-memory windows), ``push`` and ``push_tma`` (fused: tiles pushed
-to their owner as they finish, reduced there; Iris), ``pull`` (the same kernel, each owner loading its
-tiles from the rank that made them) and ``copy_engine`` (owners' slices in rotated order,
+to their owner as they finish, reduced there; Iris) and ``copy_engine`` (owners' slices in rotated order,
 each copied to its owner by the copy engine while the next slices' GEMMs run).
 """
 

@@ -31,9 +31,8 @@ def check_gemm_rs_push(
     device: torch.device | str = "cpu",
     num_sms: int = 4,
     seed: int = 0,
-    pull: bool = False,
 ) -> str:
-    """``calls`` calls of ``gemm_rs``'s fused push kernel (``pull``: its owner-pull form) on
+    """``calls`` calls of ``gemm_rs``'s fused push kernel on
     ``world_size`` emulated ranks (``k`` is the full K; each rank holds ``k / world_size`` of it), every
     rank's GEMM-and-push step before any rank's reduce step; ``layout`` ``nk``: B is nn.Linear's
     transposed weight. Returns ``"OK ..."``."""
@@ -72,7 +71,7 @@ def check_gemm_rs_push(
             for r in range(ws):
                 gemm_rs_push(a=a[r], b=b[r], out=outs[r], inbox=inbox[r], flags=flags[r], sync=syncs[r],
                              heap_bases=heap.bases, rank=r, world_size=ws, scatter_dim=sd, config=config,
-                             num_sms=num_sms, phase=phase, tma=tma, pull=pull)  # fmt: skip
+                             num_sms=num_sms, phase=phase, tma=tma)  # fmt: skip
         for r in range(ws):
             ref = full[r * mo : (r + 1) * mo] if sd == 0 else full[:, r * no : (r + 1) * no]
             err = emulated_error(outs[r], ref)
@@ -83,7 +82,7 @@ def check_gemm_rs_push(
             tiles = n_flags // (2 * ws)
             raised = flags[r].view(2, ws, tiles)[call % 2].eq(call).all().item()
             assert raised, f"rank {r} call {call}: a source's tile flag does not hold the epoch"
-    core = ("tma" if tma else "plain") + (" pull" if pull else "")
+    core = "tma" if tma else "plain"
     return f"OK gemm_rs ws{ws} sd{sd} {m}x{n}x{k} {layout} {core} {str(dtype).removeprefix('torch.')}"
 
 

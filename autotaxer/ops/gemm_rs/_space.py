@@ -8,7 +8,7 @@ from typing import Any
 
 from ..._problem import ProblemKey
 
-#: ``push``, ``push_tma``, ``pull``: the persistent GEMM's tiles; the first choice of each is the default.
+#: ``push``, ``push_tma``: the persistent GEMM's tiles; the first choice of each is the default.
 FUSED_SPACE: dict[str, tuple[Any, ...]] = {
     "block_m": (128, 64),
     "block_n": (128, 256, 64),

@@ -2,11 +2,11 @@
 next rank's slice first) with a flag per tile, and the owner reduces them in fp32 (one persistent
 launch on the Iris heap; ``autotaxer.kernels.gemm_rs.push_kernel``).
 
-``pull`` (issue 27's owner-pull form) is the same kernel with the tiles kept where they are made and
-loaded by their owner.
-
 History: written 2026-11-25 with its interpreter tests at 2, 4 and 8 emulated ranks and checked on one
-H100 at world size 1 (``pull`` later that day, also with 4 and 8 ranks emulated on one H100). Measured:
+H100 at world size 1. Its owner-pull form ``pull`` (issue 27: the tiles kept where they are made and
+loaded by their owner) was retired on 2026-11-29 (issue 47): it was never the fastest nor within 2% of it
+at any of 48 keys at 2 GPUs (2×H200, tuned with up to hundreds of trials a key) and 9 at 4 (4×H200,
+4×H100): 1.04-2.6× the best, mostly ``copy_engine`` or BSP; not measured at 8. Measured:
 2×H200, ``push`` and ``push_tma`` one record each of the shipped ws2 graph table's 20 ``gemm_rs``
 records; 4×H100 (2026-11-28, seeds, dependent timing) ``push`` 0.49-0.93× and ``push_tma`` 0.70-0.97×
 BSP at the TP4 layer's keys at M=1024 and 4096 (``bench/results/2026-11-28_tp4_layer_h100x4/``); not yet
@@ -35,8 +35,6 @@ class PushVariant(Variant):
     device_types = frozenset({"cuda"})
     #: The GEMM's K loop by TMA loads (``push_tma``; calls TMA cannot address run the plain loop).
     tma = False
-    #: Tiles kept in their maker's heap and loaded by their owner (``pull``).
-    pull = False
 
     def unavailable_reason(self, target: Target) -> str | None:
         return super().unavailable_reason(target) or iris_unavailable(self.name)
@@ -111,7 +109,7 @@ class PushVariant(Variant):
             gemm_rs_push, inbox=buffers["inbox"], flags=buffers["flags"], sync=buffers["sync"],
             heap_bases=buffers["heap_bases"], rank=ctx.rank, world_size=ctx.world_size,
             scatter_dim=key["scatter_dim"], config=config, num_sms=ctx.target.num_sms, tma=self.tma,
-            scratch=buffers["scratch"], pull=self.pull, watch=buffers["watch"].tensor,
+            scratch=buffers["scratch"], watch=buffers["watch"].tensor,
         )  # fmt: skip
         heap.barrier()  # every rank's flags are zero before any peer can signal into them
         return Workspace(key, dict(params), buffers)
@@ -139,13 +137,4 @@ class PushTmaVariant(PushVariant):
         return super().unavailable_reason(target) or tma_unavailable(self.name, target)
 
 
-class PullVariant(PushVariant):
-    """The owner pulls: each rank keeps its partial tiles in its own heap with a flag per tile, and each
-    owner loads its slice's tiles from every rank as their flags come up and reduces them in fp32. The
-    same buffers, parameters and protocol as ``push``; remote loads instead of remote stores."""
-
-    name = "pull"
-    pull = True
-
-
-VARIANTS = [PushVariant(), PushTmaVariant(), PullVariant()]
+VARIANTS = [PushVariant(), PushTmaVariant()]

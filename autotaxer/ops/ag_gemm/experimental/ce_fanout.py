@@ -13,7 +13,8 @@ dependent graph timing, tuned) 0.81-1.11× BSP over the TP4 layer's 8 ``ag_gemm`
 N=14336 (1.05×, kept by the in-step check; ``bench/results/2026-11-28_tp4_tuned_layer_h200x4/``). Its
 ``range`` GEMMs on a middle rank take 16-33 µs more than the first and last ranks' single run at M=1024
 (cuBLAS alone on one H200, ``bench/results/2026-11-29_gemm_split_h200/``; ``ce_local_rest``). Not yet at
-8 GPUs.
+8 GPUs. ``chunks`` 2 and 4 at ``gather_dim=0`` left the search space on 2026-11-29: never this variant's
+own best at any 4-GPU key they were timed at (``bench/results/2026-11-29_retired_cpu``).
 """
 
 from __future__ import annotations
@@ -26,10 +27,24 @@ from .._space import ce_fanout_seeds, ce_fanout_space
 from ..copy_engine import CopyEngineVariant
 
 
+def tuned_space(key: ProblemKey) -> dict[str, Any]:
+    """:func:`ce_fanout_space` with one chunk a peer at ``gather_dim=0``.
+
+    Several chunks a peer (one GEMM each) left the space there on 2026-11-29: at 4 GPUs, 2 and 4 chunks
+    were never this variant's own best at any of 11 and 8 keys (1.03-2.3x the key's best, 4xH200 and
+    4xH100, ``bench/results/2026-11-29_retired_cpu``); a GEMM per chunk costs 2.9-3.7x the whole
+    product at M=1024 (``bench/results/2026-11-29_gemm_split_h200``). ``gather_dim=1``, never timed on
+    peers, keeps them; a configuration naming them still runs."""
+    space = ce_fanout_space(key)
+    if key["gather_dim"] == 0:
+        space["chunks"] = (1,)
+    return space
+
+
 class CeFanoutVariant(CopyEngineVariant):
     name = "ce_fanout"
     experimental = True
-    space_of = staticmethod(ce_fanout_space)
+    space_of = staticmethod(tuned_space)
     seeds_of = staticmethod(ce_fanout_seeds)
 
     def check(self, key: ProblemKey, target: Target, params: Params) -> str | None:
