@@ -179,18 +179,17 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
     """``ce_persistent``'s GEMM (issue 47) at world size 4: the ``cp.async`` consumer, and (not ``quick``)
     the TMA one at both weight layouts and gather_dim=1; its flags read by the atomic and (``load``,
     ``sleep``) by ``ld.acquire``; its waits reading the bound after 10 ms (``late``, the default) and, once,
-    after 50 us (``once``)."""
+    after 50 us (``once``); its tiles taken chunk by chunk across the peers (``order=1``)."""
     import torch
 
     from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
 
     def launch(
         gd: int, tma: int, nk: bool, ws: int = 4, m: int = 4096, n: int = 8192, k: int = 8192,
-        poll: str = "atomic", reads: str = "late",
+        poll: str = "atomic", reads: str = "late", order: int = 0,
     ) -> tuple:  # fmt: skip
-        config = cp.CePersistentConfig(
-            *((128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)), tma=tma, poll=cp.POLLS.index(poll)
-        )
+        tiles = (128, 256, 64, 8, 8, 3) if tma else (128, 128, 64, 8, 4, 4)
+        config = cp.CePersistentConfig(*tiles, tma=tma, poll=cp.POLLS.index(poll), order=order)
         ms, ks = (m // ws, k) if gd == 0 else (m, k // ws)
         rows = ms if gd == 0 else m
         plan = cp.PersistentPlan(
@@ -199,7 +198,7 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
         )  # fmt: skip
         dt = torch.bfloat16
         _, args, kw = _ce_launch_args(cp, plan, ws, ms, ks, m, n, k, dt, nk)
-        return cp.kernel_for(reads), args, kw
+        return cp.kernel_for(reads, order, ws), args, kw
 
     yield "ag_gemm ce_persistent ws=4 gather_dim=0", lambda: launch(0, 0, False)
     yield "ag_gemm ce_persistent ws=4 gather_dim=0 poll=load", lambda: launch(0, 0, False, poll="load")
@@ -214,6 +213,11 @@ def _ce_persistent_cases(quick: bool) -> Iterator[tuple[str, Callable[[], tuple]
                 (lambda poll=poll: launch(0, 1, True, poll=poll)),
             )
         yield "ag_gemm ce_persistent ws=4 gather_dim=1 poll=sleep", lambda: launch(1, 0, False, poll="sleep")
+        yield (
+            "ag_gemm ce_persistent ws=4 order=1 gather_dim=0 tma nk poll=load",
+            lambda: launch(0, 1, True, poll="load", order=1),
+        )
+        yield "ag_gemm ce_persistent ws=8 order=1 gather_dim=0", lambda: launch(0, 0, False, ws=8, order=1)
 
 
 def _ce_launch_args(cp: Any, plan: Any, ws: int, ms: int, ks: int, m: int, n: int, k: int, dt: Any,

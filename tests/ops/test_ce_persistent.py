@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -90,6 +91,12 @@ def test_plan_sends_to_the_peer_that_reads_first_and_reserves_an_sm() -> None:
         (1, 0),
     )  # gather_dim=1: chunk-major (every tile needs every peer)
     assert gd1.base.k_shard == 2048 and gd1.base.rows == 1024
+    dealt = make_persistent_plan(_FakeChannel(2, 8), m=8192, n=1024, k=8192, gather_dim=0, elem=2,
+                                 config=replace(config, order=1), num_sms=132)  # fmt: skip
+    assert dealt.sends[:3] == ((1, 0), (0, 0), (7, 0))  # order 1: chunk 0 to every peer first
+    with pytest.raises(ValueError, match="evenly"):  # 8 row tiles a shard, groups of 3
+        make_persistent_plan(_FakeChannel(2, 8), m=8192, n=1024, k=8192, gather_dim=0, elem=2,
+                             config=replace(config, order=1, group_m=3), num_sms=132)  # fmt: skip
     with pytest.raises(ValueError, match="num_sms"):
         make_persistent_plan(_FakeChannel(0, 2), m=256, n=256, k=64, gather_dim=0, elem=2, config=config,
                              num_sms=1)  # fmt: skip
@@ -232,6 +239,38 @@ def test_emulated_ranks_tma_consumer(interpret: Callable[..., str]) -> None:
 
 
 @pytest.mark.emulated
+def test_order_1_takes_every_tile_once_chunk_by_chunk(interpret: Callable[..., str]) -> None:
+    """``order=1`` deals the peers' tile groups in turn (a bijection only where groups cut a shard evenly):
+    every output row right at 3, 4 and 8 ranks, groups of one and two tile rows, both consumers, both
+    flag back ends (a missed or doubled tile leaves NaN or a wrong sum)."""
+    out = interpret(
+        """
+        print(emu.check_ce_persistent(4, 0, 256, 32, 32, cfg(order=1, chunks=4, group_m=1, streams=4)))
+        print(emu.check_ce_persistent(4, 0, 256, 32, 32, cfg(order=1, chunks=2, group_m=2, tma=1),
+                                      b_layout="nk", signal="memop"))
+        print(emu.check_ce_persistent(3, 0, 96, 32, 32, cfg(order=1, chunks=2, group_m=1, streams=2)))
+        print(emu.check_ce_persistent(8, 0, 256, 32, 32, cfg(order=1, chunks=2, group_m=1, streams=8),
+                                      signal="memop"))
+        """,
+        timeout=600.0,
+    )
+    assert out.count("OK") == 4 and out.count("tma=True") == 1, out
+
+
+def test_order_1_is_checked() -> None:
+    """``order=1`` only where it deals whole groups of whole row tiles, at gather_dim=0, with chunks."""
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    with pytest.raises(ValueError, match="order: must be 0 or 1"):
+        cp.CePersistentConfig(order=2).validate()
+    config = cp.CePersistentConfig(block_m=128, group_m=8, chunks=4, order=1)
+    assert cp.chunk_major_error(1024, config) is None  # 8 row tiles, one group
+    assert "whole row tiles" in cp.chunk_major_error(1000, config)
+    assert cp.chunk_major_error(768, config) is None  # 6 row tiles: a group is at most a shard
+    assert "evenly" in cp.chunk_major_error(768, cp.CePersistentConfig(block_m=128, group_m=4, order=1))
+
+
+@pytest.mark.emulated
 def test_a_withheld_chunk_is_the_only_wait_that_gives_up(interpret: Callable[..., str]) -> None:
     """Every flag up but one chunk's: the GEMM gives up on exactly that flag (peer, chunk) and every other
     row is right, so each tile waits on the chunks of its own rows (and the local rows on none)."""
@@ -336,7 +375,8 @@ def test_the_second_seed_is_the_first_reading_by_load() -> None:
     seeds = get_op("ag_gemm").variants["ce_persistent"].seeds_of(key)
     assert seeds[0]["poll"] == 0 and seeds[1] == {**seeds[0], "poll": 1}
     assert seeds[2] == {**seeds[1], "group_m": 1}  # 256-row shards in 2 chunks of one tile row
-    assert all(s["poll"] == 0 for s in seeds[3:])
+    assert seeds[3] == {**seeds[2], "streams": 4, "order": 1}  # a side stream a peer, chunk by chunk
+    assert all(s["poll"] == 0 and s["order"] == 0 for s in seeds[4:])
 
 
 @pytest.mark.parametrize("ws", [2, 4, 8])
@@ -415,3 +455,26 @@ def test_the_read_once_consumers_leave_pushs_untouched() -> None:
         assert mine.fn.__code__ is shared.fn.__code__  # the same consumer, line for line
     with pytest.raises(NameError, match="no global 'wait_segmnt'"):
         cp.with_globals(consume.consume_tiles, wait_segmnt=cp.wait_segment_read_once)
+
+
+def test_order_1_kernels_take_their_tiles_from_the_chunk_major_order_only() -> None:
+    """``kernel_for(reads, 1, ws)``: every consumer it calls maps tiles by the chunk-major order at that
+    world size, keeping the wait of ``reads``; order 0's kernels and ``push``'s consumer keep the shared
+    ``tile_at``; one kernel per (reads, world size)."""
+    from autotaxer.kernels.ag_gemm import consume
+    from autotaxer.kernels.ag_gemm.experimental import ce_persistent as cp
+
+    for reads in cp.BOUND_READS:
+        dealt = cp.kernel_for(reads, 1, 4)
+        assert dealt is cp.kernel_for(reads, 1, 4) and dealt is not cp.kernel_for(reads, 1, 8)
+        plain = cp.kernel_for(reads)
+        for name in cp._CONSUMERS:
+            consumer = dealt.fn.__globals__[name]
+            tile_at = consumer.fn.__globals__["tile_at"]
+            assert tile_at.fn.__code__ is cp.tile_at_chunk_major.fn.__code__, (reads, name)
+            assert tile_at.fn.__globals__["ORDER_WORLD"] == 4
+            same_wait = plain.fn.__globals__[name].fn.__globals__["wait_segment"]
+            assert consumer.fn.__globals__["wait_segment"] is same_wait, (reads, name)
+            assert plain.fn.__globals__[name].fn.__globals__["tile_at"] is consume.tile_at
+    with pytest.raises(ValueError, match="order"):
+        cp.kernel_for("late", 2, 4)

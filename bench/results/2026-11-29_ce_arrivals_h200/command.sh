@@ -22,3 +22,7 @@ $R --shapes 1024x14336x8192:nk --set group_m=1
 # call 5: the same at a key whose copies outlast the GEMM
 $R --shapes 4096x2560x8192:nk
 $R --shapes 4096x2560x8192:nk --set group_m=2
+# call 6: order 1 (chunk-major sends and tiles) with every peer's rows at once
+R="python3 -P bench/rank0_view.py --world-size 4 --source host_together --polls load --delay-us 0 --configs 1 --signals memop --calls 10 --shapes 4096x2560x8192:nk"
+$R --set group_m=2
+$R --set group_m=2,order=1

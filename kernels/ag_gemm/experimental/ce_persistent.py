@@ -76,6 +76,13 @@ pipeline. With rows landing by copy engine (pinned host copies on one H200, ``be
 host``, M=4096 N=14336 K=8192 ``nk``, four chunks of two tile rows), rank 0's GEMM took 1.19x the larger of
 the GEMM alone and the copies alone with ``group_m=8`` and 1.04x with 2, whose GEMM alone is 12% slower;
 the tuner's third seed keeps the groups inside a chunk (``bench/results/2026-11-29_ce_arrivals_h200``).
+(9) The tiles take the peers in a fixed order. Where every peer's rows land at once (side streams a peer
+each), the tiles of ``r+1``'s last chunk wait while the others' have landed: with every peer's rows at
+once, the GEMM ended 813 us after the last row instead of 262 (same run, ``group_m=8``). ``order=1``
+sends chunk by chunk across the peers and takes the peers' tile groups in turn
+(:func:`tile_at_chunk_major`, the shared consumers recompiled with it). At N=2560, where a chunk's 20 tiles
+are far fewer than the grid's programs and the queue already lets programs pass a missing chunk, it took
+1245 us against 1230; not measured where a chunk holds about a wave.
 
 Measured once on 4 H200 before (5) (``bench/results/2026-11-27_ce_persistent_h200x4``); checked on ranks
 emulated under Triton's interpreter (2, 4 and 8) and compiled for sm_90 by ``python -m
@@ -98,6 +105,7 @@ from ...common.channel import MAX_CHUNKS, fork_lanes, join_lanes
 from ...common.gemm import TileConfig
 from ...common.lanes import peer_lanes
 from ...common.sync import epoch_begin
+from ...common.tiles import grouped_tile, rotate
 from ...common.tma import Scratch, scratch_allocator
 from ...common.watch import BOUND, CHECK_AFTER_NS, _hip, cta_uniform, give_up, now_ns, unnamed_slot
 from .. import copy_engine as ce
@@ -118,13 +126,16 @@ SYNC_WORDS = 2
 class CePersistentConfig(TileConfig):
     """The GEMM's tiles (:class:`TileConfig`), the transfer's ``chunks`` per peer shard (one flag each, at
     most :data:`MAX_CHUNKS`), the side ``streams`` the peers are dealt to, ``tma`` (1: TMA loads,
-    NVIDIA sm_90+, where the tensors allow; else the ``cp.async`` consumer) and ``poll`` (how the tiles
-    read their flags, an index into :data:`POLLS`; 0 the kernel as first shipped)."""
+    NVIDIA sm_90+, where the tensors allow; else the ``cp.async`` consumer), ``poll`` (how the tiles
+    read their flags, an index into :data:`POLLS`; 0 the kernel as first shipped) and ``order`` (0: a
+    peer's chunks sent and its tiles taken one peer after another, as first shipped; 1, ``gather_dim=0``:
+    both chunk by chunk across the peers, :func:`tile_at_chunk_major`)."""
 
     chunks: int = 4
     streams: int = 1
     tma: int = 0
     poll: int = 0
+    order: int = 0
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
@@ -137,6 +148,8 @@ class CePersistentConfig(TileConfig):
             raise ValueError(f"tma: must be 0 or 1, got {self.tma}")
         if not 0 <= self.poll < len(POLLS):
             raise ValueError(f"poll: must be in 0..{len(POLLS) - 1} ({', '.join(POLLS)}), got {self.poll}")
+        if self.order not in (0, 1):
+            raise ValueError(f"order: must be 0 or 1, got {self.order}")
 
 
 def chunk_width(rows: int, chunks: int, block_m: int) -> int:
@@ -148,6 +161,18 @@ def chunk_width(rows: int, chunks: int, block_m: int) -> int:
     if rows % block_m == 0:
         width = -(-width // block_m) * block_m
     return width
+
+
+def chunk_major_error(rows: int, config: CePersistentConfig) -> str | None:
+    """Why ``order=1`` cannot take a ``rows``-row shard's tiles chunk by chunk across the peers, else
+    None: its tiles must not straddle two shards, and its tile groups (``group_m``, at most a shard) must
+    cut a shard evenly (the order deals whole groups to the peers in turn)."""
+    if rows % config.block_m:
+        return f"order: 1 needs shards of whole row tiles ({rows} rows, block_m {config.block_m})"
+    tiles = rows // config.block_m
+    if tiles % min(config.group_m, tiles):
+        return f"order: 1 needs group_m to cut a shard's {tiles} row tiles evenly (group_m {config.group_m})"
+    return None
 
 
 def uniform_rows(rows: int, width: int) -> tuple[tuple[int, int], ...]:
@@ -194,9 +219,13 @@ def make_persistent_plan(channel: ce.Channel, *, m: int, n: int, k: int, gather_
     )  # fmt: skip
     base = dataclasses.replace(base, chunk_rows=uniform_rows(rows, width))
     chunks = range(len(base.chunk_rows))
-    if gather_dim == 0:  # a peer's rows are consumed together: peer-major
+    if gather_dim == 0 and config.order == 1:
+        reason = chunk_major_error(rows, config)
+        if reason is not None:
+            raise ValueError(reason)
+    if gather_dim == 0 and config.order == 0:  # a peer's rows are consumed together: peer-major
         sends = tuple((p, c) for p in base.peers for c in chunks)
-    else:  # every tile needs every peer's K-slice of its rows: chunk-major
+    else:  # chunk-major: order 1's tiles, or gather_dim=1's (every tile needs every peer's K-slice)
         sends = tuple((p, c) for c in chunks for p in base.peers)
     tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     return PersistentPlan(
@@ -469,11 +498,62 @@ KERNEL = _ce_persistent_kernel
 KERNEL_LATE = with_globals(_ce_persistent_kernel, **_LATE_CONSUMERS)
 
 
-def kernel_for(reads: str) -> Any:
-    """The GEMM kernel of a :data:`BOUND_READS` mode (their arguments are the same)."""
+# -- order 1: the peers' tiles chunk by chunk across the peers ------------------------------------------
+
+#: The world size :func:`tile_at_chunk_major` deals the peers' tile groups over (a constexpr global, set
+#: for each compiled kernel by :func:`kernel_for`).
+ORDER_WORLD = tl.constexpr(2)
+
+
+@triton.jit
+def tile_at_chunk_major(tile_id, num_pid_m, num_pid_n, group, first_local_m, GATHER_DIM: tl.constexpr):
+    """``order=1``'s :func:`..consume.tile_at`: the local shard's tiles first, as there; then the peers'
+    tile groups in turn, ``r+1``'s first group, ``r+2``'s first, ..., then every peer's second, so the
+    tiles follow rows that land chunk by chunk from every peer at once (side streams a peer each, or
+    chunk-major sends). Needs shards of whole row tiles cut evenly by ``group``
+    (:func:`chunk_major_error`)."""
+    pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, group)
+    if GATHER_DIM == 0:
+        shard = num_pid_m // ORDER_WORLD
+        if pid_m >= shard:  # the peers' rows, in rotated order: position q of (ORDER_WORLD - 1) shards
+            q = pid_m - shard
+            g = q // group
+            peer = g % (ORDER_WORLD - 1)
+            pid_m = shard + peer * shard + (g // (ORDER_WORLD - 1)) * group + q % group
+        pid_m = rotate(pid_m, first_local_m, num_pid_m)
+    return pid_m, pid_n
+
+
+#: The consumers the kernel calls, by the names it calls them (:data:`KERNEL`'s).
+_CONSUMERS = {
+    "consume_tiles": consume_tiles,
+    "consume_tiles_tma": consume_tiles_tma,
+    "consume_tiles_read_once": consume_tiles_read_once,
+    "consume_tiles_tma_read_once": consume_tiles_tma_read_once,
+    "consume_tiles_load": consume_tiles_load,
+    "consume_tiles_tma_load": consume_tiles_tma_load,
+    "consume_tiles_sleep": consume_tiles_sleep,
+    "consume_tiles_tma_sleep": consume_tiles_tma_sleep,
+}
+_CHUNK_MAJOR: dict[tuple[str, int], Any] = {}
+
+
+def kernel_for(reads: str, order: int = 0, world_size: int = 2) -> Any:
+    """The GEMM kernel of a :data:`BOUND_READS` mode and an ``order`` (their arguments are the same);
+    ``order=1``'s, one per ``world_size``, made once: every consumer with :func:`tile_at_chunk_major`."""
     if reads not in BOUND_READS:
         raise ValueError(f"reads: expected one of {', '.join(BOUND_READS)}, got {reads!r}")
-    return KERNEL_LATE if reads == "late" else KERNEL
+    if order == 0:
+        return KERNEL_LATE if reads == "late" else KERNEL
+    if order != 1 or world_size < 2:
+        raise ValueError(f"order: 1 (with 2+ ranks) or 0, got {order} ({world_size} ranks)")
+    if (reads, world_size) not in _CHUNK_MAJOR:
+        dealt = with_globals(tile_at_chunk_major, ORDER_WORLD=tl.constexpr(world_size))
+        consumers = {**_CONSUMERS, **(_LATE_CONSUMERS if reads == "late" else {})}
+        _CHUNK_MAJOR[reads, world_size] = with_globals(
+            _ce_persistent_kernel, **{name: with_globals(fn, tile_at=dealt) for name, fn in consumers.items()}
+        )
+    return _CHUNK_MAJOR[reads, world_size]
 
 
 def launch_args(plan: PersistentPlan, *, rank: int, world_size: int, inbox: Any, flags: Any, epoch: Any,
@@ -537,7 +617,7 @@ def launch_gemm(ch: ce.Channel, plan: PersistentPlan, inbox: Any, a_shard: Any, 
     if args[KERNEL.arg_names.index("TILES")].TMA:  # the device-made descriptors' scratch
         scratch = cache.setdefault("tma_scratch", Scratch()) if cache is not None else Scratch()
     with scratch_allocator(scratch):
-        handle = kernel_for(bound_reads())[(grid,)](*args, **options)
+        handle = kernel_for(bound_reads(), plan.config.order, ch.world_size)[(grid,)](*args, **options)
     if cache is not None and hasattr(handle, "run") and len(cache) < 64:  # compiled (not the interpreter)
         cache[spec] = _CompiledLaunch(handle, grid, [None, *args[1:]], scratch)
 

@@ -11,20 +11,21 @@ both ``b_layout`` values run.
 Parameters: ``block_m``/``block_n``/``block_k``, ``group_m``, ``num_warps``, ``num_stages`` (the GEMM),
 ``chunks`` per peer shard (one copy and one flag each), ``streams`` (side streams the peers are dealt to),
 ``tma`` (1: TMA loads, sm_90+, gather_dim=0 shards of whole row tiles), ``signal`` (the flags: ``triton``
-epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``poll`` (how the tiles read their
-flags: 0 an acquire atomic, the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with a
-``nanosleep`` between polls; the second seed is the first with 1, the A/B for the 4-GPU runs; on one H200 with
-four ranks emulated, ``bench/results/2026-11-28_rank0_view_h200``, no stall); the third seed, where the first
-one's tile groups span a shard's chunks, is the second with groups inside a chunk (:func:`chunk_group_seed`: a
-wider group waits for the shard's last chunk; ``bench/results/2026-11-29_ce_arrivals_h200``). Experimental:
-its first 4-GPU run stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses:
-its waits read their bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated
-and gated, 199-246 µs a call at M=1024 N=2560 instead of 507-704,
-``bench/results/2026-11-29_bound_reads_h200``); not yet measured again on GPUs (checked on 2, 4 and 8 ranks
-emulated under Triton's interpreter and, compiled, on one H200 with each emulated rank on its share of the
-SMs, ``bench/results/2026-11-29_emulated_share_sms_h200``); tuned only when named with ``--variants``. NVIDIA
-only (``cuMemcpyAsync``); see ``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and
-its hazards.
+epoch kernels, the issue's design, or ``memop`` stream-memop tokens), ``order`` (0: a peer's chunks sent and
+its tiles taken one peer after another; 1, gather_dim=0: both chunk by chunk across the peers, the fourth seed
+from 3 ranks on, with a side stream a peer), ``poll`` (how the tiles read their flags: 0 an acquire atomic,
+the kernel as first shipped; 1 ``ld.acquire.sys``; 2 that load with a ``nanosleep`` between polls; the second
+seed is the first with 1, the A/B for the 4-GPU runs; on one H200 with four ranks emulated,
+``bench/results/2026-11-28_rank0_view_h200``, no stall); the third seed, where the first one's tile groups
+span a shard's chunks, is the second with groups inside a chunk (:func:`chunk_group_seed`: a wider group waits
+for the shard's last chunk; ``bench/results/2026-11-29_ce_arrivals_h200``). Experimental: its first 4-GPU run
+stalled (1.1-114 ms a call at 6 of its 8 keys), which the kernel's hazard (5) addresses: its waits read their
+bound once, and since 2026-11-29 only after 10 ms (on one H200 with four ranks emulated and gated, 199-246 µs
+a call at M=1024 N=2560 instead of 507-704, ``bench/results/2026-11-29_bound_reads_h200``); not yet measured
+again on GPUs (checked on 2, 4 and 8 ranks emulated under Triton's interpreter and, compiled, on one H200 with
+each emulated rank on its share of the SMs, ``bench/results/2026-11-29_emulated_share_sms_h200``); tuned only
+when named with ``--variants``. NVIDIA only (``cuMemcpyAsync``); see
+``autotaxer.kernels.ag_gemm.experimental.ce_persistent`` for the schedule and its hazards.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ SPACE: dict[str, tuple[Any, ...]] = {
     "tma": (1, 0),
     "signal": ("triton", "memop"),
     "poll": (0, 1, 2),
+    "order": (0, 1),
 }
 #: Seeds: cuBLAS-class tilings on H100/H200 (128x256x64 on 8 warps, 3 stages; 128x128x64 on 4 warps,
 #: 4 stages), TMA first; the copies in 4 chunks per peer shard (fewer where the shard is smaller).
@@ -59,7 +61,7 @@ SEED_CHUNKS = (4, 2, 1)
 #: design first (epoch flags on one stream), then stream memops (no flag kernel: less host time).
 SEED_TRANSPORTS = (("one", "triton"), ("one", "memop"), ("each", "memop"), ("each", "triton"))
 #: Parameters a configuration may leave out, at these values (those tuned before they existed).
-OPTIONAL: dict[str, Any] = {"poll": 0}
+OPTIONAL: dict[str, Any] = {"poll": 0, "order": 0}
 #: The read of the tiles' flags the second seed tries (``load``: ``ld.acquire.sys``, see ``poll`` above).
 SEED_POLL = 1
 #: Group sizes a seed whose tile groups stay inside one chunk picks from, largest first.
@@ -101,16 +103,18 @@ def ce_persistent_seeds(key: ProblemKey) -> list[dict[str, Any]]:
                 seeds.append(
                     {"block_m": bm, "block_n": bn, "block_k": bk, "group_m": 8, "num_warps": warps,
                      "num_stages": stages, "chunks": chunks, "streams": s, "tma": tma, "signal": signal,
-                     "poll": 0}
+                     "poll": 0, "order": 0}
                 )  # fmt: skip
     if not seeds:
         return seeds
     # the first seed's flags read by ld.acquire, second: the A/B of the tiles' read in one run; third,
-    # where the first seed's groups span chunks, that seed with groups inside a chunk
+    # where the first seed's groups span chunks, that seed with groups inside a chunk; fourth (3+ ranks),
+    # that one with a side stream a peer and the tiles chunk by chunk across the peers (order 1)
     first = seeds[0]
     by_load = {**first, "poll": SEED_POLL}
     grouped = chunk_group_seed(key, by_load)
-    return [first, by_load, *([grouped] if grouped else []), *seeds[1:]]
+    dealt = [{**grouped, "streams": lanes, "order": 1}] if grouped and key.world_size > 2 else []
+    return [first, by_load, *([grouped] if grouped else []), *dealt, *seeds[1:]]
 
 
 def chunk_group_seed(key: ProblemKey, seed: dict[str, Any]) -> dict[str, Any] | None:
@@ -155,6 +159,7 @@ class CePersistentVariant(CopyEngineBase):
         TMA where the tensors allow it)."""
         from autotaxer.kernels.ag_gemm.experimental.ce_persistent import (
             CePersistentConfig,
+            chunk_major_error,
             chunk_width,
             uniform_rows,
         )
@@ -187,6 +192,14 @@ class CePersistentVariant(CopyEngineBase):
         reason = _streams_reason(config.streams, ws - 1)
         if reason is not None:
             return reason
+        if config.order == 1:
+            if gd != 0:
+                return "order: 1 deals a shard's row tiles to the peers in turn (gather_dim=0 only)"
+            if config.chunks == 1:
+                return "order: 1 with one chunk a shard takes the tiles as 0 does"
+            reason = chunk_major_error(rows, config)
+            if reason is not None:
+                return reason
         if config.tma:
             reason = tma_unavailable(self.name, target)
             if reason is not None:
