@@ -56,6 +56,17 @@ def parse_shapes(text: str) -> list[tuple[int, int, int, str]]:
     return shapes
 
 
+def parse_set(text: str) -> dict[str, int]:
+    """``name=integer`` items, comma-separated -> a dict; ``ValueError`` naming the item that is not."""
+    overrides = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, value = item.partition("=")
+        if not name or not value.lstrip("-").isdigit():
+            raise ValueError(f"--set: {item!r} is not name=integer")
+        overrides[name] = int(value)
+    return overrides
+
+
 def _cycles_per_us() -> float:
     """The GPU's clock as ``torch.cuda._sleep`` counts it."""
     import torch
@@ -331,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         help="host, host_together: the rows into rank 0 copied from pinned host memory (HostSources)",
     )
     args = parser.parse_args(argv)
+    try:
+        overrides = parse_set(args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not has_32_queues("rank0_view", "a wait must not block a queue that a later rank's copy needs"):
         return 2
     import torch
@@ -346,7 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     reads = bound_reads()  # the tiles' bound reads ($AUTOTAXER_CE_PERSISTENT_BOUND_READS), named in each row
     per_us = _cycles_per_us()
     signals = args.signals.split(",")
-    overrides = {k: int(v) for k, _, v in (item.partition("=") for item in filter(None, args.set.split(",")))}
     rows = []
     for m, n, k, layout in parse_shapes(args.shapes):
         key = ProblemKey.make(

@@ -106,3 +106,17 @@ def test_host_sources_in_order_wait_instead_of_the_left_out_copy(monkeypatch) ->
     hosted.spin, hosted.spun, hosted.bytes_per_us = _Spin(), None, 2.0
     hosted.copy(lambda *a: waits.append(a), 3000, 11_000, 30, "lane")
     assert waits == [((1,), 15_000)]  # 30 bytes at 2 bytes a µs: 15 µs
+
+
+def test_set_overrides_parse_and_a_bad_item_is_named() -> None:
+    import pytest
+
+    assert rank0_view.parse_set("group_m=2, order=1,") == {"group_m": 2, "order": 1}
+    assert rank0_view.parse_set("") == {}
+    with pytest.raises(ValueError, match="'order' is not name=integer"):
+        rank0_view.parse_set("group_m=2,order")
+    env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--set", "tma=yes"], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 2 and "'tma=yes' is not name=integer" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
