@@ -98,17 +98,19 @@ class HostSources:
     peer's rows arrive at once, sharing the link. The flags are raised as before, so the other ranks' GEMMs
     run on stale inboxes: only rank 0's output is checked."""
 
-    def __init__(self, shape: tuple[int, int], world_size: int, inbox: Any, *, in_order: bool,
-                 per_us: float) -> None:  # fmt: skip
+    def __init__(self, shape: tuple[int, int], world_size: int, inbox: Any, *, in_order: bool) -> None:
         import torch
 
         self.host = [torch.empty(shape, dtype=torch.bfloat16, pin_memory=True) for _ in range(world_size)]
         self.inbox = (inbox.data_ptr(), inbox.data_ptr() + inbox.numel() * inbox.element_size())
         self.device: list[int] = []
+        self.landed: list[tuple[int, Any]] = []
         self.nbytes = self.host[0].numel() * self.host[0].element_size()
-        self.in_order, self.per_us = in_order, per_us
+        self.in_order = in_order
         self.spun = torch.zeros(1, dtype=torch.int64, device="cuda")
-        sys.path.insert(0, __file__.rsplit("/", 1)[0])
+        here = __file__.rsplit("/", 1)[0]
+        if here not in sys.path:
+            sys.path.insert(0, here)
         from copy_sm_probe import spin
 
         self.spin = spin
@@ -134,7 +136,7 @@ class HostSources:
         for host, shard in zip(self.host, shards, strict=True):
             host.copy_(shard)
         self.device = [s.data_ptr() for s in shards]
-        self.landed: list[tuple[int, Any]] = []
+        self.landed = []
 
     def copy(self, real: Any, dst: int, src: int, nbytes: int, stream: Any) -> None:
         """The lanes' copy: from the staged shard into rank 0's inbox; any other one left out (``host``:
@@ -208,10 +210,8 @@ def run_case(key: Any, params: dict[str, Any], *, calls: int, delay_cycles: int,
     real_copy = sig.memcpy_async
     hosted = None
     if source.startswith("host"):
-        m_shard = int(key["M"]) // ws
-        hosted = HostSources(
-            (m_shard, int(key["K"])), ws, works[0].buffers["inbox"], in_order=source == "host", per_us=per_us
-        )
+        shape = (int(key["M"]) // ws, int(key["K"]))
+        hosted = HostSources(shape, ws, works[0].buffers["inbox"], in_order=source == "host")
         sig.memcpy_async = partial(hosted.copy, real_copy)
 
     def delayed_send(*args: Any) -> None:
