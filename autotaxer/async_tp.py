@@ -6,7 +6,9 @@ all-gather → matmul and matmul → reduce-scatter into ``torch.ops.symm_mem.fu
 ``fused_matmul_reduce_scatter``, which run one fixed algorithm at every shape. After :func:`enable`, every
 call of those two ops on CUDA, eager or compiled, goes to autotaxer's dispatch when the tuning table has a
 record for its problem key (exact, or a neighbouring M), and to torch's own implementation otherwise
-(an untuned key, a dtype or layout autotaxer does not take): torch's kernel is kept, not re-implemented,
+(an untuned key, a dtype or layout autotaxer does not take, a key served plain BSP whose record says
+torch's kernel ran faster alone: the in-step check compared the winner with BSP in a step without async
+TP, where BSP is the alternative; here torch's kernel is): torch's kernel is kept, not re-implemented,
 and reached as a Python function (:mod:`autotaxer.ops._torch_symm`), so the override never calls itself.
 The fp8 forms (``fused_all_gather_scaled_matmul``, ``fused_scaled_matmul_reduce_scatter``) stay torch's.
 Outputs have the sizes and strides of torch's meta function (compiled code asserts them).
@@ -256,6 +258,9 @@ def _decide(
             serve, key = plan.decision.source in (EXACT, NEAREST), plan.key
             if needs_saved and plan.saving is not plan.decision and plan.saving.tuned_key is None:
                 serve = False
+            run = plan.saving if needs_saved else plan.decision
+            if serve and _torch_kernel_was_faster(rt, op, run, plan.decision.tuned_key):
+                serve = False
         except (ValueError, KeyError, ConsensusError) as exc:  # raised on every rank alike
             why = f"{type(exc).__name__}: {exc}"
     if why is not None:
@@ -265,6 +270,19 @@ def _decide(
     layouts = _layouts(meta()) if serve else ()
     call = {**call, "served": serve, "key": None if key is None else key.text}
     return _remember(sig, _Entry(rt, group, group_world_size(group), serve, layouts, call, key))
+
+
+def _torch_kernel_was_faster(rt: Any, op: str, run: Any, tuned_key: Any) -> bool:
+    """Whether ``run`` is ``op``'s plain BSP at a key whose record says torch's fused kernel ran faster
+    alone: the in-step check turned the winner down for BSP in a step whose alternative was BSP, but
+    here the alternative is torch's kernel, which async TP runs without autotaxer."""
+    from .ops import get_op
+    from .records import isolated_fastest_form
+
+    if run.variant != get_op(op).baseline().name or tuned_key is None:
+        return False
+    rec = rt.table.records.get(tuned_key)
+    return rec is not None and isolated_fastest_form(rec.env) == _torch_symm.TorchFusedForm.name
 
 
 def _call(op: str, tensors: list, **args: Any) -> dict:

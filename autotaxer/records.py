@@ -109,6 +109,16 @@ def in_step_of(env: Any) -> tuple[str | None, float | None]:
     return str(env[IN_STEP]), _finite(env, IN_STEP_GAIN)
 
 
+def isolated_fastest_form(env: Any) -> str | None:
+    """The form users have without autotaxer that ran fastest *alone* at a record's key: the in-step check
+    re-stamps ``env["fastest_form"]`` with the step's fastest and keeps the isolated one in
+    ``env["fastest_form_isolated"]`` where they differ; None when the record names none."""
+    if not isinstance(env, Mapping):
+        return None
+    name = env.get("fastest_form_isolated") or env.get("fastest_form")
+    return str(name) if name else None
+
+
 def in_step_joint_of(env: Any) -> float | None:
     """The joint gain a winner was kept with by warm-up's check of near misses (``env["in_step_joint"]``);
     None when it was kept alone, not kept, or the value is unreadable."""

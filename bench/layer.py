@@ -449,6 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         "--no-shipped", action="store_true", help="serve no shipped table (tuning_db/): only --tables, --db"
     )
     ap.add_argument(
+        "--timing",
+        choices=("any", "eager", "graph"),
+        default="any",
+        help="serve only records tuned with this timing (autotaxer.RuntimeConfig(timing=...)): graph for "
+        "the graph cases of a shipped table, as code under CUDA graphs is served; any (default): a key's "
+        "eager record where it has both",
+    )
+    ap.add_argument(
         "--out", default="", help="JSON file of every sample, the device, versions and what was served"
     )
     ap.add_argument(
@@ -492,7 +500,11 @@ def main(argv: list[str] | None = None) -> int:
     tables = tuple(t for t in args.tables.split(",") if t)
     autotaxer.init(
         autotaxer.RuntimeConfig(
-            tables=tables, persist_misses=False, db_url=args.db or None, shipped_tables=not args.no_shipped
+            tables=tables,
+            persist_misses=False,
+            db_url=args.db or None,
+            shipped_tables=not args.no_shipped,
+            timing=None if args.timing == "any" else args.timing,
         )
     )
     base = make_layer(cfg, device, dtype, rank)

@@ -219,10 +219,13 @@ def _run_cases(ctx, compiled: bool) -> list[dict]:
     return results
 
 
-def _table_for(ctx, rt, path: str, ag_variant: str = "bsp", fastest: str | None = None) -> int:
+def _table_for(
+    ctx, rt, path: str, ag_variant: str = "bsp", fastest: str | None = None, isolated: str | None = None
+) -> int:
     """A table with a record for every key the runtime has decided: the warm-up a user's launch does
     (``ag_gemm``'s winner ``ag_variant``: ``bsp`` hands out the gathered A, ``cpu_chunked`` does not;
-    ``fastest``: the fastest form each record says it measured, ``env["fastest_form"]``)."""
+    ``fastest``: the fastest form each record says it measured, ``env["fastest_form"]``; ``isolated``:
+    the one fastest alone where an in-step check found another, ``env["fastest_form_isolated"]``)."""
     from autotaxer.ops import get_op
     from autotaxer.records import WinnerRecord
     from autotaxer.table_file import write_table
@@ -233,6 +236,8 @@ def _table_for(ctx, rt, path: str, ag_variant: str = "bsp", fastest: str | None 
         params = {"chunks": 1, "order": "rotated"} if name == "cpu_chunked" else {}
         assert get_op(key.op).variants[name].check(key, ctx.target, params) is None
         env = {"fastest_form": fastest} if fastest else {}
+        if isolated:
+            env.update(in_step="replaced", in_step_winner="cpu_chunked", fastest_form_isolated=isolated)
         records.append(WinnerRecord(key, name, params, 5.0, 9.0, 4, env=env, device_type="cpu"))
     if ctx.rank == 0:
         write_table(records, path)
@@ -278,7 +283,7 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
             out["no_saving_served"] = [c["served"] for c in atp.decisions()]
             # the records say BSP was the fastest form: it serves the calls that return A (served())
             _table_for(ctx, rt, f"{table_dir}/no_saving_bsp.json", "cpu_chunked", fastest="bsp")
-            init((f"{table_dir}/no_saving_bsp.json",))
+            rt = init((f"{table_dir}/no_saving_bsp.json",))
             atp.reset_counters()
             before = autotaxer.served()
             out["no_saving_bsp"] = _run_cases(ctx, compiled=False)
@@ -288,6 +293,26 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
                 {(s.path, s.variant, s.status) for s in rows if s.key.startswith("ag_gemm")}
             )
             out["no_saving_bsp_calls"] = sum(s.calls for s in rows if s.key.startswith("ag_gemm"))
+            # BSP served after an in-step check where torch's kernel ran faster alone: torch's kernel runs
+            out["checked_bsp_records"] = _table_for(
+                ctx, rt, f"{table_dir}/checked_bsp.json", fastest="bsp", isolated="torch_fused"
+            )
+            rt = init((f"{table_dir}/checked_bsp.json",))
+            atp.reset_counters()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                out["checked_bsp"] = _run_cases(ctx, compiled=False)
+            out["checked_bsp_counts"] = atp.counters()
+            out["checked_bsp_calls"] = [(c["served"], c["key"] is not None) for c in atp.decisions()]
+            out["checked_bsp_warned"] = [str(w.message) for w in caught if "async_tp" in str(w.message)]
+            # ... and BSP still serves where the check's record says BSP was the fastest alone too
+            out["checked_bsp_alone_records"] = _table_for(
+                ctx, rt, f"{table_dir}/checked_bsp_alone.json", fastest="bsp", isolated="bsp"
+            )
+            init((f"{table_dir}/checked_bsp_alone.json",))
+            atp.reset_counters()
+            out["checked_bsp_alone"] = _run_cases(ctx, compiled=False)
+            out["checked_bsp_alone_counts"] = atp.counters()
             atp.reset_counters()
             a = torch.randn(4, 8, dtype=torch.float64)  # a dtype autotaxer does not take: torch's kernel
             with warnings.catch_warnings(record=True) as caught:
@@ -308,7 +333,15 @@ def _served_and_fallback(ctx, table_dir: str) -> dict:
 def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size: int) -> None:
     n_ag, n_rs = len(_ag_cases(world_size)), len(_rs_cases(world_size))
     for r in run_ranks(_served_and_fallback, world_size, "cpu", args=(str(tmp_path),), timeout=600):
-        for phase in ("untuned", "tuned", "compiled", "no_saving", "no_saving_bsp"):
+        for phase in (
+            "untuned",
+            "tuned",
+            "compiled",
+            "no_saving",
+            "no_saving_bsp",
+            "checked_bsp",
+            "checked_bsp_alone",
+        ):
             for case in r[phase]:
                 assert case["err"] < 1e-4, (phase, case)  # NaN fails too
                 assert case["layout_ok"], (phase, case)
@@ -317,7 +350,7 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
             "fused_matmul_reduce_scatter": {"autotaxer": 0, "torch": n_rs},
         }
         assert r["records"] >= 4  # the keys the calls were decided on: a miss each
-        for phase in ("tuned_counts", "compiled_counts"):
+        for phase in ("tuned_counts", "compiled_counts", "checked_bsp_alone_counts"):
             assert r[phase] == {
                 "fused_all_gather_matmul": {"autotaxer": n_ag, "torch": 0},
                 "fused_matmul_reduce_scatter": {"autotaxer": n_rs, "torch": 0},
@@ -341,6 +374,14 @@ def test_calls_are_served_where_tuned_and_torchs_elsewhere(tmp_path, world_size:
             ("async_tp", "cpu_chunked", "tuned"),
         ]
         assert r["no_saving_bsp_calls"] == n_ag
+        # BSP served after an in-step check, torch's kernel faster alone: torch's kernel runs, quietly
+        assert r["checked_bsp_counts"] == {
+            "fused_all_gather_matmul": {"autotaxer": 0, "torch": n_ag},
+            "fused_matmul_reduce_scatter": {"autotaxer": 0, "torch": n_rs},
+        }
+        assert r["checked_bsp_records"] == r["checked_bsp_alone_records"] == r["records"]
+        assert r["checked_bsp_calls"] == [(False, True)] * (n_ag + n_rs)  # decided on a tuned key
+        assert r["checked_bsp_warned"] == []
         err, counts, warned = r["fp64"]
         assert err < 1e-9 and counts == {"autotaxer": 0, "torch": 1}
         assert warned and "torch's kernel runs ag_gemm" in warned[0] and "dtype" in warned[0]
