@@ -57,6 +57,10 @@
 #   layer        bench/layer.py at TP$WS with the warm-up in the launch and no shipped table ($CASES,
 #                default fwd:4096,graph:1024; $MODES; $BUDGET s a mode and case, default 50)
 #                -> $OUT/layer.json, its database $OUT/layer.sqlite
+#   layer-merge  the `layer` step's warm-up decisions into the shipped tables, each record into the table of
+#                its timing (export --timing; merge --all): on 2xH200 (2026-11-29) a 180 s warm-up decided with
+#                the in-step check's tie rule ran 1-2% ahead of records decided before it
+#                -> $OUT/nvidia-h200_ws$WS.json, $OUT/nvidia-h200_ws${WS}_graph.json
 #   layer-check  the re-tuned eager table judged in the model's step (issue 51): bench/layer.py's warm-up on
 #                $STATE/ws$WS.db over the training cases S = 256 ... 16384 checks each winner `autotaxer tune`
 #                stored (kept, or stored again as its fastest form) and tunes what is missing ($CASES, $MODES,
@@ -301,6 +305,15 @@ for s in "$@"; do
             --modes "${MODES:-plain_compile,autotaxer_compile,functions_compile,async_tp,async_tp_autotaxer,ceiling}" \
             --no-shipped --warmup-budget "${BUDGET:-50}" --db "sqlite:///$OUT/layer.sqlite" --reps 10 \
             --out "$OUT/layer.json"
+        ;;
+    layer-merge)
+        for suffix in "" _graph; do
+            timing=$([ -n "$suffix" ] && echo graph || echo eager)
+            step "layer_export$suffix" 60 python3 -P -m autotaxer export --db "sqlite:///$OUT/layer.sqlite" \
+                --gpu "${GPU:-nvidia-h200}" --world-size "$WS" --timing "$timing" --out "$OUT/layer_ws$WS$suffix.json"
+            step "layer_merge$suffix" 60 python3 -P -m autotaxer merge "tuning_db/nvidia-h200_ws$WS$suffix.json" \
+                "$OUT/layer_ws$WS$suffix.json" --all --out "$OUT/nvidia-h200_ws$WS$suffix.json"
+        done
         ;;
     layer-check | layer-check-graph)
         # the re-tuned table judged in the model's step before export (issue 51): the layer's warm-up on the

@@ -9,7 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from ._common import DbOption, GpuFilter, OpFilter, QuietOption, WorldSizeFilter, flag, open_db
+from ._common import (
+    TIMINGS,
+    DbOption,
+    GpuFilter,
+    OpFilter,
+    QuietOption,
+    WorldSizeFilter,
+    choice,
+    flag,
+    open_db,
+)
 
 
 class FileFormat(str, Enum):
@@ -27,18 +37,30 @@ def export(
         FileFormat | None,
         typer.Option("--file-format", help="json or csv (default: from the suffix of --out)."),
     ] = None,
+    timing: Annotated[
+        str | None,
+        choice(
+            "--timing",
+            TIMINGS,
+            help="Only records timed this way (a warm-up's database holds both: eager for training and "
+            "forward steps, graph for CUDA-graph ones; each belongs in the table of its timing).",
+        ),
+    ] = None,
     quiet: QuietOption = False,
 ) -> None:
     """Write the stored winners to a table file.
 
     Dispatch reads the file (RuntimeConfig(tables=...) or $AUTOTAXER_TABLE) and so does autotaxer import.
     """
+    from autotaxer.records import timing_of
     from autotaxer.table_file import table_format, write_table
 
     fmt = table_format(out, file_format.value if file_format else None)  # bad suffix: fail before opening
     with open_db(db, read_only=True) as database:
         recs = database.winners(op=op, gpu_model=gpu, world_size=world_size)
         url = database.display_url
+    if timing is not None:
+        recs = [r for r in recs if timing_of(r.env) == timing]
     n = write_table(recs, out, fmt)
     if not quiet:
         typer.echo(f"exported {n} record(s) from {url} to {out} ({fmt})")

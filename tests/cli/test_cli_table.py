@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -76,8 +77,6 @@ def test_show_human_and_json(url):
 
 
 def test_show_writes_the_stale_records_shapes_for_a_retune(tmp_path, url):
-    import dataclasses
-
     from autotaxer.runtime.kernel_hash import kernel_source_hash
     from autotaxer.shapes import load_shapes
 
@@ -108,6 +107,22 @@ def test_export_with_filters(tmp_path, url, suffix):
     explicit = tmp_path / "table.out"
     assert invoke("export", "--db", url, "--out", explicit, "--file-format", "csv").exit_code == 0
     assert len(read_table(explicit)) == 4
+
+
+def test_export_keeps_the_records_of_one_timing(tmp_path):
+    url = f"sqlite:///{tmp_path}/mixed.sqlite"
+    graph = dataclasses.replace(make_record(1024), env={**make_record().env, "timing": "graph"})
+    with open_database(url) as db:
+        db.upsert_winners([make_record(16), make_record(64, variant="pull"), graph])
+    out = {t: tmp_path / f"{t}.json" for t in ("eager", "graph")}
+    for t, path in out.items():
+        result = invoke("export", "--db", url, "--out", path, "--timing", t)
+        assert result.exit_code == 0, result.output
+    assert sorted(r.key["M"] for r in read_table(out["eager"])) == [16, 64]  # unstamped records are eager
+    assert [(r.key["M"], r.env["timing"]) for r in read_table(out["graph"])] == [(1024, "graph")]
+    result = invoke("export", "--db", url, "--out", tmp_path / "x.json", "--timing", "replay")
+    assert result.exit_code == 2 and "expected one of eager, graph" in result.stderr
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_import_merge_and_replace(tmp_path, url):
