@@ -99,6 +99,11 @@ def confirmed_times(env: Any) -> dict[str, float]:
 #: up (:mod:`autotaxer.tuner.in_step_joint`), their joint gain.
 IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER = "in_step", "in_step_gain", "in_step_winner"
 IN_STEP_JOINT = "in_step_joint"
+#: ``env`` entries naming the key's fastest form users have without autotaxer (a BSP form or torch's fused
+#: op): ``fastest_form`` as the tuner measured it alone (what dispatch serves untuned keys near it), after
+#: an in-step check the one fastest in the step; ``fastest_form_isolated``, where they differ, the one
+#: fastest alone (:mod:`autotaxer.tuner.in_step`).
+FASTEST_FORM, FASTEST_FORM_ISOLATED = "fastest_form", "fastest_form_isolated"
 
 
 def in_step_of(env: Any) -> tuple[str | None, float | None]:
@@ -115,7 +120,7 @@ def isolated_fastest_form(env: Any) -> str | None:
     ``env["fastest_form_isolated"]`` where they differ; None when the record names none."""
     if not isinstance(env, Mapping):
         return None
-    name = env.get("fastest_form_isolated") or env.get("fastest_form")
+    name = env.get(FASTEST_FORM_ISOLATED) or env.get(FASTEST_FORM)
     return str(name) if name else None
 
 

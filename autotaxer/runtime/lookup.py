@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._problem import ProblemKey, Target
+from ..records import FASTEST_FORM
 
 #: Sources of a decision.
 EXACT, NEAREST, FALLBACK = "exact", "nearest", "fallback"
@@ -138,7 +139,7 @@ def decide(
 def fastest_form(record: Any, op: Any) -> str | None:
     """The fastest form without autotaxer measured for ``record``'s key (``env["fastest_form"]``, else its
     winner when that is such a form), or None when the record does not say."""
-    stamped = (record.env or {}).get("fastest_form")
+    stamped = (record.env or {}).get(FASTEST_FORM)
     if stamped:
         return str(stamped)
     return record.variant if record.variant in op.fallback_forms() else None

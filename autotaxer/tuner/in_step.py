@@ -79,7 +79,7 @@ from typing import Any, TextIO
 from .._capture import gc_paused
 from .._problem import ProblemKey
 from ..measure import release_graphs
-from ..records import IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER, in_step_of
+from ..records import FASTEST_FORM, FASTEST_FORM_ISOLATED, IN_STEP, IN_STEP_GAIN, IN_STEP_WINNER, in_step_of
 from ..runtime.lookup import EXACT, Decision, fastest_form
 
 #: The smallest step-time gain over ``bsp``'s, as a fraction, that is not noise.
@@ -540,7 +540,7 @@ def _fastest_form_in_step(rec: Any, arms: Sequence[Decision], verdict: Verdict) 
     isolated = fastest_form(rec, op)
     if isolated is None or isolated == in_step:
         return {}
-    return {"fastest_form": in_step, "fastest_form_isolated": isolated}
+    return {FASTEST_FORM: in_step, FASTEST_FORM_ISOLATED: isolated}
 
 
 def _unchecked(mine: Any, note: str) -> tuple[StepCheck, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from .._problem import ProblemKey, Target
 from ..measure import TimingConfig
-from ..records import is_confirmed, is_partial
+from ..records import FASTEST_FORM, is_confirmed, is_partial
 from .group import TrialAborted
 from .progress import Reporter, ShapeResult, Summary, TrialEvent, summarize
 from .study import (
@@ -563,7 +563,7 @@ class _ShapeTuner:
             if confirmed.link_us is not None:
                 env["link_us"] = f"{confirmed.link_us:.3g}"  # the chain's link, subtracted from each time
         if form is not None:  # what dispatch serves untuned keys near this one
-            env["fastest_form"] = form
+            env[FASTEST_FORM] = form
         if timing.mode == "eager" and replayable(self.op, self.op.variants[variant], self.target.device_type):
             env["launch"] = "replay"  # its trials, as its calls, were CUDA-graph replays (runtime/replay.py)
         if partial or not final:
