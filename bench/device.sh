@@ -209,15 +209,17 @@ tune_cmd() {  # tune_cmd NAME LIMIT_S TIMING DB SHAPES VARIANTS
         ${6:+--variants "$6"}
 }
 
-export_ws() {  # export_ws NAME DB SUFFIX
+export_ws() {  # export_ws NAME DB SUFFIX [TIMING [PREFIX]]: DB's records (only those of TIMING when given)
+    # -> $OUT/${PREFIX:-new}_ws$WS$SUFFIX.json, merged into the shipped table -> $OUT/nvidia-h200_ws$WS$SUFFIX.json
+    local part="$OUT/${5:-new}_ws$WS$3.json"
     step "$1" 60 python3 -P -m autotaxer export --db "$2" --gpu "${GPU:-nvidia-h200}" --world-size "$WS" \
-        --out "$OUT/new_ws$WS$3.json"
+        ${4:+--timing "$4"} --out "$part"
     local shipped="tuning_db/nvidia-h200_ws$WS$3.json"
     if [ -f "$shipped" ]; then
-        step "merge_$1" 60 python3 -P -m autotaxer merge "$shipped" "$OUT/new_ws$WS$3.json" --all \
+        step "merge_$1" 60 python3 -P -m autotaxer merge "$shipped" "$part" --all \
             --out "$OUT/nvidia-h200_ws$WS$3.json"
     else
-        cp "$OUT/new_ws$WS$3.json" "$OUT/nvidia-h200_ws$WS$3.json"
+        cp "$part" "$OUT/nvidia-h200_ws$WS$3.json"
     fi
 }
 
@@ -307,13 +309,8 @@ for s in "$@"; do
             --out "$OUT/layer.json"
         ;;
     layer-merge)
-        for suffix in "" _graph; do
-            timing=$([ -n "$suffix" ] && echo graph || echo eager)
-            step "layer_export$suffix" 60 python3 -P -m autotaxer export --db "sqlite:///$OUT/layer.sqlite" \
-                --gpu "${GPU:-nvidia-h200}" --world-size "$WS" --timing "$timing" --out "$OUT/layer_ws$WS$suffix.json"
-            step "layer_merge$suffix" 60 python3 -P -m autotaxer merge "tuning_db/nvidia-h200_ws$WS$suffix.json" \
-                "$OUT/layer_ws$WS$suffix.json" --all --out "$OUT/nvidia-h200_ws$WS$suffix.json"
-        done
+        export_ws layer_export "sqlite:///$OUT/layer.sqlite" "" eager layer
+        export_ws layer_export_graph "sqlite:///$OUT/layer.sqlite" _graph graph layer
         ;;
     layer-check | layer-check-graph)
         # the re-tuned table judged in the model's step before export (issue 51): the layer's warm-up on the
