@@ -77,6 +77,12 @@
 #   overhead     bench/dispatch_overhead.py at world size $WS (5000 calls) -> $OUT/overhead.json
 #   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
 #                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
+#   bound-ab     the shared peer waits (push, pull, push_tma, the copy-engine lanes' `done`) reading their
+#                bound after 50 us (today's kernels) against after 10 ms ($AUTOTAXER_WAIT_CHECK_AFTER_US=10000):
+#                autotaxer bench of $AB_SHAPES (default bench/shapes/wait_bound_ab.csv) four times, 50us 10ms
+#                10ms 50us, dispatch with the shipped graph table, the variants at their configurations in
+#                $STATE/ws${WS}_graph.db (carry the 2026-11-29 re-tune's, its raw.tar.xz data/retune_ws2_graph.db)
+#                -> $OUT/bound_ab_*.json and two tables (graph, eager) printed by bench/ab_table.py
 #   save         the databases under $STATE checkpointed (their -wal folded in) and copied to $OUT: a copy of
 #                the .db file alone misses what a crashed process left in its -wal (2026-11-28: a check's
 #                verdicts lost that way)
@@ -301,6 +307,23 @@ for s in "$@"; do
         step "bench_ws$WS" "${BENCH_LIMIT:-540}" env AUTOTAXER_TABLE="$table" python3 -P -m autotaxer bench \
             --world-size "$WS" --shapes "$(shapes_file)" --device cuda --db "$DB_GRAPH" --dispatch-timing graph \
             --max-configs 3 --iters 10 --samples 7 --peer-timeout 30 ${PEERS:---no-peers} --out "$OUT/bench_ws$WS.json"
+        ;;
+    bound-ab)
+        ab_runs=()
+        for name in 50us_1 10ms_1 10ms_2 50us_2; do
+            if [ "${name%_*}" = 10ms ]; then wait_env=(env AUTOTAXER_WAIT_CHECK_AFTER_US=10000)
+            else wait_env=(env -u AUTOTAXER_WAIT_CHECK_AFTER_US); fi
+            step "bound_ab_$name" "${BENCH_LIMIT:-150}" "${wait_env[@]}" \
+                AUTOTAXER_TABLE="tuning_db/nvidia-h200_ws${WS}_graph.json" python3 -P -m autotaxer bench \
+                --world-size "$WS" --shapes "${AB_SHAPES:-bench/shapes/wait_bound_ab.csv}" --device cuda \
+                --db "$DB_GRAPH" --dispatch-timing graph --variants "${VARIANTS:-push,pull,push_tma,torch_fused,copy_engine}" \
+                --max-configs 1 --no-peers --out "$OUT/bound_ab_$name.json"
+            ab_runs+=("$name=$OUT/bound_ab_$name.json.rows.jsonl")
+        done
+        for mode in graph eager; do
+            step "bound_ab_$mode" 30 python3 -P bench/ab_table.py --mode "$mode" --entries bsp,dispatch,push,pull "${ab_runs[@]}"
+            echo "bound-ab, $mode timing (us):" && cat "$OUT/bound_ab_$mode.log"
+        done
         ;;
     layer)
         step layer "${LIMIT:-500}" torchrun --nproc-per-node "$WS" bench/layer.py --cases "${CASES:-fwd:4096,graph:1024}" \
