@@ -3,8 +3,10 @@
     python bench/ab_table.py [--entries dispatch,push,pull] [--mode graph] NAME=RUN.json.rows.jsonl ...
 
 An A/B of a setting (e.g. ``$AUTOTAXER_WAIT_CHECK_AFTER_US``, ``bench/device.sh bound-ab``) names each run
-by its setting and round (``50us_1``, ``10ms_1``, ...). An entry is ``bsp``, ``dispatch`` or a variant; a run
-without that entry (or where it failed) shows ``-``. Times are µs, the slowest rank's median, of ``--mode``.
+by its setting and round (``50us_1``, ``10ms_1``, ...). An entry is ``bsp``, ``dispatch``, a variant or a
+peer; a run without that entry (or where it failed) shows ``-``. Times are µs, the slowest rank's median,
+of ``--mode``. The rows are read from each run's ``.rows.jsonl``, which holds the rows a run finished
+even when its step's time limit stopped it.
 """
 
 from __future__ import annotations
@@ -14,17 +16,15 @@ import json
 import sys
 from pathlib import Path
 
+from autotaxer.benchmark.form import op_named
+from autotaxer.benchmark.rows import problem_text, row_entries, row_op
+
 
 def entry_time(row: dict, name: str, mode: str) -> float | None:
     """``name``'s time (µs) at ``mode`` in one bench row, None when the row lacks it."""
-    entry = row.get(name) if name in ("bsp", "dispatch") else row.get("variants", {}).get(name)
+    entry = row.get("bsp") if name == "bsp" else row_entries(row).get(name)
     value = (entry or {}).get(mode)
     return float(value) if isinstance(value, int | float) else None
-
-
-def row_key(row: dict) -> str:
-    dim = row.get("gather_dim", row.get("scatter_dim"))
-    return f"{row['op']} {row['M']}x{row['N']}x{row['K']} d{dim} {row.get('b_layout', '')}".rstrip()
 
 
 def load_runs(specs: list[str]) -> dict[str, dict[str, dict]]:
@@ -44,8 +44,11 @@ def load_runs(specs: list[str]) -> dict[str, dict[str, dict]]:
                 continue
             try:
                 row = json.loads(line)
-                rows[row_key(row)] = row
-            except (json.JSONDecodeError, KeyError, TypeError):
+                missing = [f for f in op_named(row_op(row)).shape_fields if f not in row]
+                if missing:
+                    raise KeyError(missing[0])
+                rows[problem_text(row, compact=True)] = row
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                 raise SystemExit(f"error: {path}, line {n}: not a bench row") from None
         runs[name] = rows
     return runs
@@ -75,7 +78,7 @@ def table(runs: dict[str, dict[str, dict]], entries: list[str], mode: str) -> li
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", metavar="NAME=ROWS.jsonl")
-    ap.add_argument("--entries", default="dispatch", help="comma-separated: bsp, dispatch or variants")
+    ap.add_argument("--entries", default="dispatch", help="comma-separated: bsp, dispatch, variants or peers")
     ap.add_argument("--mode", choices=("eager", "graph"), default="graph")
     args = ap.parse_args(argv)
     entries = [e.strip() for e in args.entries.split(",") if e.strip()]

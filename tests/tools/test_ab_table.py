@@ -1,5 +1,6 @@
 """``bench/ab_table.py``: bench runs of the same keys side by side (an entry's time per run, the variant
-dispatch served, ``-`` where a run lacks the key or the entry), and its errors on bad input."""
+dispatch served, ``-`` where a run lacks the key or the entry; keys as ``autotaxer bench`` prints them), and
+its errors on bad input."""
 
 from __future__ import annotations
 
@@ -37,23 +38,26 @@ def test_runs_side_by_side_per_key_and_entry(tmp_path: Path, capsys) -> None:
     assert ab_table.main(["--entries", "dispatch,push,bsp", f"50us={a}", f"10ms={b}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "| key | entry | 50us | 10ms |"
-    assert "| ag_gemm 128x8192x8192 d1 kn | dispatch (push) | 990.0 | 47.5 |" in lines
-    assert "| ag_gemm 128x8192x8192 d1 kn | push | 48.0 | 47.0 |" in lines
+    assert "| ag_gemm 128x8192x8192 gd=1 | dispatch (push) | 990.0 | 47.5 |" in lines
+    assert "| ag_gemm 128x8192x8192 gd=1 | push | 48.0 | 47.0 |" in lines
     # a key only one run has, an entry a run lacks
-    assert "| ag_gemm 256x8192x8192 d1 kn | push | 61.0 | - |" in lines
-    assert "| ag_gemm 512x8192x8192 d1 kn | push | - | - |" in lines
-    assert "| ag_gemm 512x8192x8192 d1 kn | dispatch (copy_engine) | - | 99.0 |" in lines
+    assert "| ag_gemm 256x8192x8192 gd=1 | push | 61.0 | - |" in lines
+    assert "| ag_gemm 512x8192x8192 gd=1 | push | - | - |" in lines
+    assert "| ag_gemm 512x8192x8192 gd=1 | dispatch (copy_engine) | - | 99.0 |" in lines
     assert ab_table.main(["--mode", "eager", f"x={a}"]) == 0
-    assert "| ag_gemm 128x8192x8192 d1 kn | dispatch (push) | 991.0 |" in capsys.readouterr().out
+    assert "| ag_gemm 128x8192x8192 gd=1 | dispatch (push) | 991.0 |" in capsys.readouterr().out
 
 
 def test_bad_input_is_named_without_a_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(_row(128, 1.0, 1.0)) + "\n{not json\n")
+    no_n = tmp_path / "no_n.jsonl"
+    no_n.write_text(json.dumps({k: v for k, v in _row(128, 1.0, 1.0).items() if k != "N"}) + "\n")
     for args, expected in (
         (["nameless"], "'nameless': expected NAME=ROWS.jsonl"),
         ([f"x={tmp_path / 'missing.jsonl'}"], "missing.jsonl: No such file or directory"),
         ([f"x={bad}"], f"{bad}, line 2: not a bench row"),
+        ([f"x={no_n}"], f"{no_n}, line 1: not a bench row"),
     ):
         proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
         assert proc.returncode != 0
