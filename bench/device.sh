@@ -78,7 +78,8 @@
 #   host         bench/host_probe.py on $WS GPUs: a copy-engine call's host time by building block, eager
 #                against its CUDA-graph replay -> $OUT/host_probe_ws$WS.json
 #   bound-ab     the shared peer waits (push, pull, push_tma, the copy-engine lanes' `done`) reading their
-#                bound after 50 us (today's kernels) against after 10 ms ($AUTOTAXER_WAIT_CHECK_AFTER_US=10000):
+#                bound after 50 us against after 10 ms ($AUTOTAXER_WAIT_CHECK_AFTER_US=50 / 10000; 10 ms the
+#                default since this A/B, bench/results/2026-11-29_wait_bound_ab_h200x2):
 #                autotaxer bench of $AB_SHAPES (default bench/shapes/wait_bound_ab.csv) four times, 50us 10ms
 #                10ms 50us, dispatch with the shipped graph table, the variants at their configurations in
 #                $STATE/ws${WS}_graph.db (carry the 2026-11-29 re-tune's, its raw.tar.xz data/retune_ws2_graph.db)
@@ -312,7 +313,7 @@ for s in "$@"; do
         ab_runs=()
         for name in 50us_1 10ms_1 10ms_2 50us_2; do
             if [ "${name%_*}" = 10ms ]; then wait_env=(env AUTOTAXER_WAIT_CHECK_AFTER_US=10000)
-            else wait_env=(env -u AUTOTAXER_WAIT_CHECK_AFTER_US); fi
+            else wait_env=(env AUTOTAXER_WAIT_CHECK_AFTER_US=50); fi
             step "bound_ab_$name" "${BENCH_LIMIT:-150}" "${wait_env[@]}" \
                 AUTOTAXER_TABLE="tuning_db/nvidia-h200_ws${WS}_graph.json" python3 -P -m autotaxer bench \
                 --world-size "$WS" --shapes "${AB_SHAPES:-bench/shapes/wait_bound_ab.csv}" --device cuda \

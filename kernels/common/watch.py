@@ -50,21 +50,25 @@ _EXPECTED, _SEEN, _WRITTEN, _ALARM = (
     tl.constexpr(ALARM),
 )
 
-#: ``$AUTOTAXER_WAIT_CHECK_AFTER_US``: how long a wait spins before it reads its bound, in µs (50 unless
-#: set). Past it, :func:`spin_until` and :func:`spin_one` read the bound from pinned host memory on every
-#: poll: a PCIe read per waiting warp and poll. Such reads from many warps ran one after another on one
-#: H200 (``ce_persistent``'s tiles, ``bench/results/2026-11-29_bound_reads_h200``), so a long wait can cost
-#: far more than itself. A switch for A/B runs on peers (e.g. ``10000``), read once at import; records do
-#: not carry it, so tables meant to ship are tuned without it.
+#: ``$AUTOTAXER_WAIT_CHECK_AFTER_US``: how long a wait spins before it reads its bound, in µs (10 000 unless
+#: set; 50 until the 2026-11-29 A/B). Past it, :func:`spin_until` and :func:`spin_one` read the bound from
+#: pinned host memory on every poll: a PCIe read per waiting warp and poll, and such reads from many warps
+#: run one after another, so a wait past the threshold costs far more than itself. At 50 µs a rank that
+#: started 50 µs behind its peer turned 40-60 µs calls into 0.3-7 ms ones, and the late call made the next
+#: one late too: on 2xH200 (``bench/results/2026-11-29_wait_bound_ab_h200x2``, 88 entries of 22 keys, two
+#: runs each) 15 entries took over twice their best time in a 50 µs run under graph replay and 39 in eager
+#: timing, none at 10 ms; the others 1.003x (graph) in geomean. A wait on a dead peer gives up after the
+#: larger of this and its bound. Read once at import (a constexpr: Triton's cache keys on it); records do
+#: not carry it.
 CHECK_AFTER_ENV = "AUTOTAXER_WAIT_CHECK_AFTER_US"
 
 
 def check_after_ns() -> int:
-    """``$AUTOTAXER_WAIT_CHECK_AFTER_US`` (a whole number of µs, at least 1) in ns, else 50 µs;
+    """``$AUTOTAXER_WAIT_CHECK_AFTER_US`` (a whole number of µs, at least 1) in ns, else 10 ms;
     ``ValueError`` naming the variable."""
     text = os.environ.get(CHECK_AFTER_ENV, "").strip()
     if not text:
-        return 50_000
+        return 10_000_000
     if not text.isdigit() or int(text) < 1:
         raise ValueError(f"{CHECK_AFTER_ENV}: expected a whole number of microseconds >= 1, got {text!r}")
     return int(text) * 1000

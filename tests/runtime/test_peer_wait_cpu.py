@@ -138,7 +138,7 @@ def test_slot_starts_with_the_first_call_bound_and_is_released_with_its_owner() 
 
 
 def test_the_wait_check_threshold_comes_from_the_environment(monkeypatch) -> None:
-    """``$AUTOTAXER_WAIT_CHECK_AFTER_US`` (the A/B switch of issue 47's bound reads): 50 µs unless set, a
+    """``$AUTOTAXER_WAIT_CHECK_AFTER_US`` (the shared waits' bound reads): 10 ms unless set, a
     whole number of µs when set, anything else refused naming the variable; the kernels' constexpr takes
     it at import (a fresh process)."""
     import os
@@ -148,15 +148,15 @@ def test_the_wait_check_threshold_comes_from_the_environment(monkeypatch) -> Non
     from autotaxer.kernels.common.watch import CHECK_AFTER_ENV, check_after_ns
 
     monkeypatch.delenv(CHECK_AFTER_ENV, raising=False)
-    assert check_after_ns() == 50_000
-    monkeypatch.setenv(CHECK_AFTER_ENV, "10000")
     assert check_after_ns() == 10_000_000
+    monkeypatch.setenv(CHECK_AFTER_ENV, "50")
+    assert check_after_ns() == 50_000
     for bad in ("0", "-5", "1.5", "soon"):
         monkeypatch.setenv(CHECK_AFTER_ENV, bad)
         with pytest.raises(ValueError, match=CHECK_AFTER_ENV):
             check_after_ns()
     code = "from autotaxer.kernels.common import watch; print(watch.CHECK_AFTER_NS.value)"
-    for value, want in (("", "50000"), ("250", "250000")):
+    for value, want in (("", "10000000"), ("250", "250000")):
         env = {**os.environ, CHECK_AFTER_ENV: value}
         cmd = [sys.executable, "-c", code]
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

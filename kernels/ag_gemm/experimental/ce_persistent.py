@@ -44,12 +44,12 @@ default memory barrier), the same ordering ``copy_engine`` relies on; the GPU ru
 the TMA loads too. (5) Unlike ``push``'s tiles, whose producers run in the same grid, most of this grid
 waits on copies: at 4 ranks the tiles of the three peers' rows, every program at once, for the length of
 a shard's copy (about 30-130 us at M=1024-4096, K=8192), longer than the watch's
-:data:`~..common.watch.CHECK_AFTER_NS` (50 us). The shared consumer's wait (``spin_until``) then loads
-the slot's bound from pinned host memory on every poll: back-to-back PCIe reads from every warp of up to
-131 programs, on every GPU at once. The first 4-GPU run (2026-11-27) stalled, 1.1-114 ms a call against
-BSP's 0.11-1.7 ms, in 47 of the 48 seeds timed at the six keys where tiles wait that long (N=2048 and
-2560 at every M, N=14336 at M=1024), and at neither key where the local tiles' GEMM covers the copies
-(N=14336 at M=4096 and 16384: 1.5-3.1 and 6.0-6.7 ms, BSP 1.7 and 6.4 ms).
+:data:`~..common.watch.CHECK_AFTER_NS` (50 us until 2026-11-29's A/B, 10 ms since). The shared consumer's wait
+(``spin_until``) then loads the slot's bound from pinned host memory on every poll: back-to-back PCIe
+reads from every warp of up to 131 programs, on every GPU at once. The first 4-GPU run (2026-11-27)
+stalled, 1.1-114 ms a call against BSP's 0.11-1.7 ms, in 47 of the 48 seeds timed at the six keys where
+tiles wait that long (N=2048 and 2560 at every M, N=14336 at M=1024), and at neither key where the local
+tiles' GEMM covers the copies (N=14336 at M=4096 and 16384: 1.5-3.1 and 6.0-6.7 ms, BSP 1.7 and 6.4 ms).
 The tiles' waits here read the bound once per wait (:func:`spin_until_read_once`), and by default
 only after :data:`LATE_CHECK_NS` (10 ms, ``late``); the shared consumer, unchanged, is recompiled with
 that wait (:func:`with_globals`). Read once after 50 us (``once``, the default until 2026-11-29), the
@@ -107,7 +107,7 @@ from ...common.lanes import peer_lanes
 from ...common.sync import epoch_begin
 from ...common.tiles import grouped_tile, rotate
 from ...common.tma import Scratch, scratch_allocator
-from ...common.watch import BOUND, CHECK_AFTER_NS, _hip, cta_uniform, give_up, now_ns, unnamed_slot
+from ...common.watch import BOUND, _hip, cta_uniform, give_up, now_ns, unnamed_slot
 from .. import copy_engine as ce
 from ..args import Chunks, Io, Layout, Sizes, Strides, Tiles
 from ..consume import consume_tiles
@@ -260,12 +260,13 @@ def _send_lane(ch: ce.Channel, plan: PersistentPlan, a_shard: Any, peers: tuple[
 
 #: ``$AUTOTAXER_CE_PERSISTENT_BOUND_READS``, how a tile's wait reads the watch slot's bound (in pinned host
 #: memory): ``late`` (the default) once, after the wait has spun :data:`LATE_CHECK_NS`; ``once`` once,
-#: after :data:`CHECK_AFTER_NS` (the default before 2026-11-29); ``every`` on every poll after that (the
+#: after :data:`TILE_CHECK_AFTER_NS` (the default before 2026-11-29); ``every`` on every poll after that (the
 #: shared consumer's :func:`..common.watch.spin_until`). Read when a workspace first launches its GEMM.
 BOUND_READS_ENV = "AUTOTAXER_CE_PERSISTENT_BOUND_READS"
 BOUND_READS = ("late", "once", "every")
-#: Nanoseconds a tile's wait spins before ``once`` reads the bound (the shared waits' threshold).
-TILE_CHECK_AFTER_NS = CHECK_AFTER_NS
+#: Nanoseconds a tile's wait spins before ``once`` reads the bound: 50 us, the shared waits' threshold
+#: until 2026-11-29's A/B (:data:`CHECK_AFTER_NS` is 10 ms since).
+TILE_CHECK_AFTER_NS = tl.constexpr(50_000)
 #: ``late``'s threshold: longer than a tile waits in a working call (a shard's copy behind the host's
 #: enqueue), so no PCIe read at all until a peer is really late. Reading after 50 us, every waiting warp
 #: (480 of them at M=1024 N=2560, 80 programs) read pinned host memory about once per call, and those
@@ -353,7 +354,7 @@ def _poll_sleep(ptrs, live, epoch):
 @triton.jit
 def spin_until_read_once(ptrs, live, epoch, watch_ptr, peer, idx, ok):
     """:func:`..common.watch.spin_until` (the same flags, loads, bound and record), except that the bound
-    is loaded from the watch slot once, the first time the wait has spun :data:`CHECK_AFTER_NS`, and kept
+    is loaded from the watch slot once, the first time the wait has spun :data:`TILE_CHECK_AFTER_NS`, and kept
     in a register. ``spin_until`` loads it on every poll after that: with every program of this grid
     spinning on a peer's chunk for longer than that (the tiles of 3 peers' rows at 4 ranks), that is one
     read of pinned host memory over PCIe per warp and poll, back to back, from up to 131 programs."""
