@@ -4,6 +4,7 @@ For each case (an op's shape, layout and dtype) on ``world_size`` spawned ranks:
 made of timed alone (e.g. the all-gather alone and the GEMM alone: the ceiling of any fused kernel is the
 slowest of them), every available variant at its tuned configuration (the best COMPLETE trial of that
 variant in the case's Optuna study; a capped sweep of its search space where the database has none),
+launched as dispatch serves it (CUDA-graph replays for the ops' replayed variants),
 ``dispatch()`` as a user would call it, and the op's peers (implementations outside autotaxer, e.g.
 PyTorch's fused op; one that may hang, e.g. Iris' stock kernel, in its own process group with a time
 limit so a hang is reported, not fatal). What an op adds to a row (its parts and peers) is its ``bench``

@@ -2,7 +2,8 @@
 that records the captured call and repeats it with the captured arguments, as a CUDA graph repeats its
 launches on the captured addresses: every call's output must still be its own inputs' product (values
 changed in place, new tensors, two results kept), the argument sets that stop repeating and the capture
-that fails fall back to eager calls, and dispatch and the tuner launch through :func:`launcher`."""
+that fails fall back to eager calls, and dispatch, the tuner and ``autotaxer bench`` launch through
+:func:`launcher`."""
 
 from __future__ import annotations
 
@@ -254,6 +255,32 @@ def test_the_tuners_trials_and_confirmations_launch_through_the_launcher(monkeyp
     (reply,) = executor.run(ConfirmRequest("ag_gemm", KEY, (("bsp", {}), ("bsp", {})), 5, FAST), 60)
     assert reply.error is None and len(reply.medians_us) == 2
     assert len(recorded.made) == 3 and all(r.replays >= 1 for r in recorded.made[1:])
+
+
+def test_the_benchs_variant_entries_launch_through_the_launcher(monkeypatch):
+    """``autotaxer bench`` times a variant as dispatch serves it: validated and timed through
+    :func:`launcher` (replayed from its second call), its output the product, ``launch`` naming how."""
+    from _factories import KEY
+
+    from autotaxer._target import cpu_target
+    from autotaxer.benchmark.case import BenchConfig
+    from autotaxer.benchmark.entries import variant_entry
+    from autotaxer.benchmark.timing import RowTimings
+    from autotaxer.ops import RunContext, get_op
+
+    recorded = _Recorded()
+    monkeypatch.setattr(replay, "launcher", recorded)
+    ctx = RunContext(rank=0, world_size=1, device=torch.device("cpu"), target=cpu_target(), warmed_up=True)
+    op = get_op("ag_gemm")
+    cfg = BenchConfig(cases=(), world_size=1, device="cpu", max_configs=1, warmup=1, iters=2, samples=2)
+    inputs = op.make_inputs(KEY, 0, ctx.device, cfg.seed)
+    timings = RowTimings()
+    entry = variant_entry(op, op.variants["cpu_chunked"], KEY, ctx, inputs, cfg, None, timings)
+    timings.run(ctx, cfg)
+    assert entry["launch"] == "eager" and not entry["failed"], entry  # replayable on CUDA only
+    assert entry["err"] < 1e-5 and entry["eager"] > 0
+    (run,) = recorded.made
+    assert run.replays >= 2  # the validation's second seed, the sweep's and the row's timed calls
 
 
 def test_a_key_switched_between_forms_keeps_each_workspaces_graphs(monkeypatch):
