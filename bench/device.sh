@@ -312,9 +312,8 @@ for s in "$@"; do
     bound-ab)
         ab_runs=()
         for name in 50us_1 10ms_1 10ms_2 50us_2; do
-            if [ "${name%_*}" = 10ms ]; then wait_env=(env AUTOTAXER_WAIT_CHECK_AFTER_US=10000)
-            else wait_env=(env AUTOTAXER_WAIT_CHECK_AFTER_US=50); fi
-            step "bound_ab_$name" "${BENCH_LIMIT:-150}" "${wait_env[@]}" \
+            after_us=$([ "${name%_*}" = 10ms ] && echo 10000 || echo 50)
+            step "bound_ab_$name" "${BENCH_LIMIT:-150}" env AUTOTAXER_WAIT_CHECK_AFTER_US="$after_us" \
                 AUTOTAXER_TABLE="tuning_db/nvidia-h200_ws${WS}_graph.json" python3 -P -m autotaxer bench \
                 --world-size "$WS" --shapes "${AB_SHAPES:-bench/shapes/wait_bound_ab.csv}" --device cuda \
                 --db "$DB_GRAPH" --dispatch-timing graph --variants "${VARIANTS:-push,pull,push_tma,torch_fused,copy_engine}" \
