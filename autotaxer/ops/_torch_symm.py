@@ -60,13 +60,19 @@ def _original(name: str) -> Any:
 def all_gather_matmul(
     a_shard: Any, bs: list[Any], gather_dim: int, group_name: str, *, return_A: bool = True
 ) -> tuple[Any, list[Any]]:
-    """torch's ``fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, return_A=...)``."""
-    return _original("fused_all_gather_matmul")(a_shard, bs, gather_dim, group_name, return_A=return_A)
+    """torch's ``fused_all_gather_matmul(A_shard, Bs, gather_dim, group_name, return_A=...)``; the group's
+    workspace it ran against is kept alive (:func:`hold_workspace`)."""
+    out = _original("fused_all_gather_matmul")(a_shard, bs, gather_dim, group_name, return_A=return_A)
+    hold_workspace(group_name)
+    return out
 
 
 def matmul_reduce_scatter(a: Any, b: Any, reduce_op: str, scatter_dim: int, group_name: str) -> Any:
-    """torch's ``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)``."""
-    return _original("fused_matmul_reduce_scatter")(a, b, reduce_op, scatter_dim, group_name)
+    """torch's ``fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)``; the group's
+    workspace it ran against is kept alive (:func:`hold_workspace`)."""
+    out = _original("fused_matmul_reduce_scatter")(a, b, reduce_op, scatter_dim, group_name)
+    hold_workspace(group_name)
+    return out
 
 
 def group_name_of(ctx: RunContext) -> str:
@@ -108,11 +114,33 @@ class TorchFusedForm:
         return Workspace(key, dict(params), {"group_name": name})
 
 
-#: torch's group workspaces that a larger one replaced (this process): a CUDA graph captured while one was
-#: current still addresses it, and torch drops its last reference when it grows the workspace, so a
-#: replay after the growth read freed memory (an illegal address, 4xH200, 2026-11-28: the in-step check
-#: of a ``gemm_rs`` key replayed a step captured with ``torch_fused`` at a smaller ``ag_gemm`` key).
+#: torch's group workspaces that a larger one replaced or that one of torch's fused ops ran against (this
+#: process), each once: a CUDA graph captured while one was current still addresses it, and torch drops
+#: its last reference when it grows the workspace, so a replay after the growth read freed memory. An
+#: illegal address on 4xH200, 2026-11-28 (the in-step check of a ``gemm_rs`` key replayed a step captured
+#: with ``torch_fused`` at a smaller ``ag_gemm`` key: kept since when autotaxer grows it) and on 2xH200,
+#: 2026-11-30 (PyTorch's async TP grew it, at a larger key, between replays of ``torch_fused`` calls that
+#: autotaxer had captured: kept since by :func:`hold_workspace`). A few tensors: torch grows it rarely,
+#: autotaxer to powers of two.
 RETIRED_WORKSPACES: list[Any] = []
+
+
+def _keep(tensor: Any) -> None:
+    if not any(t is tensor for t in RETIRED_WORKSPACES):
+        RETIRED_WORKSPACES.append(tensor)
+
+
+def hold_workspace(group_name: str) -> None:
+    """Keep the group's current workspace alive for this process's lifetime, as a CUDA graph that captured
+    one of torch's fused ops still addresses it after anyone (PyTorch's async TP, torch's op at a larger
+    key) grows it; after each call of the ops (a few hundred nanoseconds: the workspace is the last one
+    held on nearly every call)."""
+    import torch.distributed._symmetric_memory as symm_mem
+
+    held = getattr(symm_mem, "_group_name_to_workspace_tensor", None)
+    current = held.get(group_name) if held is not None else None
+    if current is not None and (not RETIRED_WORKSPACES or RETIRED_WORKSPACES[-1] is not current):
+        _keep(current)
 
 
 def workspace_bytes(key: ProblemKey) -> int:
@@ -146,7 +174,7 @@ def reserve_workspace(group_name: str, nbytes: int) -> None:
     if current is not None and current.numel() * current.element_size() >= nbytes:
         return
     if current is not None:
-        RETIRED_WORKSPACES.append(current)
+        _keep(current)
     symm_mem.get_symm_mem_workspace(group_name, min_size=1 << (nbytes - 1).bit_length())
 
 

@@ -63,3 +63,29 @@ def test_nothing_is_grown_without_torchs_registry(monkeypatch) -> None:
     monkeypatch.setattr(_torch_symm, "RETIRED_WORKSPACES", [])
     _torch_symm.reserve_workspace("g", 1 << 20)  # an older or newer torch: served as torch's op grows it
     assert _torch_symm.RETIRED_WORKSPACES == []
+
+
+def test_the_workspace_a_fused_call_ran_against_outlives_torch_growing_it(registry, monkeypatch) -> None:
+    """PyTorch's async TP grows the workspace at a larger key between replays of a ``torch_fused`` call that
+    autotaxer captured: the one the call ran against stays alive (2xH200: an illegal address without it)."""
+    held, grown = registry
+
+    def fused_op(*args, **kwargs):  # torch's op: asks the registry for its bytes, runs against the result
+        symm_mem.get_symm_mem_workspace("g", min_size=1000)
+        return "ran"
+
+    monkeypatch.setattr(_torch_symm, "_original", lambda name: fused_op)
+    assert _torch_symm.all_gather_matmul(torch.ones(1), [torch.ones(1)], 0, "g", return_A=False) == "ran"
+    ran_against = weakref.ref(held["g"])
+    assert _torch_symm.matmul_reduce_scatter(torch.ones(1), torch.ones(1), "sum", 0, "g") == "ran"
+    assert len(_torch_symm.RETIRED_WORKSPACES) == 1  # the same workspace is held once
+    symm_mem.get_symm_mem_workspace("g", min_size=1 << 20)  # async TP's larger key: torch drops its reference
+    assert grown == [1000, 1 << 20] and held["g"] is not ran_against()
+    assert ran_against() is not None and _torch_symm.RETIRED_WORKSPACES[0] is ran_against()
+    _torch_symm.hold_workspace("g")  # the grown one, once a call ran against it
+    assert [t.numel() for t in _torch_symm.RETIRED_WORKSPACES] == [1000, 1 << 20]
+
+
+def test_holding_needs_a_workspace(registry) -> None:
+    _torch_symm.hold_workspace("never-used")
+    assert _torch_symm.RETIRED_WORKSPACES == []
